@@ -1,0 +1,1 @@
+"""Panel dashboards composed from overlapviz figure builders (installed as ``overlapviz.dashboards``)."""

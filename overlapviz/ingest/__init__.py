@@ -1,0 +1,1 @@
+"""Ingest raw traces (Chrome/Kineto JSON, rocprof) into the canonical Parquet dataset."""

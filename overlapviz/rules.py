@@ -1,0 +1,138 @@
+"""Kernel classification rules (comm / compute / memory / other) as data, stored with each dataset.
+
+A rule set is an ordered list of rules; the first rule that matches an activity gives
+its kind. A rule matches on the activity's source ``category`` (any of a list), its
+``name`` (a case-insensitive regular expression, ``re.search``), or both. Activities
+no rule matches are ``compute`` when they are GPU kernels and ``other`` otherwise.
+
+The rules travel as JSON (``to_json`` / ``from_json``) in ``dataset.json`` and in each
+run's ``kind_rules`` column, so an analysis can always say how a kernel was classified.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from overlapviz.schema import KINDS
+
+MEMORY_CATEGORIES = ("gpu_memcpy", "gpu_memset", "memcpy", "memset", "memory_copy")
+GPU_CATEGORIES = ("kernel",) + MEMORY_CATEGORIES
+COMM_PATTERN = r"nccl|rccl|msccl|ovz_comm"
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One classification rule: ``kind`` for activities matching ``pattern`` and ``categories``."""
+
+    kind: str
+    pattern: str | None = None  # case-insensitive regex searched in the name; None matches any name
+    categories: tuple[str, ...] = ()  # source categories; empty matches any category
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ValueError(f"rule kind {self.kind!r} is not one of {', '.join(KINDS)}")
+        if self.pattern is not None:
+            try:
+                re.compile(self.pattern)
+            except re.error as exc:
+                raise ValueError(f"rule pattern {self.pattern!r} is not a regular expression: {exc}") from None
+        object.__setattr__(self, "categories", tuple(self.categories))
+
+
+@dataclass(frozen=True)
+class RuleSet:
+    rules: tuple[Rule, ...] = field(default_factory=tuple)
+
+    def to_dict(self) -> dict:
+        return {"rules": [asdict(r) | {"categories": list(r.categories)} for r in self.rules]}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "RuleSet":
+        try:
+            return cls(tuple(Rule(**r) for r in data["rules"]))
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"kind rules are malformed: {exc}") from None
+
+    @classmethod
+    def from_json(cls, text: str) -> "RuleSet":
+        return cls.from_dict(json.loads(text))
+
+    def with_overrides(self, overrides: list[Rule]) -> "RuleSet":
+        """Overrides come first, so they win over the defaults."""
+        return RuleSet(tuple(overrides) + self.rules)
+
+    def classify(self, names: pa.Array | list, categories: pa.Array | list) -> pa.Array:
+        """Kinds for parallel arrays of names and categories (vectorized per rule).
+
+        Each distinct (name, category) pair is classified once, so the cost follows the
+        number of distinct kernel names rather than the number of events.
+        """
+        names = pa.array(names, pa.string()) if not isinstance(names, (pa.Array, pa.ChunkedArray)) else names
+        categories = (
+            pa.array(categories, pa.string()) if not isinstance(categories, (pa.Array, pa.ChunkedArray)) else categories
+        )
+        if len(names) == 0:
+            return pa.array([], pa.string())
+        pairs = pa.table({"n": names, "c": categories}).group_by(["n", "c"]).aggregate([])
+        uniq_names, uniq_cats = pairs.column("n"), pairs.column("c")
+        kinds = np.full(len(pairs), None, dtype=object)
+        undecided = np.ones(len(pairs), dtype=bool)
+        for rule in self.rules:
+            hit = np.ones(len(pairs), dtype=bool)
+            if rule.pattern is not None:
+                m = pc.match_substring_regex(uniq_names, rule.pattern, ignore_case=True)
+                hit &= np.asarray(m.fill_null(False))
+            if rule.categories:
+                hit &= np.asarray(pc.is_in(uniq_cats, pa.array(rule.categories)).fill_null(False))
+            take = hit & undecided
+            kinds[take] = rule.kind
+            undecided &= ~take
+        is_gpu = np.asarray(pc.is_in(uniq_cats, pa.array(("kernel",))).fill_null(False))
+        kinds[undecided & is_gpu] = "compute"
+        kinds[undecided & ~is_gpu] = "other"
+        lookup = pa.table({"n": uniq_names, "c": uniq_cats, "kind": pa.array(kinds, pa.string())})
+        joined = (
+            pa.table({"n": names, "c": categories, "i": pa.array(np.arange(len(names)))})
+            .join(lookup, ["n", "c"], join_type="left outer")
+            .sort_by("i")
+        )
+        return joined.column("kind").combine_chunks()
+
+
+def default_rules() -> RuleSet:
+    """DESIGN.md's defaults.
+
+    GPU side: comm kernels match ``nccl|rccl|msccl|ovz_comm``; memcpy/memset are
+    ``memory``; every other kernel is ``compute``. Host side (CPU-only traces, where host
+    activities stand in for kernels): gloo's ``gloo:<collective>`` ranges are ``comm``;
+    top-level ``cpu_op``s are ``compute`` except the host halves of collectives
+    (``c10d::``, ``record_param_comms``), which are ``other`` so they are not counted as
+    computation.
+    """
+    return RuleSet(
+        (
+            Rule("memory", None, MEMORY_CATEGORIES),
+            Rule("comm", COMM_PATTERN, ("kernel",)),
+            Rule("comm", r"^gloo:|^nccl:|^rccl:", ("user_annotation", "cpu_op")),
+            Rule("other", r"^c10d::|^record_param_comms$|ProcessGroup|^ProfilerStep#", ("cpu_op", "user_annotation")),
+            Rule("compute", None, ("cpu_op",)),
+        )
+    )
+
+
+def parse_rule(text: str) -> Rule:
+    """Parse a CLI rule ``KIND=REGEX`` or ``KIND=REGEX@cat1,cat2``."""
+    kind, sep, rest = text.partition("=")
+    if not sep or not kind:
+        raise ValueError(f"rule {text!r} is not KIND=REGEX[@category,...]")
+    pattern, at, cats = rest.rpartition("@") if "@" in rest else (rest, "", "")
+    return Rule(kind.strip(), pattern or None, tuple(c for c in cats.split(",") if c) if at else ())

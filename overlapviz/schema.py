@@ -1,0 +1,412 @@
+"""The canonical dataset: table schemas, and atomic reading and writing of a dataset directory.
+
+A dataset is a directory::
+
+    DATASET/
+      dataset.json                      # schema_version, writer version, kind rules, table list
+      runs.parquet                      # one row per run
+      ranks.parquet                     # one row per run x rank (source file, distributed info)
+      devices.parquet                   # device limits per run x rank x device
+      steps.parquet                     # host ranges of profiler steps / collector iterations
+      iterations.parquet                # collector's CUDA-event iteration times (may be empty)
+      kernels/<run_key>/rank<N>.parquet # one row per GPU (or host stand-in) activity
+
+Every kernels file carries all columns, ``run_id`` and ``rank`` included, so the
+directory can be read with one ``pyarrow.dataset`` call and no partition parsing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.dataset as pads
+import pyarrow.parquet as pq
+
+from overlapviz import __version__
+
+SCHEMA_VERSION = "1.0"
+SCHEMA_MAJOR = 1
+METADATA_FILE = "dataset.json"
+KINDS = ("comm", "compute", "memory", "other")
+
+# --- kernels -------------------------------------------------------------------
+KERNELS = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("rank", pa.int32()),
+        ("device", pa.int32()),  # null for host activities
+        ("stream", pa.int64()),  # GPU stream / HIP queue id; thread id for host activities
+        ("correlation", pa.int64()),  # runtime correlation id; null where the trace has none
+        ("name", pa.string()),
+        ("kind", pa.string()),  # comm | compute | memory | other
+        ("category", pa.string()),  # source category: kernel, gpu_memcpy, gpu_memset, cpu_op, ...
+        ("is_host", pa.bool_()),  # True: a host activity standing in for a kernel (CPU-only traces)
+        ("start_ns", pa.int64()),
+        ("end_ns", pa.int64()),
+        ("grid_x", pa.int32()),  # blocks (work-groups), never work-items
+        ("grid_y", pa.int32()),
+        ("grid_z", pa.int32()),
+        ("block_x", pa.int32()),  # threads (work-items) per block
+        ("block_y", pa.int32()),
+        ("block_z", pa.int32()),
+        ("regs_per_thread", pa.int32()),  # AMD: arch VGPRs per work-item
+        ("shared_mem_bytes", pa.int64()),  # static + dynamic shared memory / LDS per block
+        ("sgprs", pa.int32()),  # AMD scalar registers per wave; null on NVIDIA
+        ("accum_vgprs", pa.int32()),  # AMD accumulation VGPRs per work-item; null elsewhere
+        ("wave_size", pa.int32()),  # warp / wavefront size where the trace says
+        ("bytes", pa.int64()),  # memcpy/memset size; null for kernels
+        ("launch_ns", pa.int64()),  # start of the host launch call (by correlation); null where unknown
+        ("step", pa.int64()),  # profiler step / collector iteration containing launch_ns; null where none
+        ("collective", pa.string()),  # all_reduce, all_to_all, ... for comm kernels where known
+        ("source_format", pa.string()),  # chrome, rocprof_v1_csv, rocprof_v1_json, rocprof_v3_csv, rocprof_v3_json
+    ]
+)
+
+# --- runs ---------------------------------------------------------------------
+RUNS = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("source", pa.string()),  # imported | collected
+        ("source_paths", pa.string()),  # JSON list of the ingested paths
+        ("workload", pa.string()),  # cb-ar, mb-ar, cb-a2a, mb-a2a, ... (null for imported traces)
+        ("setup", pa.string()),  # sequential | baseline | optimized
+        ("compute_impl", pa.string()),  # tiled (our GEMM) | vendor (torch.matmul)
+        ("gemm_m", pa.int64()),
+        ("gemm_n", pa.int64()),
+        ("gemm_k", pa.int64()),
+        ("tile_m", pa.int32()),
+        ("tile_n", pa.int32()),
+        ("tile_k", pa.int32()),
+        ("smem_pad_bytes", pa.int64()),
+        ("comm_priority", pa.int32()),  # requested stream priority of the collective
+        ("comm_priority_effective", pa.int32()),  # after torch's clamping
+        ("collective", pa.string()),  # all_reduce | all_to_all
+        ("message_bytes", pa.int64()),
+        ("sm_carveout", pa.int32()),
+        ("world_size", pa.int32()),
+        ("n_ranks", pa.int32()),  # ranks present in the dataset for this run
+        ("backend", pa.string()),  # nccl | rccl | gloo | stand-in
+        ("stand_in", pa.bool_()),  # True: single-GPU stand-in for the collective, not real NCCL
+        ("iterations", pa.int32()),
+        ("warmup_iterations", pa.int32()),
+        ("device_name", pa.string()),
+        ("torch_version", pa.string()),
+        ("cuda_version", pa.string()),
+        ("hip_version", pa.string()),
+        ("nccl_version", pa.string()),
+        ("host", pa.string()),
+        ("start_time", pa.string()),  # ISO 8601
+        ("status", pa.string()),  # ok | failed (collected runs)
+        ("error", pa.string()),
+        ("kind_rules", pa.string()),  # JSON of the rules that classified this run's kernels
+        ("config_json", pa.string()),  # the full manifest configuration, JSON
+    ]
+)
+
+RANKS = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("rank", pa.int32()),
+        ("world_size", pa.int32()),
+        ("backend", pa.string()),
+        ("host", pa.string()),
+        ("pid", pa.int64()),
+        ("source_path", pa.string()),
+        ("source_format", pa.string()),
+        ("base_time_ns", pa.int64()),  # the trace's baseTimeNanoseconds (0 where absent); add to *_ns for wall time
+        ("n_events", pa.int64()),  # trace events read
+        ("distributed_info", pa.string()),  # JSON
+    ]
+)
+
+DEVICES = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("rank", pa.int32()),
+        ("device", pa.int32()),
+        ("name", pa.string()),
+        ("vendor", pa.string()),  # nvidia | amd
+        ("arch", pa.string()),  # sm_90, gfx942, ...
+        ("compute_major", pa.int32()),
+        ("compute_minor", pa.int32()),
+        ("num_sms", pa.int32()),  # SMs (NVIDIA) or CUs (AMD)
+        ("max_threads_per_sm", pa.int32()),
+        ("max_threads_per_block", pa.int32()),
+        ("max_blocks_per_sm", pa.int32()),
+        ("regs_per_sm", pa.int64()),
+        ("regs_per_block", pa.int64()),
+        ("shared_mem_per_sm", pa.int64()),
+        ("shared_mem_per_block", pa.int64()),
+        ("shared_mem_per_block_optin", pa.int64()),
+        ("warp_size", pa.int32()),
+        ("total_mem_bytes", pa.int64()),
+        ("simds_per_cu", pa.int32()),  # AMD only
+        ("max_waves_per_simd", pa.int32()),
+        ("vgprs_per_simd", pa.int32()),
+        ("sgprs_per_simd", pa.int32()),
+        ("lds_per_cu", pa.int64()),
+    ]
+)
+
+STEPS = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("rank", pa.int32()),
+        ("step", pa.int64()),
+        ("name", pa.string()),  # ProfilerStep#12, ovz_iter#3
+        ("source", pa.string()),  # profiler_step | iteration
+        ("start_ns", pa.int64()),  # host range, same clock as kernels.launch_ns
+        ("end_ns", pa.int64()),
+    ]
+)
+
+ITERATIONS = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("rank", pa.int32()),
+        ("iteration", pa.int32()),
+        ("time_ms", pa.float64()),  # CUDA-event elapsed time of one iteration
+        ("measured", pa.bool_()),  # False for warm-up iterations (the first third)
+    ]
+)
+
+TABLES = {
+    "runs": RUNS,
+    "ranks": RANKS,
+    "devices": DEVICES,
+    "steps": STEPS,
+    "iterations": ITERATIONS,
+}
+
+
+def conform(table: pa.Table | pd.DataFrame, schema: pa.Schema, *, where: str = "table") -> pa.Table:
+    """Return ``table`` with exactly ``schema``'s columns, in order, cast to its types.
+
+    Missing nullable columns are filled with nulls; extra columns are dropped.
+
+    Raises
+    ------
+    ValueError
+        If a column cannot be cast, naming the column and ``where``.
+    """
+    if isinstance(table, pd.DataFrame):
+        table = pa.Table.from_pandas(table, preserve_index=False)
+    n = table.num_rows
+    arrays = []
+    for field in schema:
+        if field.name in table.column_names:
+            col = table.column(field.name)
+            if col.type != field.type:
+                try:
+                    col = col.cast(field.type)
+                except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                    raise ValueError(f"{where}: column {field.name!r} is not {field.type}: {exc}") from None
+            arrays.append(col)
+        else:
+            arrays.append(pa.nulls(n, field.type))
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def empty(schema: pa.Schema) -> pa.Table:
+    return schema.empty_table()
+
+
+def run_key(run_id: str) -> str:
+    """A file-system-safe directory name for a run id (unique per run id)."""
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", run_id).strip("._") or "run"
+    if safe != run_id:
+        # keep distinct ids distinct even when sanitising maps them together
+        import hashlib
+
+        safe = f"{safe[:80]}-{hashlib.sha1(run_id.encode()).hexdigest()[:8]}"
+    return safe
+
+
+# --- writing --------------------------------------------------------------------
+
+
+class DatasetWriter:
+    """Builds a dataset in a temporary directory beside ``out``; ``commit`` moves it into place.
+
+    Used as a context manager: on any exception the temporary directory is removed and
+    ``out`` is left as it was, so a failed ingest never leaves a half-written dataset.
+    """
+
+    def __init__(self, out: str | os.PathLike, *, overwrite: bool = False, rules: dict | None = None):
+        self.out = Path(out)
+        self.overwrite = overwrite
+        self.rules = rules
+        self._tables: dict[str, list[pa.Table]] = {name: [] for name in TABLES}
+        self._kernel_files: list[str] = []
+        self._kernel_rows = 0
+        self._tmp: Path | None = None
+
+    def __enter__(self) -> "DatasetWriter":
+        if self.out.exists() and not self.overwrite:
+            if not self.out.is_dir() or any(self.out.iterdir()):
+                raise ValueError(f"{self.out}: output exists and is not empty (use --overwrite)")
+        parent = self.out.parent if str(self.out.parent) else Path(".")
+        if not parent.exists():
+            raise ValueError(f"{self.out}: parent directory {parent} does not exist")
+        try:
+            self._tmp = Path(tempfile.mkdtemp(prefix=f".{self.out.name}.tmp-", dir=parent))
+        except OSError as exc:
+            raise ValueError(f"{self.out}: cannot write here: {exc.strerror or exc}") from None
+        (self._tmp / "kernels").mkdir()
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if self._tmp is not None and self._tmp.exists():
+            shutil.rmtree(self._tmp, ignore_errors=True)
+
+    def add_kernels(self, table: pa.Table, run_id: str, rank: int) -> None:
+        """Write one run x rank's kernels (already conformed to KERNELS) to their own file."""
+        assert self._tmp is not None, "use DatasetWriter as a context manager"
+        table = conform(table, KERNELS, where=f"kernels of {run_id} rank {rank}")
+        rel = f"kernels/{run_key(run_id)}/rank{int(rank)}.parquet"
+        if rel in self._kernel_files:
+            raise ValueError(f"{run_id}: rank {rank} appears twice")
+        path = self._tmp / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        table = table.sort_by([("start_ns", "ascending")])
+        pq.write_table(table, path, compression="zstd", row_group_size=1 << 20)
+        self._kernel_files.append(rel)
+        self._kernel_rows += table.num_rows
+
+    def add(self, name: str, table: pa.Table | pd.DataFrame) -> None:
+        """Append rows to one of the small tables (runs, ranks, devices, steps, iterations)."""
+        self._tables[name].append(conform(table, TABLES[name], where=name))
+
+    def commit(self, extra_metadata: dict | None = None) -> Path:
+        assert self._tmp is not None
+        for name, schema in TABLES.items():
+            parts = self._tables[name] or [empty(schema)]
+            table = pa.concat_tables(parts)
+            if name == "runs" and table.num_rows:
+                ids = table.column("run_id").to_pylist()
+                dup = sorted({i for i in ids if ids.count(i) > 1})
+                if dup:
+                    raise ValueError(f"run id {dup[0]!r} appears twice")
+            pq.write_table(table, self._tmp / f"{name}.parquet", compression="zstd")
+        meta = {
+            "schema_version": SCHEMA_VERSION,
+            "writer": f"overlapviz {__version__}",
+            "kind_rules": self.rules,
+            "kernel_files": sorted(self._kernel_files),
+            "n_kernels": self._kernel_rows,
+        }
+        meta.update(extra_metadata or {})
+        (self._tmp / METADATA_FILE).write_text(json.dumps(meta, indent=2) + "\n")
+        if self.out.exists():
+            backup = self.out.with_name(f".{self.out.name}.old-{os.getpid()}")
+            os.replace(self.out, backup)
+            os.replace(self._tmp, self.out)
+            shutil.rmtree(backup, ignore_errors=True)
+        else:
+            os.replace(self._tmp, self.out)
+        self._tmp = None
+        return self.out
+
+
+@contextmanager
+def writing(out: str | os.PathLike, **kwargs) -> Iterator[DatasetWriter]:
+    with DatasetWriter(out, **kwargs) as writer:
+        yield writer
+
+
+# --- reading --------------------------------------------------------------------
+
+
+def read_metadata(path: str | os.PathLike) -> dict:
+    """Read and check ``dataset.json``.
+
+    Raises
+    ------
+    ValueError
+        If ``path`` is not a dataset or its schema major version is newer than this reader's.
+    """
+    meta_path = Path(path) / METADATA_FILE
+    try:
+        meta = json.loads(meta_path.read_text())
+    except FileNotFoundError:
+        raise ValueError(f"{path}: not an overlapviz dataset (no {METADATA_FILE})") from None
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{meta_path}: unreadable dataset metadata: {exc}") from None
+    version = str(meta.get("schema_version", ""))
+    try:
+        major = int(version.split(".")[0])
+    except ValueError:
+        raise ValueError(f"{meta_path}: bad schema_version {version!r}") from None
+    if major != SCHEMA_MAJOR:
+        raise ValueError(f"{meta_path}: schema_version {version} is not readable by schema {SCHEMA_VERSION}")
+    return meta
+
+
+def read_kernels(
+    path: str | os.PathLike,
+    columns: Sequence[str] | None = None,
+    *,
+    run_ids: Sequence[str] | None = None,
+    filter=None,
+) -> pa.Table:
+    """Read the kernels table (all runs and ranks), conformed to the current schema.
+
+    Parameters
+    ----------
+    columns
+        Columns to read (all by default). Columns absent from an older dataset come back null.
+    run_ids
+        Only these runs.
+    filter
+        An optional ``pyarrow.compute`` expression applied while reading.
+    """
+    meta = read_metadata(path)
+    files = [str(Path(path) / f) for f in meta.get("kernel_files", [])]
+    if run_ids is not None:
+        keys = {run_key(r) for r in run_ids}
+        files = [f for f in files if Path(f).parent.name in keys]
+    wanted = list(columns) if columns is not None else KERNELS.names
+    schema = pa.schema([KERNELS.field(c) for c in wanted])
+    if not files:
+        return schema.empty_table()
+    dataset = pads.dataset(files, format="parquet")
+    present = [c for c in wanted if c in dataset.schema.names]
+    table = dataset.to_table(columns=present, filter=filter)
+    return conform(table, schema, where=str(path))
+
+
+def read_table(path: str | os.PathLike, name: str) -> pa.Table:
+    """Read one of the small tables, conformed to the current schema (older datasets included)."""
+    read_metadata(path)
+    file = Path(path) / f"{name}.parquet"
+    if not file.exists():
+        return empty(TABLES[name])
+    return conform(pq.read_table(file), TABLES[name], where=str(file))
+
+
+def read_frame(path: str | os.PathLike, name: str, **kwargs) -> pd.DataFrame:
+    """``read_table`` / ``read_kernels`` as a pandas DataFrame with nullable dtypes."""
+    table = read_kernels(path, **kwargs) if name == "kernels" else read_table(path, name)
+    return table.to_pandas(types_mapper=_nullable_dtype)
+
+
+_PANDAS_NULLABLE = {
+    pa.int8(): pd.Int8Dtype(),
+    pa.int16(): pd.Int16Dtype(),
+    pa.int32(): pd.Int32Dtype(),
+    pa.int64(): pd.Int64Dtype(),
+    pa.bool_(): pd.BooleanDtype(),
+}
+
+
+def _nullable_dtype(t: pa.DataType):
+    return _PANDAS_NULLABLE.get(t)
