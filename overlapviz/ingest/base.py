@@ -1,0 +1,58 @@
+"""The reader interface every trace format implements, and what readers hand to the ingest driver."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import pyarrow as pa
+
+
+@dataclass
+class RankTrace:
+    """One rank's activities read from one source, before classification and step assignment.
+
+    Attributes
+    ----------
+    rank
+        The rank from the trace (``distributedInfo.rank``, a manifest, ...); None when the
+        source does not say, and the driver then numbers ranks in file order.
+    kernels
+        Columns of ``schema.KERNELS`` except ``run_id``, ``rank``, ``kind`` and ``step``,
+        which the driver fills (absent columns become null). ``start_ns``/``end_ns`` and
+        ``launch_ns`` are int64 ns on one clock per rank; grids are in blocks.
+    steps
+        Columns of ``schema.STEPS`` except ``run_id`` and ``rank``: host ranges of profiler
+        steps or collector iterations on the ``launch_ns`` clock.
+    devices
+        Columns of ``schema.DEVICES`` except ``run_id`` and ``rank``: what the trace says of
+        its devices (the residency module completes missing limits from its arch tables).
+    info
+        Columns of ``schema.RANKS`` except ``run_id`` and ``rank``.
+    """
+
+    rank: int | None
+    kernels: pa.Table
+    steps: pa.Table | None = None
+    devices: pa.Table | None = None
+    info: dict = field(default_factory=dict)
+
+
+class Reader(Protocol):
+    """A trace format. Readers are pure: they read one path and return tables, writing nothing."""
+
+    name: str  # source_format value, e.g. "chrome", "rocprof_v1_csv"
+
+    def sniff(self, path: Path, head: bytes) -> bool:
+        """True when ``path`` is in this format; ``head`` is its first 64 KiB, gunzipped."""
+
+    def read(self, path: Path) -> list[RankTrace]:
+        """Read every rank in ``path``.
+
+        Raises
+        ------
+        ValueError
+            With a one-line message naming ``path`` and the problem (truncated, corrupt,
+            missing field, negative duration, ...).
+        """
