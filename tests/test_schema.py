@@ -1,0 +1,154 @@
+"""The dataset contract: conforming tables, atomic writes, reading older datasets, kind rules."""
+
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from overlapviz import schema
+from overlapviz.rules import Rule, RuleSet, default_rules, parse_rule
+
+
+def _kernels(n=3, run_id="r", rank=0):
+    return pa.table(
+        {
+            "run_id": [run_id] * n,
+            "rank": [rank] * n,
+            "name": [f"k{i}" for i in range(n)],
+            "kind": ["compute"] * n,
+            "start_ns": list(range(0, 10 * n, 10))[::-1],
+            "end_ns": [s + 5 for s in range(0, 10 * n, 10)][::-1],
+        }
+    )
+
+
+def test_conform_fills_missing_columns_with_nulls_and_orders_them():
+    t = schema.conform(_kernels(), schema.KERNELS)
+    assert t.schema == schema.KERNELS
+    assert t.column("grid_x").null_count == 3
+    assert t.column("start_ns").type == pa.int64()
+
+
+def test_conform_names_the_column_that_cannot_be_cast():
+    bad = pa.table({"run_id": ["r"], "start_ns": ["not a number"]})
+    with pytest.raises(ValueError, match="start_ns"):
+        schema.conform(bad, schema.KERNELS, where="x.json")
+
+
+def test_writer_commits_atomically_and_reads_back(tmp_path):
+    out = tmp_path / "ds"
+    with schema.DatasetWriter(out, rules=default_rules().to_dict()) as w:
+        w.add_kernels(_kernels(run_id="a/b c"), "a/b c", 0)
+        w.add_kernels(_kernels(run_id="a/b c", rank=1), "a/b c", 1)
+        w.add("runs", pa.table({"run_id": ["a/b c"], "source": ["imported"]}))
+        w.commit()
+    meta = schema.read_metadata(out)
+    assert meta["schema_version"] == schema.SCHEMA_VERSION
+    assert meta["n_kernels"] == 6
+    k = schema.read_kernels(out, ["rank", "start_ns"])
+    assert k.num_rows == 6 and k.column_names == ["rank", "start_ns"]
+    # files are sorted by start time
+    starts = schema.read_kernels(out, ["start_ns"], run_ids=["a/b c"]).column("start_ns").to_pylist()
+    assert starts[:3] == sorted(starts[:3])
+    assert schema.read_table(out, "runs").column("source").to_pylist() == ["imported"]
+    assert [p.name for p in tmp_path.iterdir()] == ["ds"]
+
+
+def test_failed_write_leaves_nothing(tmp_path):
+    out = tmp_path / "ds"
+    with pytest.raises(RuntimeError):
+        with schema.DatasetWriter(out) as w:
+            w.add_kernels(_kernels(), "r", 0)
+            raise RuntimeError("boom")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_existing_output_is_kept_unless_overwrite(tmp_path):
+    out = tmp_path / "ds"
+    out.mkdir()
+    (out / "keep.txt").write_text("x")
+    with pytest.raises(ValueError, match="not empty"):
+        schema.DatasetWriter(out).__enter__()
+    assert (out / "keep.txt").exists()
+    with schema.DatasetWriter(out, overwrite=True) as w:
+        w.add_kernels(_kernels(), "r", 0)
+        w.commit()
+    assert not (out / "keep.txt").exists()
+    assert schema.read_kernels(out).num_rows == 3
+
+
+def test_duplicate_rank_is_rejected(tmp_path):
+    with schema.DatasetWriter(tmp_path / "ds") as w:
+        w.add_kernels(_kernels(), "r", 0)
+        with pytest.raises(ValueError, match="rank 0 appears twice"):
+            w.add_kernels(_kernels(), "r", 0)
+
+
+def test_reader_accepts_an_older_minor_version_with_fewer_columns(tmp_path):
+    out = tmp_path / "old"
+    (out / "kernels" / "r").mkdir(parents=True)
+    # a 1.0-era file lacking columns added later: readers must fill them with nulls
+    pq.write_table(_kernels().drop_columns(["kind"]), out / "kernels" / "r" / "rank0.parquet")
+    (out / "dataset.json").write_text(json.dumps({"schema_version": "1.0", "kernel_files": ["kernels/r/rank0.parquet"]}))
+    k = schema.read_kernels(out, ["name", "kind", "collective"])
+    assert k.num_rows == 3 and k.column("kind").null_count == 3
+    assert schema.read_table(out, "devices").num_rows == 0
+
+
+def test_reader_rejects_a_newer_major_version(tmp_path):
+    (tmp_path / "dataset.json").write_text(json.dumps({"schema_version": "2.0"}))
+    with pytest.raises(ValueError, match="schema_version 2.0"):
+        schema.read_metadata(tmp_path)
+
+
+def test_not_a_dataset(tmp_path):
+    with pytest.raises(ValueError, match="not an overlapviz dataset"):
+        schema.read_kernels(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "name,cat,kind",
+    [
+        ("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)", "kernel", "comm"),
+        ("ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t", "kernel", "comm"),
+        ("rcclGenericKernel", "kernel", "comm"),
+        ("mscclKernel_Sum_float_LL", "kernel", "comm"),
+        ("ovz_comm_allreduce_standin", "kernel", "comm"),
+        ("NCCL_whatever", "kernel", "comm"),
+        ("sm90_xmma_gemm_bf16bf16_bf16f32", "kernel", "compute"),
+        ("Memcpy DtoD (Device -> Device)", "gpu_memcpy", "memory"),
+        ("Memset (Device)", "gpu_memset", "memory"),
+        ("gloo:all_reduce", "user_annotation", "comm"),
+        ("aten::mm", "cpu_op", "compute"),
+        ("c10d::allreduce_", "cpu_op", "other"),
+        ("record_param_comms", "cpu_op", "other"),
+        ("something", "gpu_user_annotation", "other"),
+    ],
+)
+def test_default_rules(name, cat, kind):
+    assert default_rules().classify([name], [cat]).to_pylist() == [kind]
+
+
+def test_overrides_win_and_round_trip_through_json():
+    rules = default_rules().with_overrides([parse_rule("comm=^my_allgather"), parse_rule("other=fill@kernel")])
+    kinds = rules.classify(["my_allgather_kernel", "fill_kernel", "gemm"], ["kernel"] * 3).to_pylist()
+    assert kinds == ["comm", "other", "compute"]
+    assert RuleSet.from_json(rules.to_json()) == rules
+
+
+def test_classify_keeps_row_order_and_handles_many_rows():
+    names = ["nccl", "gemm"] * 5000
+    kinds = default_rules().classify(names, ["kernel"] * len(names)).to_pylist()
+    assert kinds == ["comm", "compute"] * 5000
+
+
+@pytest.mark.parametrize("text", ["comm", "=x", "bogus=x", "comm=("])
+def test_bad_rules_are_rejected(text):
+    with pytest.raises(ValueError):
+        parse_rule(text)
+
+
+def test_rule_kind_checked():
+    with pytest.raises(ValueError, match="kind"):
+        Rule("gpu", "x")
