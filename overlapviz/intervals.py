@@ -60,8 +60,11 @@ def merge(group, start, end) -> IntervalSet:
         group, start, end = group[keep], start[keep], end[keep]
     if len(start) == 0:
         return IntervalSet.empty()
-    order = np.lexsort((start, group))
-    g, s, e = group[order], start[order], end[order]
+    order = _order(group, start)
+    if order is None:  # already sorted: the common case (the dataset stores rows by start)
+        g, s, e = group, start, end
+    else:
+        g, s, e = group[order], start[order], end[order]
     # running maximum of ends, restarted at each group: shift each group's ends above
     # every earlier group's so one global accumulate stays within groups
     reach = _grouped_cummax(g, e)
@@ -76,19 +79,40 @@ def merge(group, start, end) -> IntervalSet:
     return IntervalSet(g[first], s[first], reach[last])
 
 
+def _order(group: np.ndarray, key: np.ndarray) -> np.ndarray | None:
+    """Stable permutation sorting by ``(group, key)``; None when already sorted.
+
+    Sorted or nearly sorted input is the rule here (rows come by start time, and
+    ``segments`` concatenates sorted runs), so a stable sort on one combined int64 key
+    (timsort: linear on sorted runs) beats ``lexsort``, which always does two passes.
+    """
+    n = len(key)
+    if n < 2:
+        return None
+    dg = group[1:] - group[:-1]
+    if bool(np.all((dg > 0) | ((dg == 0) & (key[1:] >= key[:-1])))):
+        return None
+    lo, hi = int(key.min()), int(key.max())
+    span = hi - lo + 1
+    gmin, gmax = int(group.min()), int(group.max())
+    if (gmax - gmin + 1) * span < np.iinfo(_I64).max // 2:
+        combined = (group - gmin) * _I64(span) + (key - lo)
+        return np.argsort(combined, kind="stable")
+    return np.lexsort((key, group))
+
+
 def _grouped_cummax(g: np.ndarray, e: np.ndarray) -> np.ndarray:
     """Cumulative maximum of ``e`` restarting where ``g`` (sorted) changes."""
     lo, hi = int(e.min()), int(e.max())
     span = hi - lo + 1
-    codes = np.unique(g, return_inverse=True)[1].astype(_I64)
-    if codes[-1] < (np.iinfo(_I64).max // 2) // span:
-        shifted = (e - lo) + codes * span
-        return np.maximum.accumulate(shifted) - codes * span + lo
-    out = np.empty_like(e)  # spans too large to shift safely: per-group accumulate
-    bounds = np.flatnonzero(np.diff(codes)) + 1
-    for a, b in zip(np.r_[0, bounds], np.r_[bounds, len(e)]):
-        out[a:b] = np.maximum.accumulate(e[a:b])
-    return out
+    codes = np.cumsum(np.r_[False, g[1:] != g[:-1]], dtype=_I64)
+    if int(codes[-1]) < (np.iinfo(_I64).max // 2) // span:
+        shifted = (e - lo) + codes * _I64(span)
+        return np.maximum.accumulate(shifted) - codes * _I64(span) + lo
+    # values too far apart to shift safely: shift their ranks instead (rank < len(e))
+    values, rank = np.unique(e, return_inverse=True)
+    shifted = rank.astype(_I64) + codes * _I64(len(values))
+    return values[np.maximum.accumulate(shifted) - codes * _I64(len(values))]
 
 
 def measure(iset: IntervalSet, n_groups: int) -> np.ndarray:
@@ -111,15 +135,18 @@ def segments(*sets: IntervalSet) -> tuple[np.ndarray, np.ndarray, np.ndarray, np
     gs, ts, ws = [], [], []
     for i, s in enumerate(sets):
         bit = _I64(1) << _I64(i)
-        gs += [s.group, s.group]
-        ts += [s.start, s.end]
-        ws += [np.full(len(s), bit, _I64), np.full(len(s), -bit, _I64)]
+        # interleave each interval's start and end: a canonical set then gives one run
+        # already sorted by (group, time), and the sort below only merges sorted runs
+        gs.append(np.repeat(s.group, 2))
+        ts.append(np.column_stack((s.start, s.end)).ravel())
+        ws.append(np.tile(np.array([bit, -bit], _I64), len(s)))
     g, t, w = np.concatenate(gs), np.concatenate(ts), np.concatenate(ws)
     if len(t) == 0:
         z = np.empty(0, _I64)
         return z, z, z, z
-    order = np.lexsort((t, g))
-    g, t, w = g[order], t[order], w[order]
+    order = _order(g, t)
+    if order is not None:
+        g, t, w = g[order], t[order], w[order]
     # each set is disjoint per group, so the running sum of +bit/-bit is the cover mask;
     # every group ends with all intervals closed, so the sum is 0 between groups
     mask = np.cumsum(w)
