@@ -1,1 +1,569 @@
-"""Ingest raw traces (Chrome/Kineto JSON, rocprof) into the canonical Parquet dataset."""
+"""Ingest raw traces (Chrome/Kineto JSON, rocprof) into the canonical Parquet dataset.
+
+``ingest`` finds the runs in its sources, reads each trace file (one rank at a time, in a
+bounded pool of worker processes), classifies and assigns steps there, and writes one
+Parquet file per run x rank through ``schema.DatasetWriter``, which builds the dataset in a
+temporary directory and moves it into place only when everything succeeded.
+
+How sources become runs (first match wins for each source):
+
+* a directory with ``manifest.json``: one collected run (``overlapviz-run/1``), its id from
+  the manifest (else the directory name);
+* a directory holding trace files: one run named after the directory;
+* a directory holding neither: a sweep; each subdirectory (``runs/<run_id>/`` included)
+  that is a run by the two rules above becomes one;
+* trace files named on the command line: together one run, named after the first file's
+  parent directory.
+
+``run_id`` renames the run when the sources make exactly one.
+
+A file's rank is ``distributedInfo.rank``; else the number in its name (``rank3``,
+``rank-3``, ``trace_rank3``, ``..._3.json``); else its position among the run's files
+sorted by name. Two files with one rank in one run are an error.
+"""
+
+from __future__ import annotations
+
+import gzip
+import importlib
+import importlib.util
+import json
+import multiprocessing
+import os
+import re
+import sys
+import zlib
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from overlapviz import schema
+from overlapviz.ingest.base import RankTrace, Reader
+from overlapviz.rules import RuleSet, default_rules
+
+__all__ = ["ingest", "readers", "detect", "discover", "assign_steps", "read_source", "RunSource"]
+
+SNIFF_BYTES = 64 * 1024
+MANIFEST = "manifest.json"
+MANIFEST_FORMAT = "overlapviz-run/1"
+_TIMINGS_RE = re.compile(r"^timings_rank(\d+)\.json$")
+_RANK_NAME_RES = (re.compile(r"rank[-_]?(\d+)", re.IGNORECASE), re.compile(r"[_-](\d+)\.json(?:\.gz)?$"))
+_SKIP_NAMES = {MANIFEST}
+
+
+# --- reader registry -----------------------------------------------------------------
+
+
+def readers() -> list[Reader]:
+    """Every registered trace reader, the most specific formats first (rocprof before Chrome)."""
+    found: list[Reader] = []
+    for module in ("overlapviz.ingest.rocprof", "overlapviz.ingest.chrome"):
+        if importlib.util.find_spec(module) is not None:
+            found.extend(importlib.import_module(module).READERS)
+    return found
+
+
+def _reader(name: str) -> Reader:
+    for r in readers():
+        if r.name == name:
+            return r
+    raise ValueError(f"no trace reader named {name!r}")
+
+
+def head_bytes(path: Path) -> bytes:
+    """The first 64 KiB of ``path``, gunzipped when it is gzip.
+
+    Raises
+    ------
+    ValueError
+        Naming ``path`` when it cannot be read or its gzip stream is corrupt.
+    """
+    try:
+        with open(path, "rb") as fh:
+            magic = fh.read(2)
+            fh.seek(0)
+            if magic == b"\x1f\x8b":
+                with gzip.GzipFile(fileobj=fh) as gz:
+                    return gz.read(SNIFF_BYTES)
+            return fh.read(SNIFF_BYTES)
+    except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+        raise ValueError(f"{path}: truncated or corrupt gzip ({' '.join(str(exc).split())})") from None
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot read: {exc.strerror or exc}") from None
+
+
+def detect(path: Path) -> Reader | None:
+    """The reader whose ``sniff`` accepts ``path`` (by content, not by name), or None."""
+    head = head_bytes(path)
+    for r in readers():
+        if r.sniff(path, head):
+            return r
+    return None
+
+
+# --- discovery ------------------------------------------------------------------------
+
+
+@dataclass
+class RunSource:
+    """One run to ingest: its trace files (with their readers) and, for collected runs, the manifest."""
+
+    run_id: str
+    files: list[tuple[Path, str]] = field(default_factory=list)  # (path, reader name), sorted by name
+    manifest: dict | None = None
+    directory: Path | None = None
+    timings: list[Path] = field(default_factory=list)
+
+
+def discover(sources: Sequence[str | os.PathLike], *, run_id: str | None = None) -> list[RunSource]:
+    """Group ``sources`` into runs (see the module docstring for the rules).
+
+    Raises
+    ------
+    ValueError
+        A source that does not exist, is not a trace, or holds no traces; a run id used twice.
+    """
+    if not sources:
+        raise ValueError("no sources given")
+    runs: list[RunSource] = []
+    loose: list[tuple[Path, str]] = []
+    for src in map(Path, sources):
+        if not src.exists():
+            raise ValueError(f"{src}: no such file or directory")
+        if src.is_dir():
+            found = _discover_dir(src, depth=0)
+            if not found:
+                raise ValueError(f"{src}: no traces found in this directory")
+            runs.extend(found)
+        else:
+            reader = detect(src)
+            if reader is None:
+                raise ValueError(f"{src}: not a recognised trace format ({_describe(src)})")
+            loose.append((src, reader.name))
+    if loose:
+        parent = loose[0][0].resolve().parent.name or "run"
+        runs.insert(0, RunSource(run_id=parent, files=sorted(loose, key=lambda f: f[0].name)))
+    if run_id is not None:
+        if len(runs) != 1:
+            raise ValueError(f"--run-id names one run but the sources hold {len(runs)} runs")
+        runs[0].run_id = run_id
+    seen: dict[str, RunSource] = {}
+    for r in runs:
+        if r.run_id in seen:
+            where = r.directory or (r.files[0][0] if r.files else r.run_id)
+            raise ValueError(f"{where}: run id {r.run_id!r} appears twice (use --run-id or rename)")
+        seen[r.run_id] = r
+    return runs
+
+
+def _describe(path: Path) -> str:
+    try:
+        head = head_bytes(path)
+    except ValueError as exc:
+        return str(exc).split(": ", 1)[-1]
+    if not head.strip():
+        return "empty file"
+    return "not a Chrome trace or rocprof output"
+
+
+def _discover_dir(d: Path, depth: int) -> list[RunSource]:
+    manifest_path = d / MANIFEST
+    entries = sorted(p for p in d.iterdir() if not p.name.startswith("."))
+    files = [p for p in entries if p.is_file() and p.name not in _SKIP_NAMES and not _TIMINGS_RE.match(p.name)]
+    traces = []
+    for p in files:
+        reader = detect(p)
+        if reader is not None:
+            traces.append((p, reader.name))
+    if manifest_path.exists():
+        manifest = _read_manifest(manifest_path)
+        run = manifest.get("run") or {}
+        rid = str(run.get("run_id") or d.name)
+        timings = [p for p in entries if _TIMINGS_RE.match(p.name)]
+        if not traces and run.get("status", "ok") != "failed":
+            raise ValueError(f"{d}: manifest says the run succeeded but there are no traces in it")
+        return [RunSource(rid, traces, manifest, d, timings)]
+    if traces:
+        return [RunSource(d.resolve().name, traces, None, d)]
+    if depth >= 3:
+        return []
+    found: list[RunSource] = []
+    for sub in entries:
+        if sub.is_dir():
+            found.extend(_discover_dir(sub, depth + 1))
+    return found
+
+
+def _read_manifest(path: Path) -> dict:
+    try:
+        manifest = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path}: cannot read: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("run", {}), dict):
+        raise ValueError(f"{path}: not an overlapviz run manifest (no 'run' object)")
+    fmt = str(manifest.get("format", ""))
+    if fmt.split("/")[0] != MANIFEST_FORMAT.split("/")[0] or fmt.split("/")[-1] != "1":
+        raise ValueError(f"{path}: manifest format {fmt!r} is not {MANIFEST_FORMAT}")
+    return manifest
+
+
+# --- per-file work (runs in the worker processes) ----------------------------------------
+
+
+def assign_steps(launch_ns: pa.Array | pa.ChunkedArray, steps: pa.Table | None) -> pa.Array:
+    """The step whose host range ``[start_ns, end_ns)`` contains each launch time.
+
+    Where steps nest or overlap, the innermost (the last started) containing step wins.
+    Null where the launch time is null or outside every step. Vectorized: one
+    ``searchsorted`` over the sorted launch times per step, never a loop over kernels.
+    """
+    launch = pa.array(launch_ns, pa.int64()) if not isinstance(launch_ns, (pa.Array, pa.ChunkedArray)) else launch_ns
+    if isinstance(launch, pa.ChunkedArray):
+        launch = launch.combine_chunks()
+    n = len(launch)
+    out = np.full(n, -1, dtype=np.int64)
+    found = np.zeros(n, dtype=bool)
+    if steps is not None and steps.num_rows and n:
+        valid = np.asarray(launch.is_valid())
+        values = np.asarray(launch.fill_null(0), dtype=np.int64)
+        idx = np.flatnonzero(valid)
+        order = idx[np.argsort(values[idx], kind="stable")]
+        sorted_launch = values[order]
+        st = steps.sort_by([("start_ns", "ascending")])  # later-started steps overwrite earlier ones
+        for s, a, b in zip(
+            st.column("step").to_numpy(zero_copy_only=False),
+            st.column("start_ns").to_numpy(zero_copy_only=False),
+            st.column("end_ns").to_numpy(zero_copy_only=False),
+        ):
+            lo, hi = np.searchsorted(sorted_launch, [a, b], side="left")
+            out[order[lo:hi]] = s
+            found[order[lo:hi]] = True
+    return pa.array(out, pa.int64(), mask=~found)
+
+
+def finish_kernels(trace: RankTrace, rules: RuleSet) -> pa.Table:
+    """A reader's kernels with ``kind``, ``step`` and (comm only) ``collective`` filled in."""
+    k = trace.kernels
+    kind = rules.classify(k.column("name"), k.column("category"))
+    launch = k.column("launch_ns") if "launch_ns" in k.column_names else pa.nulls(k.num_rows, pa.int64())
+    step = assign_steps(launch, trace.steps)
+    k = _set(k, "kind", kind)
+    k = _set(k, "step", step)
+    given = k.column("collective") if "collective" in k.column_names else pa.nulls(k.num_rows, pa.string())
+    collective = pc.coalesce(collective_names(k.column("name")), collective_names(given))
+    k = _set(k, "collective", pc.if_else(pc.equal(kind, "comm"), collective, pa.scalar(None, pa.string())))
+    return k
+
+
+# (normalised name, pattern searched in the lower-cased name stripped of everything but
+# letters and digits); order matters: compound names before their parts
+_COLLECTIVES = (
+    ("reduce_scatter", "reducescatter"),
+    ("all_reduce", "allreduce"),
+    ("all_gather", "allgather"),
+    ("all_to_all", "alltoall"),
+    ("send_recv", "sendrecv"),
+    ("broadcast", "broadcast"),
+    ("broadcast", "bcast"),
+    ("reduce", "reduce"),
+    ("gather", "gather"),
+    ("scatter", "scatter"),
+    ("send", "send"),
+    ("recv", "recv"),
+    ("barrier", "barrier"),
+)
+
+
+def collective_names(names: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """The collective a kernel or host record names, in snake_case; null where none.
+
+    ``ncclKernel_AllReduce_RING_LL_Sum_float`` and ``allreduce`` give ``all_reduce``;
+    ``ncclDevKernel_SendRecv`` gives ``send_recv``; ``gloo:all_to_all`` gives
+    ``all_to_all``; RCCL's ``ncclDevKernel_Generic`` gives null. Evaluated once per
+    distinct name.
+    """
+    arr = names.combine_chunks() if isinstance(names, pa.ChunkedArray) else names
+    if len(arr) == 0:
+        return pa.array([], pa.string())
+    encoded = pc.dictionary_encode(arr.cast(pa.string()))
+    uniq = encoded.dictionary
+    key = pc.replace_substring_regex(pc.utf8_lower(uniq), r"[^a-z0-9]+", "")
+    out = pa.nulls(len(uniq), pa.string())
+    for label, pattern in reversed(_COLLECTIVES):  # the first pattern that matches wins
+        out = pc.if_else(pc.match_substring(key, pattern), pa.scalar(label), out)
+    return out.take(encoded.indices)
+
+
+def _set(table: pa.Table, name: str, column) -> pa.Table:
+    if name in table.column_names:
+        return table.set_column(table.column_names.index(name), name, column)
+    return table.append_column(name, column)
+
+
+def read_source(path: str, reader_name: str, rules_json: str) -> list[RankTrace]:
+    """Read one trace file and finish its ranks' kernels (kind, step, collective).
+
+    Module-level so the worker pool can run it; returns Arrow tables, which pickle cheaply.
+    """
+    rules = RuleSet.from_json(rules_json)
+    traces = _reader(reader_name).read(Path(path))
+    for t in traces:
+        t.kernels = finish_kernels(t, rules)
+    return traces
+
+
+def _rank_from_name(path: Path) -> int | None:
+    for pattern in _RANK_NAME_RES:
+        m = pattern.search(path.name)
+        if m:
+            return int(m.group(1))
+    return None
+
+
+# --- the driver --------------------------------------------------------------------------
+
+
+def ingest(
+    sources: Sequence[str | os.PathLike],
+    out: str | os.PathLike,
+    *,
+    rules: RuleSet | None = None,
+    run_id: str | None = None,
+    overwrite: bool = False,
+    workers: int | None = None,
+    progress: bool | None = None,
+) -> Path:
+    """Ingest traces into the dataset directory ``out`` and return its path.
+
+    Parameters
+    ----------
+    sources
+        Trace files, run directories (per-rank files, or a collected run with
+        ``manifest.json``) and sweep directories; see the module docstring.
+    out
+        The dataset directory to create. Built in a temporary directory beside it and moved
+        into place at the end, so a failure leaves ``out`` as it was.
+    rules
+        Kind rules for every run. None: a collected run's manifest ``kind_rules`` where given,
+        else the DESIGN.md defaults (``rules.default_rules``).
+    run_id
+        The run's id when the sources make exactly one run.
+    overwrite
+        Replace an existing non-empty ``out``.
+    workers
+        Processes reading traces in parallel (default ``min(2, cpu count)``); each holds one
+        trace in memory at a time.
+    progress
+        Show a progress bar on stderr; None: only when stderr is a terminal.
+
+    Raises
+    ------
+    ValueError
+        One line naming the file and the problem (missing, not a trace, truncated or corrupt,
+        missing fields, bad durations, duplicate ranks, unwritable output, ...).
+    """
+    runs = discover(sources, run_id=run_id)
+    default_set = rules if rules is not None else default_rules()
+    run_rules = {r.run_id: _run_rules(r, rules) for r in runs}
+    n_workers = max(1, int(workers) if workers is not None else min(2, os.cpu_count() or 1))
+    if progress is None:
+        progress = sys.stderr.isatty()
+    tasks = [(ri, fi, path, reader) for ri, r in enumerate(runs) for fi, (path, reader) in enumerate(r.files)]
+
+    with schema.DatasetWriter(out, overwrite=overwrite, rules=default_set.to_dict()) as writer:
+        state = [_RunState() for _ in runs]
+        bar = _progress_bar(len(tasks), progress)
+        try:
+            for (ri, fi, path, _), traces in _map(tasks, run_rules, runs, n_workers):
+                _add_traces(writer, runs[ri], state[ri], fi, path, traces)
+                bar.update(1)
+        finally:
+            bar.close()
+        for r, st in zip(runs, state):
+            _add_run(writer, r, st, run_rules[r.run_id])
+        meta = {"runs": [r.run_id for r in runs], "ingested_from": [str(s) for s in sources]}
+        return writer.commit(meta)
+
+
+def _run_rules(run: RunSource, explicit: RuleSet | None) -> RuleSet:
+    if explicit is not None:
+        return explicit
+    recorded = (run.manifest or {}).get("kind_rules")
+    if recorded:
+        try:
+            return RuleSet.from_dict(recorded)
+        except ValueError as exc:
+            raise ValueError(f"{run.directory / MANIFEST}: {exc}") from None
+    return default_rules()
+
+
+def _progress_bar(total: int, enabled: bool):
+    from tqdm import tqdm
+
+    return tqdm(total=total, disable=not enabled, file=sys.stderr, unit="file", desc="ingest", leave=False)
+
+
+def _map(tasks, run_rules, runs, n_workers) -> Iterable:
+    """(task, traces) for every task; in a bounded process pool when it pays off."""
+    jobs = [(t, (str(t[2]), t[3], run_rules[runs[t[0]].run_id].to_json())) for t in tasks]
+    if n_workers <= 1 or len(jobs) <= 1:
+        for task, args in jobs:
+            yield task, read_source(*args)
+        return
+    ctx = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
+    pool = ProcessPoolExecutor(max_workers=min(n_workers, len(jobs)), mp_context=ctx)
+    pending: dict = {}
+    todo = iter(jobs)
+    try:
+        while True:
+            # keep at most workers + 1 traces in flight: memory stays bounded by the pool size
+            while len(pending) < n_workers + 1:
+                nxt = next(todo, None)
+                if nxt is None:
+                    break
+                task, args = nxt
+                pending[pool.submit(read_source, *args)] = task
+            if not pending:
+                break
+            done, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for fut in sorted(done, key=lambda f: pending[f][:2]):
+                task = pending.pop(fut)
+                yield task, fut.result()
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+@dataclass
+class _RunState:
+    ranks: dict = field(default_factory=dict)  # rank -> source path
+    infos: list = field(default_factory=list)
+    devices: list = field(default_factory=list)  # device names seen, most used first per rank
+    n_kernels: int = 0
+
+
+def _add_traces(writer, run: RunSource, st: _RunState, file_index: int, path: Path, traces: list[RankTrace]) -> None:
+    for ti, t in enumerate(traces):
+        rank = t.rank
+        if rank is None:
+            rank = _rank_from_name(path) if len(traces) == 1 else None
+        if rank is None:
+            rank = file_index if len(traces) == 1 else ti
+        rank = int(rank)
+        if rank in st.ranks:
+            raise ValueError(f"{path}: rank {rank} of run {run.run_id!r} also comes from {st.ranks[rank]}")
+        st.ranks[rank] = path
+        k = t.kernels
+        n = k.num_rows
+        k = _set(k, "run_id", pa.array([run.run_id] * n, pa.string()))
+        k = _set(k, "rank", pa.array(np.full(n, rank, dtype=np.int32)))
+        writer.add_kernels(k, run.run_id, rank)
+        st.n_kernels += n
+        ident = {"run_id": run.run_id, "rank": rank}
+        if t.steps is not None and t.steps.num_rows:
+            writer.add("steps", _with_ident(t.steps, ident))
+        devices = t.devices if t.devices is not None and t.devices.num_rows else _manifest_devices(run, rank)
+        if devices is not None and devices.num_rows:
+            writer.add("devices", _with_ident(devices, ident))
+            st.devices.append(_device_name(devices, k))
+        info = {c: t.info.get(c) for c in schema.RANKS.names if c in t.info} | ident
+        if run.manifest and not info.get("host"):
+            info["host"] = (run.manifest.get("run") or {}).get("host")
+        writer.add("ranks", pa.Table.from_pylist([info]))
+        st.infos.append(t.info)
+
+
+def _with_ident(table: pa.Table, ident: dict) -> pa.Table:
+    n = table.num_rows
+    table = _set(table, "run_id", pa.array([ident["run_id"]] * n, pa.string()))
+    return _set(table, "rank", pa.array(np.full(n, ident["rank"], dtype=np.int32)))
+
+
+def _manifest_devices(run: RunSource, rank: int) -> pa.Table | None:
+    rows = [d for d in (run.manifest or {}).get("devices") or [] if isinstance(d, dict)]
+    rows = [d for d in rows if d.get("rank") in (None, rank)]
+    if not rows:
+        return None
+    rows = [{k: v for k, v in d.items() if k in schema.DEVICES.names and k not in ("run_id", "rank")} for d in rows]
+    try:
+        return schema.conform(pa.Table.from_pylist(rows), pa.schema([f for f in schema.DEVICES if f.name not in ("run_id", "rank")]))
+    except (ValueError, pa.ArrowInvalid) as exc:
+        raise ValueError(f"{run.directory / MANIFEST}: devices: {exc}") from None
+
+
+def _device_name(devices: pa.Table, kernels: pa.Table) -> str | None:
+    """Name of the device most of the rank's kernels ran on (the first listed where unknown)."""
+    if "name" not in devices.column_names:
+        return None
+    names = devices.column("name").to_pylist()
+    ids = devices.column("device").to_pylist() if "device" in devices.column_names else []
+    dev = kernels.column("device").drop_null() if "device" in kernels.column_names else pa.array([])
+    if len(dev) and ids:
+        counts = pc.value_counts(dev)
+        top = counts.field("values")[int(np.argmax(counts.field("counts").to_numpy()))].as_py()
+        if top in ids:
+            return names[ids.index(top)]
+    return names[0] if names else None
+
+
+_RUN_FACTS = ("world_size", "backend", "nccl_version", "hip_version", "cuda_version", "torch_version", "host")
+
+
+def _add_run(writer, run: RunSource, st: _RunState, rules: RuleSet) -> None:
+    row: dict = {}
+    if run.manifest is not None:
+        row.update({k: v for k, v in (run.manifest.get("run") or {}).items() if k in schema.RUNS.names})
+        row["source"] = "collected"
+        row["config_json"] = json.dumps(run.manifest, sort_keys=True, default=str)
+    else:
+        row["source"] = "imported"
+    for key in _RUN_FACTS:  # what the traces say fills what the manifest does not
+        if row.get(key) is None:
+            row[key] = next((i.get(key) for i in st.infos if i.get(key) is not None), None)
+    if row.get("device_name") is None:
+        row["device_name"] = next((d for d in st.devices if d), None)
+    row.setdefault("status", "ok")
+    row.update(
+        run_id=run.run_id,
+        n_ranks=len(st.ranks),
+        source_paths=json.dumps([str(p) for p, _ in run.files] or ([str(run.directory)] if run.directory else [])),
+        kind_rules=rules.to_json(),
+    )
+    where = run.directory / MANIFEST if run.manifest is not None else run.run_id
+    try:
+        writer.add("runs", pa.Table.from_pylist([row]))
+    except (ValueError, pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        raise ValueError(f"{where}: {exc}") from None
+    for path in run.timings:
+        writer.add("iterations", _timings(path, run.run_id))
+
+
+def _timings(path: Path, run_id: str) -> pa.Table:
+    """``timings_rank<N>.json`` as ITERATIONS rows."""
+    try:
+        doc = json.loads(path.read_text())
+        rank = int(doc.get("rank", _TIMINGS_RE.match(path.name).group(1)))
+        items = doc["iterations"]
+        rows = [
+            {
+                "run_id": run_id,
+                "rank": rank,
+                "iteration": int(it["iteration"]),
+                "time_ms": float(it["time_ms"]),
+                "measured": bool(it.get("measured", True)),
+            }
+            for it in items
+        ]
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: not valid JSON ({exc})") from None
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise ValueError(f"{path}: not a timings file ({type(exc).__name__}: {exc})") from None
+    if not rows:
+        return schema.empty(schema.ITERATIONS)
+    return pa.Table.from_pylist(rows)

@@ -1,0 +1,699 @@
+"""Reader for PyTorch-profiler (Kineto) Chrome traces: ``.json`` or ``.json.gz``, CUDA (CUPTI) or ROCm (roctracer).
+
+One pass over ``traceEvents`` splits events by category; each category's events then
+become Arrow columns in bulk (one ``pyarrow`` struct conversion, not a Python loop per
+field), and the joins (kernel -> launching runtime call by correlation id, step
+ranges, record_param_comms metadata) are vectorized with numpy/pyarrow.
+
+Kineto writes ``ts``/``dur`` in microseconds: floats with three decimals (ns
+resolution, relative to its own base) or integers (older traces, epoch µs ~1.7e15).
+They become int64 ns by splitting the float into whole µs and a fraction and rounding
+the fraction to whole ns, which is exact for every value Kineto can write below 2^43 µs
+(float64's error there is under half a ns) and for integer µs up to 2^53.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import zlib
+from pathlib import Path
+
+import numpy as np
+import orjson
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from overlapviz.ingest.base import RankTrace
+
+SOURCE_FORMAT = "chrome"
+
+# category spellings across Kineto versions -> the name stored in kernels.category
+_GPU_CATS = {
+    "kernel": "kernel",
+    "Kernel": "kernel",
+    "gpu_memcpy": "gpu_memcpy",
+    "Memcpy": "gpu_memcpy",
+    "cuda_memcpy": "gpu_memcpy",
+    "gpu_memset": "gpu_memset",
+    "Memset": "gpu_memset",
+    "cuda_memset": "gpu_memset",
+}
+_RUNTIME_CATS = {
+    "cuda_runtime": "cuda_runtime",
+    "Runtime": "cuda_runtime",
+    "cuda_driver": "cuda_driver",
+    "Driver": "cuda_driver",
+    "xpu_runtime": "xpu_runtime",
+    "privateuse1_runtime": "privateuse1_runtime",
+    "privateuse1_driver": "privateuse1_driver",
+}
+_HOST_CATS = {"cpu_op": "cpu_op", "Operator": "cpu_op", "user_annotation": "user_annotation"}
+_ROUTE = {**{k: ("gpu", v) for k, v in _GPU_CATS.items()}, **{k: ("runtime", v) for k, v in _RUNTIME_CATS.items()}}
+_ROUTE.update({k: ("host", v) for k, v in _HOST_CATS.items()})
+
+# HIP launch APIs whose grid arguments are work-items, not blocks: Kineto's roctracer and
+# rocprofiler-sdk loggers record hipExtModuleLaunchKernel's globalWorkSize as "grid"
+# (pytorch/kineto libkineto/src/RoctracerLogger.cpp reads it through the
+# hipModuleLaunchKernel union member; RocprofLogger.cpp maps globalWorkSize* to gridSize).
+_WORKITEM_GRID_APIS = ("hipExtModuleLaunchKernel", "hipHccModuleLaunchKernel")
+
+_STEP_PATTERNS = (
+    ("iteration", re.compile(r"^ovz_iter#(\d+)$")),
+    ("profiler_step", re.compile(r"^ProfilerStep#(\d+)$")),
+)
+
+_ARGS = pa.struct(
+    [
+        ("device", pa.int64()),
+        ("stream", pa.int64()),
+        ("correlation", pa.int64()),
+        ("grid", pa.list_(pa.int64())),
+        ("block", pa.list_(pa.int64())),
+        ("registers per thread", pa.int64()),
+        ("shared memory", pa.int64()),
+        ("bytes", pa.int64()),
+        ("External id", pa.int64()),
+        ("Collective name", pa.string()),
+    ]
+)
+_EVENT = pa.struct(
+    [
+        ("ph", pa.string()),
+        ("name", pa.string()),
+        ("pid", pa.int64()),
+        ("tid", pa.int64()),
+        ("ts", pa.float64()),
+        ("dur", pa.float64()),
+        ("args", _ARGS),
+    ]
+)
+
+_AMD_NAME = re.compile(r"\bAMD\b|Radeon|Instinct", re.IGNORECASE)
+# marketing name -> gfx target, for the AMD GPUs whose name says it unambiguously
+_AMD_ARCH = (
+    (re.compile(r"MI35\d", re.I), "gfx950"),
+    (re.compile(r"MI30\d|MI325", re.I), "gfx942"),
+    (re.compile(r"MI2[15]0", re.I), "gfx90a"),
+    (re.compile(r"MI100", re.I), "gfx908"),
+    (re.compile(r"MI50|MI60|Radeon VII", re.I), "gfx906"),
+)
+_DEVICE_KEYS = {
+    "id": "device",
+    "name": "name",
+    "computeMajor": "compute_major",
+    "computeMinor": "compute_minor",
+    "numSms": "num_sms",
+    "maxThreadsPerMultiprocessor": "max_threads_per_sm",
+    "maxThreadsPerBlock": "max_threads_per_block",
+    "maxBlocksPerMultiProcessor": "max_blocks_per_sm",
+    "maxBlocksPerMultiprocessor": "max_blocks_per_sm",
+    "regsPerMultiprocessor": "regs_per_sm",
+    "regsPerBlock": "regs_per_block",
+    "sharedMemPerMultiprocessor": "shared_mem_per_sm",
+    "maxSharedMemoryPerMultiProcessor": "shared_mem_per_sm",
+    "sharedMemPerBlock": "shared_mem_per_block",
+    "sharedMemPerBlockOptin": "shared_mem_per_block_optin",
+    "warpSize": "warp_size",
+    "totalGlobalMem": "total_mem_bytes",
+}
+_KINETO_MARKERS = (
+    b'"schemaVersion"',
+    b'"deviceProperties"',
+    b'"distributedInfo"',
+    b'"baseTimeNanoseconds"',
+    b'"cpu_op"',
+    b'"cuda_runtime"',
+    b'"user_annotation"',
+    b'"python_function"',
+    b'"kernel"',
+    b'"gpu_memcpy"',
+)
+
+
+# --- reading the document ---------------------------------------------------------
+
+
+def load_document(path: Path) -> dict:
+    """Parse a Chrome trace file (gzip detected by content, not by name) into a dict.
+
+    A bare JSON array of events is accepted and returned as ``{"traceEvents": [...]}``.
+
+    Raises
+    ------
+    ValueError
+        Naming ``path``: unreadable, truncated or corrupt gzip, invalid JSON, or a JSON
+        document that is not a trace.
+    """
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    if raw[:2] == b"\x1f\x8b":
+        try:
+            raw = gzip.decompress(raw)
+        except EOFError:
+            raise ValueError(f"{path}: truncated gzip file") from None
+        except (OSError, zlib.error) as exc:
+            raise ValueError(f"{path}: corrupt gzip data: {exc}") from None
+    if not raw.strip():
+        raise ValueError(f"{path}: empty file, not a trace")
+    try:
+        doc = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        what = "truncated JSON" if "unexpected end" in str(exc).lower() or exc.pos >= len(raw) - 1 else "invalid JSON"
+        raise ValueError(f"{path}: {what}: {exc}") from None
+    del raw
+    if isinstance(doc, list):
+        doc = {"traceEvents": doc}
+    if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
+        raise ValueError(f"{path}: not a Chrome trace (no traceEvents list)")
+    return doc
+
+
+# --- bulk column building ----------------------------------------------------------
+
+
+def _events_table(events: list, path: Path, what: str) -> pa.Table:
+    """The fields of ``_EVENT`` for a list of event dicts, as a flat table (args.* flattened)."""
+    try:
+        arr = pa.array(events, type=_EVENT)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
+        arr = _events_lenient(events, path, what)
+    top = arr.flatten()
+    cols = {f.name: top[i] for i, f in enumerate(_EVENT)}
+    args = cols.pop("args").flatten()
+    for i, f in enumerate(_ARGS):
+        cols[f.name] = args[i]
+    return pa.table(cols)
+
+
+def _events_lenient(events: list, path: Path, what: str) -> pa.StructArray:
+    """Slow path: field by field, accepting numbers written as strings; names the bad field."""
+    fields = []
+    for f in _EVENT:
+        if f.name == "args":
+            continue
+        fields.append(_lenient_column([e.get(f.name) for e in events], f, path, what, f.name))
+    args = [e.get("args") if isinstance(e.get("args"), dict) else {} for e in events]
+    arg_cols = [_lenient_column([a.get(f.name) for a in args], f, path, what, f"args.{f.name}") for f in _ARGS]
+    fields.append(pa.StructArray.from_arrays(arg_cols, fields=list(_ARGS)))
+    return pa.StructArray.from_arrays(fields, fields=list(_EVENT))
+
+
+def _lenient_column(values: list, field: pa.Field, path: Path, what: str, label: str) -> pa.Array:
+    try:
+        return pa.array(values, type=field.type)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
+        pass
+    if pa.types.is_integer(field.type) or pa.types.is_floating(field.type):
+        conv = []
+        for v in values:
+            if isinstance(v, str):
+                try:
+                    v = float(v) if pa.types.is_floating(field.type) else int(float(v))
+                except ValueError:
+                    v = None if label in ("pid", "tid") else _bad(path, what, label, v)
+            conv.append(v)
+        try:
+            return pa.array(conv, type=field.type)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
+            pass
+    if pa.types.is_string(field.type):
+        return pa.array([None if v is None else str(v) for v in values], type=field.type)
+    bad = next((v for v in values if v is not None and not isinstance(v, (int, float, list, str))), values[0])
+    return _bad(path, what, label, bad)
+
+
+def _bad(path, what, label, value):
+    raise ValueError(f"{path}: {what} events: field {label!r} has a value of the wrong type ({value!r:.40})")
+
+
+def us_to_ns(us: pa.Array | np.ndarray) -> np.ndarray:
+    """Kineto µs (float64, ns resolution) -> int64 ns without float rounding error.
+
+    Null entries must have been rejected before; ``NaN`` raises.
+    """
+    v = np.asarray(us, dtype=np.float64)
+    whole = np.floor(v)
+    frac_ns = np.rint((v - whole) * 1000.0)
+    return whole.astype(np.int64) * 1000 + frac_ns.astype(np.int64)
+
+
+def _dims(lists: pa.ChunkedArray | pa.Array, path: Path, label: str) -> list[pa.Array]:
+    """Split a list<int64> column of [x, y, z] into three int64 columns (null where absent).
+
+    A list shorter than three leaves the missing dimensions at 1, as CUDA's dim3 does.
+    """
+    arr = lists.combine_chunks() if isinstance(lists, pa.ChunkedArray) else lists
+    n = len(arr)
+    valid = np.asarray(arr.is_valid()) if n else np.zeros(0, dtype=bool)
+    lengths = pc.fill_null(pc.list_value_length(arr), 0).to_numpy(zero_copy_only=False).astype(np.int64)
+    if np.any(valid & (lengths < 1)):
+        raise ValueError(f"{path}: kernel events: {label!r} is an empty list")
+    flat = pc.fill_null(pc.list_flatten(arr), 1).to_numpy(zero_copy_only=False).astype(np.int64)
+    first = np.cumsum(lengths) - lengths  # null lists have length 0 and add no values
+    out = []
+    for i in range(3):
+        has = valid & (lengths > i)
+        vals = np.ones(n, dtype=np.int64)
+        vals[has] = flat[first[has] + i]
+        out.append(pa.array(vals, pa.int64(), mask=~valid))
+    return out
+
+
+# --- the reader ---------------------------------------------------------------------
+
+
+class ChromeReader:
+    """PyTorch profiler (Kineto) Chrome trace JSON, plain or gzipped, one rank per file."""
+
+    name = SOURCE_FORMAT
+
+    def sniff(self, path: Path, head: bytes) -> bool:
+        text = head.lstrip()
+        if not text[:1] in (b"{", b"["):
+            return False
+        if b'"BeginNs"' in head or b'"rocprofiler-sdk-tool"' in head:  # rocprof's own JSON formats
+            return False
+        if text[:1] == b"[":
+            return b'"ph"' in head
+        return b'"traceEvents"' in head or any(m in head for m in _KINETO_MARKERS)
+
+    def read(self, path: Path) -> list[RankTrace]:
+        doc = load_document(path)
+        return [parse_document(doc, path)]
+
+
+READERS = [ChromeReader()]
+
+
+def parse_document(doc: dict, path: Path) -> RankTrace:
+    """One Kineto trace document -> the rank's activities, steps, devices and metadata.
+
+    See ``RankTrace`` for the columns. GPU activities (kernel, memcpy, memset) become
+    rows; a trace with none of them is CPU-only and its host activities stand in (see
+    ``_host_stand_ins``).
+
+    Raises
+    ------
+    ValueError
+        Naming ``path`` and the field: an event without ``ts``/``dur``/``name``, a GPU
+        activity with zero or negative duration, a field of the wrong type.
+    """
+    events = doc["traceEvents"]
+    buckets: dict[str, list] = {"gpu": [], "runtime": [], "host": []}
+    cats: dict[str, list] = {"gpu": [], "runtime": [], "host": []}
+    route = _ROUTE
+    for e in events:
+        try:
+            r = route.get(e.get("cat"))
+        except AttributeError:
+            raise ValueError(f"{path}: traceEvents holds a {type(e).__name__}, not an event object") from None
+        if r is not None:
+            buckets[r[0]].append(e)
+            cats[r[0]].append(r[1])
+    n_events = len(events)
+    del events
+
+    gpu = _with_category(_events_table(buckets.pop("gpu"), path, "GPU activity"), cats.pop("gpu"))
+    runtime = _with_category(_events_table(buckets.pop("runtime"), path, "runtime"), cats.pop("runtime"))
+    host = _with_category(_events_table(buckets.pop("host"), path, "host"), cats.pop("host"))
+    gpu = _only_complete(gpu)
+    runtime = _only_complete(runtime)
+    host = _only_complete(host)
+
+    steps = _steps(host, path)
+    main_pid, main_tid = _main_thread(host, runtime, steps)
+    if gpu.num_rows:
+        kernels = _gpu_activities(gpu, runtime, host, main_pid, path)
+    else:
+        kernels = _host_stand_ins(host, main_tid, path)
+    devices, vendor = _devices(doc, path)
+    kernels = _with_wave_size(kernels, devices)
+
+    dist = doc.get("distributedInfo") if isinstance(doc.get("distributedInfo"), dict) else {}
+    rank = dist.get("rank")
+    if rank is not None and not isinstance(rank, int):
+        try:
+            rank = int(rank)
+        except (TypeError, ValueError):
+            raise ValueError(f"{path}: distributedInfo.rank is not an integer ({rank!r})") from None
+    base = doc.get("baseTimeNanoseconds")
+    info = {
+        "world_size": _int_or_none(dist.get("world_size")),
+        "backend": dist.get("backend"),
+        "host": doc.get("host_name") if isinstance(doc.get("host_name"), str) else None,
+        "pid": main_pid,
+        "source_path": str(path),
+        "source_format": SOURCE_FORMAT,
+        "base_time_ns": int(base) if isinstance(base, (int, float)) else 0,
+        "n_events": n_events,
+        "distributed_info": json.dumps(dist, sort_keys=True) if dist else None,
+        # run facts (schema.RUNS columns) the driver copies into the run's row
+        "nccl_version": dist.get("nccl_version"),
+        "hip_version": _hip_version(doc.get("hip_runtime_version")),
+        "cuda_version": _cuda_version(doc.get("cuda_runtime_version")),
+    }
+    return RankTrace(rank=rank, kernels=kernels, steps=steps, devices=devices, info=info)
+
+
+def _with_category(table: pa.Table, cats: list) -> pa.Table:
+    return table.append_column("category", pa.array(cats, pa.string()))
+
+
+def _only_complete(table: pa.Table) -> pa.Table:
+    """Complete ('X') events only; Kineto writes flows and instants with other phases."""
+    if table.num_rows == 0:
+        return table
+    return table.filter(pc.fill_null(pc.equal(table.column("ph"), "X"), False))
+
+
+def _require(table: pa.Table, path: Path, what: str, columns=("name", "ts", "dur")) -> None:
+    for col in columns:
+        nulls = table.column(col).null_count
+        if nulls:
+            idx = int(np.flatnonzero(np.asarray(table.column(col).is_null()))[0])
+            name = table.column("name")[idx].as_py()
+            label = f" ({name!r:.60})" if name is not None and col != "name" else ""
+            raise ValueError(f"{path}: {what} event{label} has no {col!r} ({nulls} such events)")
+
+
+def _times(table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+    start = us_to_ns(table.column("ts").to_numpy())
+    dur = np.rint(table.column("dur").to_numpy() * 1000.0).astype(np.int64)
+    return start, dur
+
+
+def _gpu_activities(gpu: pa.Table, runtime: pa.Table, host: pa.Table, main_pid, path: Path) -> pa.Table:
+    _require(gpu, path, "GPU activity")
+    start, dur = _times(gpu)
+    if (dur <= 0).any():
+        i = int(np.flatnonzero(dur <= 0)[0])
+        raise ValueError(
+            f"{path}: {gpu.column('category')[i].as_py()} event {gpu.column('name')[i].as_py()!r:.60} "
+            f"has {'zero' if dur[i] == 0 else 'negative'} duration ({gpu.column('dur')[i].as_py()} us; "
+            f"{int((dur <= 0).sum())} such events)"
+        )
+    n = gpu.num_rows
+    corr = gpu.column("correlation").to_numpy(zero_copy_only=False)
+    corr = np.where(pc.is_null(gpu.column("correlation")).to_numpy(zero_copy_only=False), -1, corr).astype(np.int64)
+
+    # launch: the runtime/driver call with the same correlation id, preferring the main process
+    launch = np.full(n, -1, dtype=np.int64)
+    rt_idx = np.full(n, -1, dtype=np.int64)
+    rt = runtime.filter(pc.is_valid(runtime.column("correlation"))) if runtime.num_rows else runtime
+    if rt.num_rows:
+        _require(rt, path, "runtime", ("ts",))
+        r_corr = rt.column("correlation").to_numpy()
+        r_start = us_to_ns(rt.column("ts").to_numpy())
+        r_pid = rt.column("pid").to_numpy(zero_copy_only=False)
+        other = (r_pid != main_pid).astype(np.int8) if main_pid is not None else np.zeros(len(r_corr), np.int8)
+        order = np.lexsort((r_start, other, r_corr))  # by correlation, main process first, then earliest
+        keep = order[np.concatenate([[True], r_corr[order][1:] != r_corr[order][:-1]])]
+        kc = r_corr[keep]
+        pos = np.searchsorted(kc, corr)
+        pos_c = np.minimum(pos, len(kc) - 1)
+        hit = (corr >= 0) & (kc[pos_c] == corr)
+        rt_idx[hit] = keep[pos_c[hit]]
+        launch[hit] = r_start[keep[pos_c[hit]]]
+
+    grid_col, block_col = gpu.column("grid"), gpu.column("block")
+    smem = gpu.column("shared memory")
+    if rt.num_rows and (grid_col.null_count or smem.null_count):
+        # ROCm: kernels may lack grid/block/shared memory that their hipLaunchKernel call carries
+        has_rt = rt_idx >= 0
+        take_idx = pa.array(np.where(has_rt, rt_idx, 0), mask=~has_rt)
+        from_rt = rt.select(["grid", "block", "shared memory"]).take(take_idx)
+        is_kernel = pc.equal(gpu.column("category"), "kernel")
+        need = pc.and_(pc.is_null(grid_col), is_kernel)
+        grid_col = pc.if_else(need, from_rt.column("grid"), grid_col)
+        block_col = pc.if_else(need, from_rt.column("block"), block_col)
+        smem = pc.if_else(pc.and_(pc.is_null(smem), is_kernel), from_rt.column("shared memory"), smem)
+    gx, gy, gz = _dims(grid_col, path, "grid")
+    bx, by, bz = _dims(block_col, path, "block")
+    if rt.num_rows:
+        has_rt = rt_idx >= 0
+        api = rt.column("name").take(pa.array(np.where(has_rt, rt_idx, 0), mask=~has_rt))
+        workitems = pc.fill_null(pc.is_in(api, pa.array(_WORKITEM_GRID_APIS)), False).to_numpy(zero_copy_only=False)
+        if workitems.any():
+            gx, gy, gz = (_blocks(g, b, workitems) for g, b in ((gx, bx), (gy, by), (gz, bz)))
+
+    collective = gpu.column("Collective name")
+    collective = _collective_from_host(gpu, host, collective)
+    device = gpu.column("device")
+    if device.null_count:
+        device = pc.coalesce(device, gpu.column("pid"))
+    stream = gpu.column("stream")
+    if stream.null_count:
+        stream = pc.coalesce(stream, gpu.column("tid"))
+    return pa.table(
+        {
+            "device": device.cast(pa.int32()),
+            "stream": stream,
+            "correlation": pa.array(corr, mask=corr < 0),
+            "name": gpu.column("name"),
+            "category": gpu.column("category"),
+            "is_host": pa.array(np.zeros(n, dtype=bool)),
+            "start_ns": start,
+            "end_ns": start + dur,
+            "grid_x": gx,
+            "grid_y": gy,
+            "grid_z": gz,
+            "block_x": bx,
+            "block_y": by,
+            "block_z": bz,
+            "regs_per_thread": gpu.column("registers per thread"),
+            "shared_mem_bytes": smem,
+            "bytes": gpu.column("bytes"),
+            "launch_ns": pa.array(launch, mask=launch < 0),
+            "collective": collective,
+            "source_format": pa.array(np.full(n, SOURCE_FORMAT, dtype=object), pa.string()),
+            "external_id": gpu.column("External id"),
+        }
+    )
+
+
+def _blocks(grid: pa.Array, block: pa.Array, workitems: np.ndarray) -> pa.Array:
+    """Work-items -> blocks (ceil division) where ``workitems``; unchanged elsewhere."""
+    g = grid.to_numpy(zero_copy_only=False)
+    b = block.to_numpy(zero_copy_only=False)
+    valid = np.asarray(grid.is_valid()) & np.asarray(block.is_valid())
+    g = np.where(valid, g, 0).astype(np.int64)
+    b = np.where(valid, b, 1).astype(np.int64)
+    conv = workitems & valid & (b > 0)
+    out = np.where(conv, -(-g // np.maximum(b, 1)), g)
+    return pa.array(out, pa.int64(), mask=~valid)
+
+
+def _collective_from_host(gpu: pa.Table, host: pa.Table, collective: pa.ChunkedArray) -> pa.ChunkedArray:
+    """Fill the collective name from ``record_param_comms`` host ops sharing the External id."""
+    if not host.num_rows or collective.null_count == 0:
+        return collective
+    rpc = host.filter(
+        pc.and_(pc.is_valid(host.column("Collective name")), pc.is_valid(host.column("External id")))
+    )
+    if not rpc.num_rows:
+        return collective
+    lookup = pa.table({"eid": rpc.column("External id"), "cn": rpc.column("Collective name")})
+    lookup = lookup.group_by("eid", use_threads=False).aggregate([("cn", "first")]).rename_columns(["eid", "cn"])
+    idx = pc.index_in(gpu.column("External id"), lookup.column("eid"))
+    return pc.coalesce(collective, lookup.column("cn").take(idx))
+
+
+def _steps(host: pa.Table, path: Path) -> pa.Table:
+    """Host ranges named ``ovz_iter#N`` (preferred) or ``ProfilerStep#N``."""
+    empty = pa.table(
+        {
+            "step": pa.array([], pa.int64()),
+            "name": pa.array([], pa.string()),
+            "source": pa.array([], pa.string()),
+            "start_ns": pa.array([], pa.int64()),
+            "end_ns": pa.array([], pa.int64()),
+            "tid": pa.array([], pa.int64()),
+            "pid": pa.array([], pa.int64()),
+        }
+    )
+    if not host.num_rows:
+        return empty
+    for source, pattern in _STEP_PATTERNS:
+        mask = pc.fill_null(pc.match_substring_regex(host.column("name"), pattern.pattern), False)
+        rows = host.filter(mask)
+        if not rows.num_rows:
+            continue
+        _require(rows, path, "step range")
+        start, dur = _times(rows)
+        if (dur < 0).any():
+            raise ValueError(f"{path}: step range {rows.column('name')[int(np.argmax(dur < 0))].as_py()!r} has negative duration")
+        numbers = pc.extract_regex(rows.column("name"), pattern.pattern.replace("(\\d+)", "(?P<n>\\d+)"))
+        step = pc.struct_field(numbers, "n").cast(pa.int64())
+        table = pa.table(
+            {
+                "step": step,
+                "name": rows.column("name"),
+                "source": pa.array([source] * rows.num_rows, pa.string()),
+                "start_ns": start,
+                "end_ns": start + dur,
+                "tid": rows.column("tid"),
+                "pid": rows.column("pid"),
+            }
+        )
+        # the same range written twice (cpu_op and user_annotation in some torch versions)
+        table = table.group_by(["step", "name", "source", "start_ns", "end_ns"], use_threads=False).aggregate(
+            [("tid", "first"), ("pid", "first")]
+        ).rename_columns(["step", "name", "source", "start_ns", "end_ns", "tid", "pid"])
+        return table.sort_by([("start_ns", "ascending"), ("end_ns", "descending")])
+    return empty
+
+
+def _main_thread(host: pa.Table, runtime: pa.Table, steps: pa.Table):
+    """(pid, tid) of the training loop: where the steps are, else the busiest cpu_op thread."""
+    if steps.num_rows:
+        return _mode(steps.column("pid")), _mode(steps.column("tid"))
+    ops = host.filter(pc.equal(host.column("category"), "cpu_op")) if host.num_rows else host
+    ops = ops.filter(pc.and_(pc.is_valid(ops.column("tid")), pc.is_valid(ops.column("dur")))) if ops.num_rows else ops
+    if ops.num_rows:
+        busy = ops.group_by(["pid", "tid"]).aggregate([("dur", "sum")]).sort_by([("dur_sum", "descending")])
+        pid, tid = busy.column("pid").to_numpy(zero_copy_only=False), busy.column("tid").to_numpy(zero_copy_only=False)
+        same = np.flatnonzero(pid == tid)  # the process's main thread has tid == pid on Linux
+        i = int(same[0]) if len(same) else 0
+        return _py(pid[i]), _py(tid[i])
+    if runtime.num_rows:
+        return _mode(runtime.column("pid")), _mode(runtime.column("tid"))
+    return None, None
+
+
+def _mode(col):
+    col = col.drop_null() if hasattr(col, "drop_null") else col
+    if len(col) == 0:
+        return None
+    vc = pc.value_counts(col).to_pylist()
+    return max(vc, key=lambda d: d["counts"])["values"]
+
+
+def _py(v):
+    return None if v is None else int(v)
+
+
+def _host_stand_ins(host: pa.Table, main_tid, path: Path) -> pa.Table:
+    """CPU-only traces: top-level ``cpu_op``s of the main thread and every ``user_annotation``.
+
+    Top-level means not contained in another cpu_op of the same thread (ties: the first
+    in (start, longest) order is the parent). Step ranges are not activities. gloo's
+    collectives are ``user_annotation`` ranges (``gloo:all_reduce``) on its worker
+    threads; the rules decide their kind.
+    """
+    if not host.num_rows:
+        return pa.table({"name": pa.array([], pa.string())})
+    step_like = pc.fill_null(pc.match_substring_regex(host.column("name"), r"^(ProfilerStep|ovz_iter)#\d+$"), False)
+    host = host.filter(pc.invert(step_like))
+    _require(host, path, "host")
+    start, dur = _times(host)
+    if (dur < 0).any():
+        i = int(np.flatnonzero(dur < 0)[0])
+        raise ValueError(f"{path}: host event {host.column('name')[i].as_py()!r:.60} has negative duration")
+    end = start + dur
+    cat = host.column("category").to_numpy(zero_copy_only=False)
+    tid = host.column("tid").to_numpy(zero_copy_only=False)
+    is_op = cat == "cpu_op"
+    on_main = np.asarray(pc.fill_null(pc.equal(host.column("tid"), main_tid), False)) if main_tid is not None else is_op
+    top = np.zeros(len(start), dtype=bool)
+    ops = np.flatnonzero(is_op & on_main)
+    if len(ops):
+        # per thread in (start, longest first) order, an op that ends no later than the
+        # latest end before it lies inside an earlier op: not top-level
+        order = ops[np.lexsort((-end[ops], start[ops], tid[ops].astype(np.int64)))]
+        frame = pd.DataFrame({"t": tid[order].astype(np.int64), "e": end[order]})
+        prev_max = frame.groupby("t")["e"].cummax().groupby(frame["t"]).shift(1)
+        inside = (frame["e"] <= prev_max).to_numpy()
+        top[order[~inside]] = True
+    keep = top | (cat == "user_annotation")
+    rows = np.flatnonzero(keep)
+    sub = host.take(pa.array(rows))
+    n = len(rows)
+    return pa.table(
+        {
+            "device": pa.nulls(n, pa.int32()),
+            "stream": sub.column("tid"),
+            "correlation": pa.nulls(n, pa.int64()),
+            "name": sub.column("name"),
+            "category": sub.column("category"),
+            "is_host": pa.array(np.ones(n, dtype=bool)),
+            "start_ns": start[rows],
+            "end_ns": end[rows],
+            "launch_ns": start[rows],  # a host activity launches itself: its step is where it starts
+            "collective": sub.column("Collective name"),
+            "source_format": pa.array(np.full(n, SOURCE_FORMAT, dtype=object), pa.string()),
+        }
+    )
+
+
+def _devices(doc: dict, path: Path) -> tuple[pa.Table, str | None]:
+    props = doc.get("deviceProperties")
+    amd_trace = any(k in doc for k in ("roctracer_version", "hip_runtime_version", "hip_driver_version"))
+    rows = []
+    if isinstance(props, list):
+        for p in props:
+            if not isinstance(p, dict):
+                raise ValueError(f"{path}: deviceProperties holds a {type(p).__name__}, not an object")
+            row = {}
+            for key, col in _DEVICE_KEYS.items():
+                if key in p and p[key] is not None and col not in row:
+                    row[col] = p[key]
+            name = str(row.get("name") or "")
+            vendor = "amd" if (amd_trace or _AMD_NAME.search(name)) else "nvidia"
+            row["vendor"] = vendor
+            if vendor == "nvidia" and "compute_major" in row and "compute_minor" in row:
+                row["arch"] = f"sm_{int(row['compute_major'])}{int(row['compute_minor'])}"
+            elif vendor == "amd":
+                row["arch"] = next((arch for pat, arch in _AMD_ARCH if pat.search(name)), None)
+                if "shared_mem_per_sm" in row:
+                    row["lds_per_cu"] = row["shared_mem_per_sm"]  # the same number: LDS per CU
+            rows.append(row)
+    from overlapviz.schema import DEVICES, conform
+
+    names = [f.name for f in DEVICES if f.name not in ("run_id", "rank")]
+    cols = {c: [r.get(c) for r in rows] for c in names}
+    try:
+        table = conform(pa.table({c: pa.array(v) for c, v in cols.items() if any(x is not None for x in v)}) if rows else pa.table({}), pa.schema([DEVICES.field(c) for c in names]), where=f"{path}: deviceProperties")
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        raise ValueError(f"{path}: deviceProperties: {exc}") from None
+    if not rows:
+        table = pa.schema([DEVICES.field(c) for c in names]).empty_table()
+    vendor = "amd" if amd_trace else (table.column("vendor")[0].as_py() if table.num_rows else None)
+    return table, vendor
+
+
+def _with_wave_size(kernels: pa.Table, devices: pa.Table) -> pa.Table:
+    if not kernels.num_rows or not devices.num_rows or "device" not in kernels.column_names:
+        return kernels
+    lookup = devices.select(["device", "warp_size"]).filter(pc.is_valid(devices.column("warp_size")))
+    if not lookup.num_rows:
+        return kernels
+    idx = pc.index_in(kernels.column("device"), lookup.column("device").cast(pa.int32()))
+    return kernels.append_column("wave_size", lookup.column("warp_size").take(idx))
+
+
+def _int_or_none(v):
+    try:
+        return None if v is None else int(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def _hip_version(v) -> str | None:
+    """HIP_VERSION-style integer (major*1e7 + minor*1e5 + patch) -> '6.4.43483'."""
+    if not isinstance(v, (int, float)) or v <= 0:
+        return None if v is None else str(v)
+    v = int(v)
+    return f"{v // 10_000_000}.{(v // 100_000) % 100}.{v % 100_000}"
+
+
+def _cuda_version(v) -> str | None:
+    """CUDA_VERSION-style integer (major*1000 + minor*10) -> '12.4'."""
+    if not isinstance(v, (int, float)) or v <= 0:
+        return None if v is None else str(v)
+    v = int(v)
+    return f"{v // 1000}.{(v % 1000) // 10}"
