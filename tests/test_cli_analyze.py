@@ -1,0 +1,150 @@
+"""``overlapviz analyze``: formats, JSON keys and nulls, filters, and one-line errors."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from overlapviz import testing
+from overlapviz.cli import main
+from overlapviz.ingest import ingest
+from overlapviz.metrics import analyze, metric_columns
+
+GLOO = Path(__file__).parent / "data" / "gloo_cpu"
+DESIGN_KEYS = {
+    "run_id", "rank", "comm_us", "compute_us", "overlap_us", "overlap_fraction",
+    "exposed_comm_us", "span_us", "n_kernels", "n_comm_kernels",
+}  # fmt: skip
+
+
+def run(*args) -> str:
+    result = CliRunner().invoke(main, ["analyze", *map(str, args)])
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory) -> Path:
+    """Two runs made by the real ingest from synthetic Kineto traces with hand-known overlap.
+
+    run ``hand`` rank 0, step 0: comm [100, 300) µs, compute [200, 500) µs -> overlap 100 µs;
+    step 1: compute only, [1000, 1010) µs. rank 1: one memcpy only.
+    """
+    root = tmp_path_factory.mktemp("cli")
+    hand = root / "hand"
+    hand.mkdir()
+    ev = [
+        testing.step_event(0, 0, 900_000),
+        testing.runtime_event(1, 10_000, 1_000),
+        testing.kernel_event("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 100_000, 200_000, correlation=1, stream=20),
+        testing.runtime_event(2, 20_000, 1_000),
+        testing.kernel_event("ampere_sgemm_128x64_nn", 200_000, 300_000, correlation=2, stream=7),
+        testing.step_event(1, 950_000, 100_000),
+        testing.runtime_event(3, 960_000, 1_000),
+        testing.kernel_event("ampere_sgemm_128x64_nn", 1_000_000, 10_000, correlation=3, stream=7),
+    ]
+    testing.write_trace(testing.kineto_trace(ev, rank=0, world_size=2), hand / "rank0.json.gz")
+    mem = [testing.runtime_event(1, 10_000, 1_000, name="cudaMemcpyAsync"), testing.memcpy_event(50_000, 5_000, correlation=1)]
+    testing.write_trace(testing.kineto_trace(mem, rank=1, world_size=2), hand / "rank1.json.gz")
+    big = root / "big"
+    big.mkdir()
+    for r in range(2):
+        testing.write_trace(testing.generate_trace(2_000, rank=r, world_size=2, seed=3), big / f"rank{r}.json.gz")
+    out = root / "ds"
+    ingest([hand, big], out, progress=False)
+    return out
+
+
+def test_json_records_have_design_keys_and_hand_values(dataset):
+    records = json.loads(run(dataset, "--format", "json"))
+    assert isinstance(records, list) and len(records) == 4
+    for rec in records:
+        assert DESIGN_KEYS <= rec.keys() and "step" not in rec
+        assert list(rec) == metric_columns("rank")
+    hand = {r["rank"]: r for r in records if r["run_id"] == "hand"}
+    r0 = hand[0]
+    assert (r0["comm_us"], r0["compute_us"], r0["overlap_us"]) == (200.0, 310.0, 100.0)
+    assert r0["overlap_fraction"] == 0.5 and r0["exposed_comm_us"] == 100.0
+    assert r0["span_us"] == 910.0 and r0["busy_us"] == 410.0 and r0["idle_us"] == 500.0
+    assert (r0["n_kernels"], r0["n_comm_kernels"]) == (3, 1)
+    r1 = hand[1]  # memcpy only: nulls are JSON null, not NaN
+    assert r1["overlap_fraction"] is None and r1["span_us"] is None and r1["memory_us"] == 5.0
+    assert r1["n_kernels"] == 0
+
+
+def test_json_per_step(dataset):
+    records = json.loads(run(dataset, "--per", "step", "--format", "json", "--run", "hand"))
+    assert [(r["rank"], r["step"]) for r in records] == [(0, 0), (0, 1)]
+    assert records[0]["overlap_us"] == 100.0 and records[0]["overlap_fraction"] == 0.5
+    assert records[1]["overlap_fraction"] is None and records[1]["compute_us"] == 10.0
+    assert all(list(r) == metric_columns("step") for r in records)
+
+
+def test_json_equals_library(dataset):
+    records = json.loads(run(dataset, "--format", "json", "--run", "big"))
+    frame = analyze(dataset, run_ids=["big"])
+    assert len(records) == len(frame) == 2
+    for rec, (_, row) in zip(records, frame.iterrows()):
+        for k, v in rec.items():
+            assert v == row[k], k
+        assert 0 < rec["overlap_fraction"] < 1 and rec["n_kernels"] == 2_000 and rec["n_comm_kernels"] == 200
+
+
+def test_csv(dataset):
+    text = run(dataset, "--format", "csv")
+    rows = list(csv.DictReader(io.StringIO(text)))
+    assert list(rows[0]) == metric_columns("rank") and len(rows) == 4
+    memonly = next(r for r in rows if r["run_id"] == "hand" and r["rank"] == "1")
+    assert memonly["overlap_fraction"] == "" and memonly["span_us"] == ""
+    r0 = next(r for r in rows if r["run_id"] == "hand" and r["rank"] == "0")
+    assert float(r0["overlap_us"]) == 100.0
+
+
+def test_table_is_aligned(dataset):
+    lines = run(dataset).rstrip("\n").split("\n")
+    assert lines[0].split()[:3] == ["run_id", "rank", "comm_us"]
+    assert len(lines) == 5 and len({len(line) for line in lines}) == 1
+    hand0 = next(line for line in lines if line.startswith("hand ") and line.split()[1] == "0")
+    assert "50.0%" in hand0 and "200.0" in hand0
+
+
+def test_run_filter_repeatable(dataset):
+    records = json.loads(run(dataset, "--format", "json", "--run", "big", "--run", "hand"))
+    assert {r["run_id"] for r in records} == {"big", "hand"}
+
+
+def test_real_gloo_trace(tmp_path):
+    out = tmp_path / "gloo"
+    ingest([GLOO], out, progress=False)
+    records = json.loads(run(out, "--format", "json"))
+    assert [r["rank"] for r in records] == [0, 1]
+    for r in records:
+        # 3 gloo:all_reduce per rank, overlapping the host's mm/div
+        assert r["n_comm_kernels"] == 3 and r["comm_us"] > 0 and 0 < r["overlap_fraction"] < 1
+        assert math.isclose(r["comm_us"], r["overlap_us"] + r["exposed_comm_us"])
+
+
+@pytest.mark.parametrize(
+    "setup, message",
+    [
+        (lambda p: p, "not an overlapviz dataset"),
+        (lambda p: (p / "dataset.json").write_text('{"schema_version": "9.0"}') and p, "schema_version 9.0"),
+        (lambda p: (p / "dataset.json").write_text("{not json") and p, "unreadable dataset metadata"),
+    ],
+)
+def test_errors_are_one_line(tmp_path, setup, message):
+    path = setup(tmp_path)
+    result = CliRunner().invoke(main, ["analyze", str(path), "--format", "json"])
+    assert result.exit_code != 0 and not isinstance(result.exception, (ValueError, KeyError, TypeError))
+    assert message in result.output and result.output.count("\n") == 1, result.output
+
+
+def test_unknown_run_is_one_line(dataset):
+    result = CliRunner().invoke(main, ["analyze", str(dataset), "--run", "nope"])
+    assert result.exit_code != 0 and "no run 'nope'" in result.output and result.output.count("\n") == 1
