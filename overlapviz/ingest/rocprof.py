@@ -389,7 +389,11 @@ class RocprofV1CsvReader(_Reader):
     def sniff(self, path: Path, head: bytes) -> bool:
         text = head.lstrip(b"\xef\xbb\xbf")
         first = text.split(b"\n", 1)[0].replace(b'"', b"")
-        return first.startswith(b"Index,KernelName,") and b"BeginNs" in first
+        if not (first.startswith(b"Index,KernelName,") and b"BeginNs" in first):
+            return False
+        # rocprof wrote <base>.json beside it: that file is the process (it reads this one for details)
+        twin = path.with_name(_v1_base(path) + ".json")
+        return not (twin.exists() and _is_v1(twin))
 
     def read(self, path: Path) -> list[RankTrace]:
         from overlapviz.ingest.rocprof_csv import read_v1_csv

@@ -1,0 +1,408 @@
+"""rocprof JSON outputs: legacy v1 ``results.json`` and rocprofv3 ``--output-format json``."""
+
+from __future__ import annotations
+
+import gzip
+import zlib
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+
+import orjson
+import pandas as pd
+import pyarrow as pa
+
+from overlapviz.ingest.base import RankTrace
+from overlapviz.ingest.rocprof import (
+    amd_device_row,
+    assign_collectives,
+    blocks,
+    check_one_generation,
+    clean_kernel_names,
+    device_table,
+    kernel_collective,
+    kernel_table,
+    rank_from_name,
+    rocminfo_agents,
+)
+
+
+def load_json(path: Path):
+    """Parse a JSON file, gzipped or not; a one-line ValueError naming the file on any failure."""
+    try:
+        raw = path.read_bytes()
+        if raw[:2] == b"\x1f\x8b":
+            raw = gzip.decompress(raw)
+        return orjson.loads(raw)
+    except (OSError, EOFError, zlib.error) as exc:
+        raise ValueError(f"{path}: cannot read (truncated or corrupt gzip?): {exc}") from None
+    except orjson.JSONDecodeError as exc:
+        raise ValueError(f"{path}: not valid JSON (truncated?): {str(exc).splitlines()[0]}") from None
+
+
+def us_to_ns(text) -> int:
+    """A µs value written as a string (``"340781"``, ``"12.3456"``) to int ns, exactly (no float)."""
+    try:
+        return int((Decimal(str(text)) * 1000).to_integral_value())
+    except (InvalidOperation, ValueError):
+        raise ValueError(f"{text!r} is not a number of µs") from None
+
+
+# --- legacy rocprof v1 results.json --------------------------------------------------------
+
+_V1_MEMSET = ("FillBuffer",)
+_V1_BARRIER = "Unknown command type"
+
+
+def read_v1_json(path: Path) -> RankTrace:
+    """Legacy rocprof ``results.json``: Chrome-trace-like, lanes by pid, times as strings.
+
+    Lanes are named by ``process_name`` metadata: ``GPU<N>`` lanes hold kernels,
+    ``COPY`` holds copies (``FillBuffer`` is a memset), ``CPU HIP API`` the HIP
+    calls. Times come from ``args.BeginNs``/``EndNs`` (exact ns, the same clock as
+    ``results.csv``); a file without them falls back to ``ts``/``dur`` µs strings,
+    converted exactly. ``Unknown command type`` rows are barrier packets, not
+    activities, and are dropped. ``launch_ns`` follows the ``DataFlow`` arrows from
+    a HIP call (the arrow leaves at the call's end) to the activity. A
+    ``<base>.csv`` beside the file (rocprof writes both) adds grid, block, LDS and
+    register counts to the kernels, matched by (begin, end). Devices come from the
+    rocminfo dump in ``otherData``.
+    """
+    check_one_generation(path)
+    doc = load_json(path)
+    if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
+        raise ValueError(f"{path}: no traceEvents list (not a rocprof results.json)")
+    events = [e for e in doc["traceEvents"] if isinstance(e, dict) and e]
+    lanes = {
+        str(e.get("pid")): str((e.get("args") or {}).get("name", ""))
+        for e in events
+        if e.get("ph") == "M" and e.get("name") == "process_name"
+    }
+    gpu_lanes = {pid for pid, name in lanes.items() if name.upper().startswith("GPU")}
+    copy_lanes = {pid for pid, name in lanes.items() if name.upper() == "COPY"}
+    api_lanes = {pid for pid, name in lanes.items() if "HIP" in name.upper() and "API" in name.upper()}
+    x = pd.DataFrame(
+        [
+            {
+                "pid": str(e.get("pid")),
+                "tid": str(e.get("tid")),
+                "ts": e.get("ts"),
+                "dur": e.get("dur"),
+                "name": e.get("name"),
+                "begin": (e.get("args") or {}).get("BeginNs"),
+                "end": (e.get("args") or {}).get("EndNs"),
+                "dev": (e.get("args") or {}).get("dev-id"),
+                "queue": (e.get("args") or {}).get("queue-id"),
+                "proc": (e.get("args") or {}).get("proc-id"),
+            }
+            for e in events
+            if e.get("ph") == "X" and str(e.get("pid")) in gpu_lanes | copy_lanes | api_lanes
+        ],
+        columns=["pid", "tid", "ts", "dur", "name", "begin", "end", "dev", "queue", "proc"],
+    )
+    if x.empty:
+        raise ValueError(f"{path}: no GPU or COPY activity in this rocprof trace")
+    try:
+        x["ts_us"] = x["ts"].map(lambda v: int(Decimal(str(v)))).astype("int64")
+        x["end_us"] = x["ts_us"] + x["dur"].map(lambda v: int(Decimal(str(v)))).astype("int64")
+        exact = x["begin"].notna().all() and x["end"].notna().all()
+        if exact:
+            x["start_ns"] = x["begin"].map(int).astype("int64")
+            x["end_ns"] = x["end"].map(int).astype("int64")
+        else:
+            x["start_ns"] = x["ts"].map(us_to_ns).astype("int64")
+            x["end_ns"] = x["start_ns"] + x["dur"].map(us_to_ns).astype("int64")
+    except (ValueError, TypeError, InvalidOperation) as exc:
+        raise ValueError(f"{path}: bad event time: {exc}") from None
+    neg = x.index[x["end_ns"] < x["start_ns"]]
+    if len(neg):
+        raise ValueError(f"{path}: event {x.loc[neg[0], 'name']!r} ends before it starts (negative duration)")
+
+    is_gpu = x["pid"].isin(gpu_lanes) & (x["name"] != _V1_BARRIER)
+    is_copy = x["pid"].isin(copy_lanes)
+    acts = x[is_gpu | is_copy].copy()
+    acts["category"] = "kernel"
+    acts.loc[is_copy[is_gpu | is_copy], "category"] = "gpu_memcpy"
+    acts.loc[(acts["category"] == "gpu_memcpy") & acts["name"].isin(_V1_MEMSET), "category"] = "gpu_memset"
+    lane_device = acts["pid"].map(lambda p: lanes[p][3:] if lanes[p][3:].isdigit() else None)
+    acts["device"] = pd.to_numeric(acts["dev"].where(acts["dev"].notna(), lane_device), errors="coerce").astype("Int64")
+    acts["stream"] = pd.to_numeric(acts["queue"], errors="coerce").astype("Int64")
+    acts = _v1_flows(acts, x[x["pid"].isin(api_lanes)], events)
+
+    names = clean_kernel_names(acts["name"].astype(str))
+    cols = {
+        "device": acts["device"],
+        "stream": acts["stream"],
+        "correlation": acts["correlation"],
+        "name": names,
+        "category": acts["category"],
+        "is_host": [False] * len(acts),
+        "start_ns": acts["start_ns"],
+        "end_ns": acts["end_ns"],
+        "launch_ns": acts["launch_ns"],
+        "collective": kernel_collective(names).where(acts["category"] == "kernel"),
+        "source_format": ["rocprof_v1_json"] * len(acts),
+    }
+    cols |= _v1_csv_details(path, acts)
+    kernels = kernel_table(cols, where=str(path))
+    agents = rocminfo_agents(doc.get("otherData") or {})
+    procs = acts["proc"].dropna().unique()
+    return RankTrace(
+        rank=rank_from_name(path.parent.name),
+        kernels=kernels,
+        devices=device_table([amd_device_row(i, a) for i, a in enumerate(agents)], where=str(path)),
+        info={
+            "pid": int(procs[0]) if len(procs) == 1 and str(procs[0]).isdigit() else None,
+            "source_path": str(path),
+            "source_format": "rocprof_v1_json",
+            "base_time_ns": 0,
+            "n_events": len(events),
+        },
+    )
+
+
+def _v1_flows(acts: pd.DataFrame, api: pd.DataFrame, events: list[dict]) -> pd.DataFrame:
+    """Attach ``correlation`` (the flow id) and ``launch_ns`` (its HIP call's begin) via DataFlow arrows."""
+    flows = pd.DataFrame(
+        [
+            {"id": e.get("id"), "ph": e["ph"], "pid": str(e.get("pid")), "tid": str(e.get("tid")), "ts": e.get("ts")}
+            for e in events
+            if e.get("ph") in ("s", "t") and e.get("cat") == "DataFlow"
+        ],
+        columns=["id", "ph", "pid", "tid", "ts"],
+    )
+    acts = acts.assign(correlation=pd.NA, launch_ns=pd.NA)
+    if flows.empty or api.empty:
+        return acts.astype({"correlation": "Int64", "launch_ns": "Int64"})
+    flows["ts"] = pd.to_numeric(flows["ts"], errors="coerce")
+    flows = flows.dropna(subset=["ts", "id"]).astype({"ts": "int64"})
+    src = flows[flows["ph"] == "s"].drop_duplicates("id")
+    dst = flows[flows["ph"] == "t"].drop_duplicates("id")
+    # the arrow leaves the HIP call at its end (µs, as written); nested calls: the innermost
+    calls = api.sort_values("start_ns")[["pid", "tid", "end_us", "ts_us", "start_ns"]]
+    by_end = src.merge(calls.drop_duplicates(["pid", "tid", "end_us"], keep="last"),
+                       left_on=["pid", "tid", "ts"], right_on=["pid", "tid", "end_us"], how="left")  # fmt: skip
+    # copies: the arrow leaves at the copy's own start, inside the (blocking) call: the latest call containing it
+    inside = pd.merge_asof(
+        src.reset_index(drop=True).sort_values("ts"),
+        calls.sort_values("ts_us"),
+        left_on="ts",
+        right_on="ts_us",
+        by=["pid", "tid"],
+        direction="backward",
+    )
+    inside = inside[inside["end_us"] >= inside["ts"]].set_index("id")["start_ns"]
+    src = src.assign(launch_ns=by_end["start_ns"].fillna(src["id"].map(inside)).to_numpy())
+    # the arrow lands on the activity's own ts; equal keys pair in order
+    keyed = acts[["pid", "tid", "ts_us", "start_ns"]].assign(
+        _k=acts.groupby(["pid", "tid", "ts_us"]).cumcount(), _row=acts.index
+    )
+    dst = dst.assign(_k=dst.groupby(["pid", "tid", "ts"]).cumcount())
+    hit = keyed.merge(dst.rename(columns={"ts": "ts_us"}), on=["pid", "tid", "ts_us", "_k"], how="inner")
+    hit = hit.merge(src[["id", "launch_ns"]], on="id", how="left").set_index("_row")
+    acts.loc[hit.index, "correlation"] = pd.to_numeric(hit["id"], errors="coerce")
+    ok = hit["launch_ns"].notna() & (hit["launch_ns"] <= hit["start_ns"])
+    acts.loc[hit.index[ok], "launch_ns"] = hit.loc[ok, "launch_ns"]
+    return acts.astype({"correlation": "Int64", "launch_ns": "Int64"})
+
+
+def _v1_csv_details(path: Path, acts: pd.DataFrame) -> dict:
+    """Grid, block, LDS and registers from the ``<base>.csv`` rocprof wrote beside the JSON, if any."""
+    from overlapviz.ingest.rocprof import _v1_base, _is_v1
+    from overlapviz.ingest.rocprof_csv import read_v1_csv
+
+    csv_path = path.with_name(_v1_base(path) + ".csv")
+    if not csv_path.exists() or not _is_v1(csv_path):
+        return {}
+    detail = read_v1_csv(csv_path).kernels.to_pandas(types_mapper=pd.ArrowDtype)
+    keep = ["grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "regs_per_thread", "shared_mem_bytes",
+            "sgprs", "accum_vgprs", "wave_size"]  # fmt: skip
+    detail = detail.drop_duplicates(["start_ns", "end_ns"], keep=False)[["start_ns", "end_ns"] + keep]
+    detail = detail.astype({c: "Int64" for c in ["start_ns", "end_ns"] + keep})
+    kernel_rows = acts[["start_ns", "end_ns", "category"]].reset_index(drop=True)
+    merged = kernel_rows.merge(detail, on=["start_ns", "end_ns"], how="left")
+    mask = merged["category"] == "kernel"
+    return {c: merged[c].where(mask) for c in keep}
+
+
+# --- rocprofv3 JSON -----------------------------------------------------------------------
+
+
+def _records(records: list) -> pd.DataFrame:
+    """Flatten a list of nested record dicts to columns (``dispatch_info.grid_size.x``...) through Arrow."""
+    if not records:
+        return pd.DataFrame()
+    arr = pa.array(records)
+    table = pa.Table.from_struct_array(arr)
+    while any(pa.types.is_struct(t) for t in table.schema.types):
+        table = table.flatten()
+    return table.to_pandas(types_mapper={pa.int64(): pd.Int64Dtype(), pa.uint64(): pd.Int64Dtype()}.get)
+
+
+def _col(frame: pd.DataFrame, *names: str):
+    for n in names:
+        if n in frame:
+            return frame[n]
+    return None
+
+
+def read_v3_json(path: Path) -> list[RankTrace]:
+    """rocprofv3 JSON: one RankTrace per ``rocprofiler-sdk-tool`` entry (one per profiled process).
+
+    Kernels from ``buffer_records.kernel_dispatch`` joined to ``kernel_symbols`` (name:
+    the formatted name, as rocprofv3's CSV writes it; VGPR/AGPR/SGPR counts), copies from
+    ``memory_copy``, ``launch_ns`` from ``hip_api`` records with the same internal
+    correlation id, ``collective`` from ``rccl_api`` records, devices from ``agents``
+    (device index = the agent's GPU index). Grid sizes are work-items and become
+    blocks. Stream = ``stream_id`` when records carry a non-zero one, else the queue.
+    """
+    doc = load_json(path)
+    tools = doc.get("rocprofiler-sdk-tool") if isinstance(doc, dict) else None
+    if isinstance(tools, dict):
+        tools = [tools]
+    if not isinstance(tools, list) or not tools:
+        raise ValueError(f"{path}: no rocprofiler-sdk-tool entries (not a rocprofv3 JSON)")
+    out = [_v3_process(path, tool, i) for i, tool in enumerate(tools)]
+    return out
+
+
+def _v3_process(path: Path, tool: dict, index: int) -> RankTrace:
+    where = f"{path} (process {index})"
+    meta = tool.get("metadata") or {}
+    buffers = tool.get("buffer_records") or {}
+    strings = tool.get("strings") or {}
+    kind_ops = {i: (k.get("kind"), k.get("operations") or []) for i, k in enumerate(strings.get("buffer_records") or [])}
+
+    def op_names(frame: pd.DataFrame) -> pd.Series:
+        names = [
+            (kind_ops.get(int(k), (None, []))[1][int(o)] if pd.notna(k) and pd.notna(o)
+             and int(o) < len(kind_ops.get(int(k), (None, []))[1]) else None)
+            for k, o in zip(frame["kind"], frame["operation"])
+        ]  # fmt: skip
+        return pd.Series(names, index=frame.index, dtype=object)
+
+    agents = [a for a in tool.get("agents") or [] if isinstance(a, dict)]
+    gpu_agents = [a for a in agents if a.get("type") == 2]
+    device_of: dict[int, int] = {}
+    rows = []
+    for order, a in enumerate(sorted(gpu_agents, key=lambda a: a.get("logical_node_id", 0))):
+        idx = a.get("gpu_index")
+        idx = idx if isinstance(idx, int) and idx >= 0 else a.get("logical_node_type_id", order)
+        device_of[int((a.get("id") or {}).get("handle", -1))] = int(idx)
+        rows.append(amd_device_row(int(idx), a))
+
+    def devices(handles: pd.Series | None) -> pd.Series | None:
+        if handles is None:
+            return None
+        return handles.map(lambda h: device_of.get(int(h)) if pd.notna(h) else None).astype("Int64")
+
+    try:
+        api = _records(buffers.get("hip_api") or [])
+        rccl = _records(buffers.get("rccl_api") or [])
+        disp = _records(buffers.get("kernel_dispatch") or [])
+        copies = _records(buffers.get("memory_copy") or [])
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        raise ValueError(f"{where}: malformed buffer records: {exc}") from None
+    hip = None
+    if not api.empty:
+        hip = pd.DataFrame({"function": op_names(api), "correlation": api["correlation_id.internal"],
+                            "api_start_ns": api["start_timestamp"]})  # fmt: skip
+    calls = None
+    if not rccl.empty:
+        calls = pd.DataFrame({"function": op_names(rccl), "correlation": rccl["correlation_id.internal"],
+                              "thread_id": rccl.get("thread_id")})  # fmt: skip
+    from overlapviz.ingest.rocprof_csv import launch_times
+
+    tables = []
+    if not disp.empty:
+        for c in ("start_timestamp", "end_timestamp", "dispatch_info.kernel_id"):
+            if c not in disp:
+                raise ValueError(f"{where}: kernel_dispatch records lack {c}")
+        _check(where, disp, "kernel dispatch")
+        symbols = pd.DataFrame(tool.get("kernel_symbols") or [])
+        if symbols.empty or "kernel_id" not in symbols:
+            raise ValueError(f"{where}: kernel_dispatch records but no kernel_symbols")
+        symbols = symbols.drop_duplicates("kernel_id").set_index("kernel_id")
+        sym_name = symbols.get("formatted_kernel_name", pd.Series(dtype=object)).replace("", pd.NA)
+        for alt in ("demangled_kernel_name", "kernel_name"):
+            if alt in symbols:
+                sym_name = sym_name.fillna(symbols[alt].replace("", pd.NA))
+        kid = disp["dispatch_info.kernel_id"]
+        unknown = ~kid.isin(symbols.index)
+        if unknown.any():
+            raise ValueError(f"{where}: kernel_dispatch names kernel_id {kid[unknown].iloc[0]} not in kernel_symbols")
+        names = clean_kernel_names(kid.map(sym_name).astype(str))
+        stream = _col(disp, "dispatch_info.queue_id.handle")
+        sid = _col(disp, "stream_id.handle")
+        if sid is not None and (sid.fillna(0) != 0).any():
+            stream = sid
+        cols = {
+            "device": devices(_col(disp, "dispatch_info.agent_id.handle")),
+            "stream": stream,
+            "correlation": disp["correlation_id.internal"],
+            "name": names,
+            "category": ["kernel"] * len(disp),
+            "is_host": [False] * len(disp),
+            "start_ns": disp["start_timestamp"],
+            "end_ns": disp["end_timestamp"],
+            "shared_mem_bytes": _col(disp, "dispatch_info.group_segment_size"),
+            "regs_per_thread": kid.map(symbols.get("arch_vgpr_count", pd.Series(dtype=object))).astype("Int64"),
+            "accum_vgprs": kid.map(symbols.get("accum_vgpr_count", pd.Series(dtype=object))).astype("Int64"),
+            "sgprs": kid.map(symbols.get("sgpr_count", pd.Series(dtype=object))).astype("Int64"),
+            "launch_ns": launch_times(disp["correlation_id.internal"], disp["start_timestamp"], hip),
+            "source_format": ["rocprof_v3_json"] * len(disp),
+        }
+        for axis in "xyz":
+            wg = _col(disp, f"dispatch_info.workgroup_size.{axis}")
+            gr = _col(disp, f"dispatch_info.grid_size.{axis}")
+            cols[f"block_{axis}"] = wg
+            cols[f"grid_{axis}"] = blocks(gr, wg) if gr is not None and wg is not None else None
+        frame = pd.DataFrame({"name": names, "correlation": disp["correlation_id.internal"],
+                              "thread_id": disp.get("thread_id")})  # fmt: skip
+        cols["collective"] = assign_collectives(frame, calls)
+        tables.append(kernel_table({k: v for k, v in cols.items() if v is not None}, where=where))
+    if not copies.empty:
+        _check(where, copies, "memory copy")
+        direction = op_names(copies)
+        src = devices(_col(copies, "src_agent_id.handle"))
+        dst = devices(_col(copies, "dst_agent_id.handle"))
+        device = dst.where(direction.str.contains("HOST_TO_DEVICE", na=False), src) if src is not None else None
+        cols = {
+            "device": device,
+            "stream": _col(copies, "stream_id.handle"),
+            "correlation": copies["correlation_id.internal"],
+            "name": direction.fillna("MEMORY_COPY"),
+            "category": ["gpu_memcpy"] * len(copies),
+            "is_host": [False] * len(copies),
+            "start_ns": copies["start_timestamp"],
+            "end_ns": copies["end_timestamp"],
+            "bytes": _col(copies, "bytes"),
+            "launch_ns": launch_times(copies["correlation_id.internal"], copies["start_timestamp"], hip),
+            "source_format": ["rocprof_v3_json"] * len(copies),
+        }
+        tables.append(kernel_table({k: v for k, v in cols.items() if v is not None}, where=where))
+    if not tables:
+        raise ValueError(f"{where}: no kernel_dispatch or memory_copy records (was kernel tracing on?)")
+    pid = meta.get("pid")
+    config = meta.get("config") or {}
+    return RankTrace(
+        rank=rank_from_name(str(config.get("output_file", "")), path.name),
+        kernels=pa.concat_tables(tables),
+        devices=device_table(rows, where=where),
+        info={
+            "pid": int(pid) if isinstance(pid, int) else None,
+            "host": (meta.get("node") or {}).get("hostname"),
+            "source_path": str(path),
+            "source_format": "rocprof_v3_json",
+            "base_time_ns": 0,
+            "n_events": len(disp) + len(copies) + len(api) + len(rccl),
+        },
+    )
+
+
+def _check(where: str, frame: pd.DataFrame, what: str) -> None:
+    start, end = frame["start_timestamp"], frame["end_timestamp"]
+    if start.isna().any() or end.isna().any():
+        raise ValueError(f"{where}: a {what} record has no start/end timestamp")
+    bad = (end < start).to_numpy().nonzero()[0]
+    if len(bad):
+        raise ValueError(f"{where}: {what} record {bad[0]} ends before it starts (negative duration)")
