@@ -1,0 +1,481 @@
+"""Occupancy: how many blocks of a kernel fit on one SM (NVIDIA) or CU (AMD), which resource limits them, and what still fits beside them.
+
+NVIDIA follows CUDA's ``cuda_occupancy.h`` (the rules behind
+``cudaOccupancyMaxActiveBlocksPerMultiprocessor``) and was checked row by row against
+the driver on an H200 (tests/data/occupancy_h200/). AMD follows LLVM's AMDGPU
+occupancy rules (``AMDGPUBaseInfo.cpp``). Resource names are the same for both
+vendors: ``warps`` (warp / wave slots), ``blocks`` (block slots; on AMD the
+workgroup barrier limit), ``registers`` (VGPRs on AMD), ``sgprs`` (AMD gfx9 only),
+``shared_memory`` (LDS on AMD).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from overlapviz import schema
+from overlapviz.devices import device_limits
+
+RESOURCES = ("warps", "blocks", "registers", "sgprs", "shared_memory")
+UNLIMITED = np.iinfo(np.int64).max // 4  # a resource the kernel does not use never limits
+
+
+def _ceil_div(a, b):
+    return -(-np.asarray(a, np.int64) // np.asarray(b, np.int64))
+
+
+def _round_up(a, b):
+    return _ceil_div(a, b) * np.asarray(b, np.int64)
+
+
+def _col(x, n: int) -> np.ndarray:
+    a = np.asarray(x, dtype=np.int64)
+    return np.broadcast_to(a, (n,)).copy() if a.ndim == 0 else a.astype(np.int64)
+
+
+def _carveout_up(size: np.ndarray, carveouts: tuple[int, ...]) -> np.ndarray:
+    """The smallest carve-out (bytes) >= ``size``; sizes above the largest keep their value.
+
+    ``cudaOccAlignUpShmemSizeVoltaPlus``: the unified L1/shared memory of sm_70+ is
+    configured in steps, and a request is rounded up to the next step.
+    """
+    steps = np.asarray(sorted(carveouts), np.int64)
+    if len(steps) == 0:
+        return size
+    idx = np.searchsorted(steps, size, side="left")
+    return np.where(idx < len(steps), steps[np.minimum(idx, len(steps) - 1)], size)
+
+
+def _nvidia(limits: dict, threads, regs, smem, *, carveout, optin) -> dict:
+    """Per-resource block limits by CUDA's rules (``cuda_occupancy.h``, CUDA 12/13).
+
+    * warps: ``(max_threads_per_sm / 32) // ceil(threads / 32)``; 0 when ``threads`` exceeds
+      the block limit.
+    * registers: a warp's registers are ``regs * 32`` rounded up to the allocation unit
+      (256); the register file is split between 4 sub-partitions and each holds
+      ``(regs_per_sm / 4) // regs_per_warp`` warps, so the SM holds 4x that and
+      ``// warps_per_block`` blocks. A block whose warps, rounded up to a multiple of 4,
+      need more than ``regs_per_block`` registers cannot launch (the hardware check).
+    * shared memory: a block takes its static + dynamic bytes plus the per-block
+      reservation (1 KB from sm_80), rounded up to 128 B. The SM's shared memory is the
+      carve-out: the preferred fraction of the largest carve-out (default: the largest),
+      rounded up to a configurable step, or, when one block needs more than that, the
+      smallest step that holds one block. Above ``shared_mem_per_block`` (48 KB) a block
+      needs the per-function opt-in (``optin=True``), up to ``shared_mem_per_block_optin``.
+    * blocks: ``max_blocks_per_sm``.
+    """
+    n = len(threads)
+    warp = int(limits["warp_size"])
+    warps_per_block = _ceil_div(threads, warp)
+    max_warps = int(limits["max_threads_per_sm"]) // warp
+    by_warps = np.where(threads > int(limits["max_threads_per_block"]), 0, max_warps // np.maximum(warps_per_block, 1))
+    by_blocks = np.full(n, int(limits["max_blocks_per_sm"]), np.int64)
+
+    unit, parts = int(limits["reg_alloc_unit"]), int(limits["sub_partitions"])
+    regs_per_warp = _round_up(regs * warp, unit)
+    assumed = regs_per_warp * _round_up(warps_per_block, parts)
+    fits = (regs <= int(limits["max_regs_per_thread"])) & (assumed <= int(limits["regs_per_block"]))
+    warps_per_part = (int(limits["regs_per_sm"]) // parts) // np.maximum(regs_per_warp, 1)
+    by_regs = np.where(regs == 0, UNLIMITED, np.where(fits, warps_per_part * parts // warps_per_block, 0))
+
+    reserved = int(limits["reserved_shared_mem_per_block"])
+    smem_alloc = _round_up(smem + reserved, int(limits["shared_mem_alloc_unit"]))
+    per_block = int(limits["shared_mem_per_block_optin"] if optin else limits["shared_mem_per_block"])
+    sm_total = int(limits["shared_mem_per_sm"])
+    carve = tuple(limits.get("carveouts_bytes") or ())
+    if carveout is None or carveout < 0:
+        preferred = _carveout_up(np.full(n, sm_total, np.int64), carve)
+    else:
+        preferred = _carveout_up(np.full(n, int(carveout) * sm_total // 100, np.int64), carve)
+    config = np.where(preferred >= smem_alloc, preferred, _carveout_up(smem_alloc, carve))
+    by_smem = np.where(
+        smem_alloc > per_block + reserved,
+        0,
+        np.where(smem_alloc > 0, config // np.maximum(smem_alloc, 1), UNLIMITED),
+    )
+    return {
+        "warps_per_block": warps_per_block,
+        "max_warps_per_sm": np.full(n, max_warps, np.int64),
+        "by": {"warps": by_warps, "blocks": by_blocks, "registers": by_regs, "shared_memory": by_smem},
+        "regs_per_block_allocated": regs_per_warp * warps_per_block,
+        "shared_mem_per_block_allocated": smem_alloc,
+        "shared_mem_config": config,
+    }
+
+
+def _amd_sgpr_waves(sgprs: np.ndarray, max_waves: int) -> np.ndarray:
+    # LLVM getOccupancyWithNumSGPRs, gfx8/gfx9 (800 SGPRs per SIMD)
+    w = np.select([sgprs <= 80, sgprs <= 88, sgprs <= 100], [10, 9, 8], 7)
+    return np.minimum(w, max_waves)
+
+
+def _amd(limits: dict, threads, regs, smem, *, sgprs, accum_vgprs, wave_size) -> dict:
+    """Per-resource workgroup limits by LLVM's AMDGPU rules (``AMDGPUBaseInfo.cpp``).
+
+    * waves: a workgroup has ``ceil(threads / wave)`` waves; a CU (RDNA: a WGP in HIP's
+      default WGP mode) holds ``max_waves_per_simd * simds`` waves.
+    * VGPRs (``getNumWavesPerEUWithNumVGPRs``): waves per SIMD =
+      ``vgprs_per_simd // round_up(vgprs, granule)``, at most ``max_waves_per_simd``. On
+      gfx90a/gfx94x/gfx950 ArchVGPRs and AccVGPRs share one file:
+      ``round_up(arch, 4) + accum``; on gfx908 the two files are separate and the
+      larger one counts.
+    * SGPRs (gfx9 only, ``getOccupancyWithNumSGPRs``): <= 80: 10 waves, <= 88: 9,
+      <= 100: 8, else 7. gfx10+ gives every wave its SGPRs.
+    * LDS: rounded up to 512 B; the CU's LDS // that.
+    * workgroups (``getMaxWorkGroupsPerCU``): a one-wave workgroup takes no barrier;
+      otherwise at most 16 per CU (gfx9) or 32 per WGP (gfx10+).
+    Per-SIMD limits become per-CU workgroup limits as ``waves_per_simd * simds //
+    waves_per_workgroup`` (a workgroup's waves spread over the CU's SIMDs).
+    """
+    n = len(threads)
+    wave = int(wave_size or limits["warp_size"])
+    simds = int(limits["simds_per_cu"])
+    max_waves = int(limits["max_waves_per_simd"])
+    wpb = _ceil_div(threads, wave)
+    cu_waves = max_waves * simds
+    by_warps = np.where(threads > int(limits["max_threads_per_block"]), 0, cu_waves // np.maximum(wpb, 1))
+    slots = 16 if str(limits.get("arch", "")).startswith("gfx9") else 32
+    by_blocks = np.where(wpb <= 1, cu_waves, np.minimum(cu_waves // np.maximum(wpb, 1), slots))
+
+    granule, total = int(limits["vgpr_alloc_unit"]), int(limits["vgprs_per_simd"])
+    accum = _col(0 if accum_vgprs is None else accum_vgprs, n)
+    if limits.get("unified_vgprs"):
+        vgprs = np.where(accum > 0, _round_up(regs, 4) + accum, regs)
+    else:
+        vgprs = np.maximum(regs, accum)
+    rounded = _round_up(np.maximum(vgprs, 1), granule)
+    simd_waves = np.where(vgprs < granule, max_waves, np.minimum(np.maximum(total // rounded, 1), max_waves))
+    simd_waves = np.where(vgprs > min(total, 512), 0, simd_waves)
+    by_regs = np.where(regs == 0, UNLIMITED, simd_waves * simds // np.maximum(wpb, 1))
+
+    if sgprs is not None and limits.get("sgprs_per_simd"):
+        sg = _col(sgprs, n)
+        by_sgprs = np.where(sg > 0, _amd_sgpr_waves(sg, max_waves) * simds // np.maximum(wpb, 1), UNLIMITED)
+    else:
+        by_sgprs = np.full(n, UNLIMITED, np.int64)
+
+    lds_alloc = _round_up(smem, int(limits.get("lds_alloc_unit", 512)))
+    lds_cu = int(limits.get("lds_per_cu") or limits["shared_mem_per_sm"])
+    by_smem = np.where(
+        lds_alloc > int(limits["shared_mem_per_block"]),
+        0,
+        np.where(lds_alloc > 0, lds_cu // np.maximum(lds_alloc, 1), UNLIMITED),
+    )
+    return {
+        "warps_per_block": wpb,
+        "max_warps_per_sm": np.full(n, cu_waves, np.int64),
+        "by": {"warps": by_warps, "blocks": by_blocks, "registers": by_regs, "sgprs": by_sgprs, "shared_memory": by_smem},
+        "regs_per_block_allocated": rounded * wpb,
+        "shared_mem_per_block_allocated": lds_alloc,
+        "shared_mem_config": np.full(n, lds_cu, np.int64),
+    }
+
+
+def occupancy_table(
+    limits: dict,
+    threads_per_block,
+    regs_per_thread,
+    shared_mem_bytes,
+    *,
+    carveout: int | None = None,
+    optin: bool = True,
+    sgprs=None,
+    accum_vgprs=None,
+    wave_size: int | None = None,
+) -> pd.DataFrame:
+    """Vectorized :func:`occupancy` over arrays of launch shapes (one row each).
+
+    Returns a frame with ``blocks_per_sm``, ``limiter``, ``occupancy``,
+    ``warps_per_block``, ``active_warps``, one ``blocks_limit_<resource>`` column per
+    resource (null: the kernel does not use it), ``regs_per_block_allocated``,
+    ``shared_mem_per_block_allocated`` and ``shared_mem_config`` (the SM's shared memory
+    under the chosen carve-out).
+    """
+    threads = np.atleast_1d(np.asarray(threads_per_block, np.int64))
+    n = len(threads)
+    regs = _col(regs_per_thread, n)
+    smem = _col(shared_mem_bytes, n)
+    if limits["vendor"] == "nvidia":
+        res = _nvidia(limits, threads, regs, smem, carveout=carveout, optin=optin)
+    else:
+        res = _amd(limits, threads, regs, smem, sgprs=sgprs, accum_vgprs=accum_vgprs, wave_size=wave_size)
+    by = res["by"]
+    names = [r for r in RESOURCES if r in by]
+    stack = np.vstack([by[r] for r in names])
+    blocks = stack.min(axis=0)
+    # ties: the first resource in RESOURCES order (slots before registers before memory)
+    limiter = np.asarray(names, dtype=object)[stack.argmin(axis=0)]
+    wpb = res["warps_per_block"]
+    out = pd.DataFrame(
+        {
+            "threads_per_block": threads,
+            "regs_per_thread": regs,
+            "shared_mem_bytes": smem,
+            "blocks_per_sm": blocks,
+            "limiter": limiter,
+            "occupancy": blocks * wpb / res["max_warps_per_sm"],
+            "warps_per_block": wpb,
+            "active_warps": blocks * wpb,
+            "max_warps_per_sm": res["max_warps_per_sm"],
+        }
+    )
+    for r in RESOURCES:
+        col = by.get(r)
+        if col is None:
+            out[f"blocks_limit_{r}"] = pd.array([pd.NA] * n, dtype="Int64")
+        else:
+            out[f"blocks_limit_{r}"] = pd.Series(col, dtype="Int64").mask(col >= UNLIMITED).array
+    out["regs_per_block_allocated"] = res["regs_per_block_allocated"]
+    out["shared_mem_per_block_allocated"] = res["shared_mem_per_block_allocated"]
+    out["shared_mem_config"] = res["shared_mem_config"]
+    return out
+
+
+def occupancy(
+    limits: dict,
+    threads_per_block: int,
+    regs_per_thread: int,
+    shared_mem_bytes: int,
+    *,
+    carveout: int | None = None,
+    optin: bool = True,
+    sgprs: int | None = None,
+    accum_vgprs: int | None = None,
+    wave_size: int | None = None,
+) -> dict:
+    """Resident blocks of one kernel per SM (NVIDIA) or CU (AMD), and what limits them.
+
+    Parameters
+    ----------
+    limits
+        A device's limits, as :func:`overlapviz.devices.device_limits` returns them.
+    threads_per_block
+        Threads (work-items) per block.
+    regs_per_thread
+        Registers per thread (AMD: ArchVGPRs per work-item); 0 means none.
+    shared_mem_bytes
+        Static + dynamic shared memory (AMD: LDS) per block, bytes, without the driver's
+        per-block reservation (added here).
+    carveout
+        NVIDIA: the preferred shared-memory carve-out, percent of the largest
+        (``cudaFuncAttributePreferredSharedMemoryCarveout``); None or -1: no preference.
+    optin
+        NVIDIA: the kernel opted in to more than 48 KB of dynamic shared memory per block
+        (any kernel that ran with more did). False reproduces the profiler's
+        calculation, which assumes no opt-in.
+    sgprs, accum_vgprs, wave_size
+        AMD: scalar registers per wave, AccVGPRs per work-item, wave size (default: the
+        device's).
+
+    Returns
+    -------
+    dict
+        ``blocks_per_sm`` (0: the block cannot launch), ``limiter`` (one of ``warps``,
+        ``blocks``, ``registers``, ``sgprs``, ``shared_memory``; ties go to the first of
+        that list), ``occupancy`` (resident warps / the SM's warp slots, 0..1),
+        ``warps_per_block``, ``active_warps``, ``blocks_limit_<resource>`` (None where the
+        kernel does not use the resource), ``regs_per_block_allocated``,
+        ``shared_mem_per_block_allocated`` (bytes, reservation and rounding included),
+        ``shared_mem_config`` (bytes of shared memory the SM is configured with).
+    """
+    for name, value in (("threads_per_block", threads_per_block), ("regs_per_thread", regs_per_thread), ("shared_mem_bytes", shared_mem_bytes)):
+        if value is None or pd.isna(value) or int(value) < 0:
+            raise ValueError(f"{name} must be a non-negative integer, not {value!r}")
+    if int(threads_per_block) == 0:
+        raise ValueError("threads_per_block must be at least 1")
+    row = occupancy_table(
+        limits,
+        [int(threads_per_block)],
+        int(regs_per_thread),
+        int(shared_mem_bytes),
+        carveout=carveout,
+        optin=optin,
+        sgprs=sgprs,
+        accum_vgprs=accum_vgprs,
+        wave_size=wave_size,
+    ).iloc[0]
+    out = {}
+    for key, value in row.items():
+        if value is pd.NA:
+            out[key] = None
+        elif isinstance(value, (np.integer,)):
+            out[key] = int(value)
+        elif isinstance(value, (np.floating,)):
+            out[key] = float(value)
+        else:
+            out[key] = value
+    return out
+
+
+def profiler_estimated_occupancy(limits: dict, threads_per_block, regs_per_thread, shared_mem_bytes, grid_blocks) -> np.ndarray:
+    """Kineto's ``est. achieved occupancy %`` recomputed (for cross-checks).
+
+    Kineto (``CuptiActivity``) runs ``cudaOccMaxActiveBlocksPerMultiprocessor`` with no
+    shared-memory opt-in, caps the result at its ``blocks per SM`` field (grid blocks /
+    SMs, not a residency) and reports ``round(100 * blocks * threads / max_threads_per_sm)``.
+    A kernel with more than 48 KB of shared memory therefore reads 0 %.
+    """
+    occ = occupancy_table(limits, threads_per_block, regs_per_thread, shared_mem_bytes, optin=False)
+    per_sm = np.asarray(grid_blocks, np.float64) / float(limits["num_sms"])
+    blocks = np.minimum(occ["blocks_per_sm"].to_numpy(np.float64), per_sm)
+    return np.round(100.0 * blocks * occ["threads_per_block"].to_numpy() / float(limits["max_threads_per_sm"]))
+
+
+# --- datasets -------------------------------------------------------------------------
+
+SHAPE_KEYS = ["threads_per_block", "regs_per_thread", "shared_mem_bytes", "sgprs", "accum_vgprs", "wave_size"]
+
+
+def device_table(dataset_path) -> dict:
+    """Completed limits for every ``(run_id, rank, device)`` of a dataset's devices table.
+
+    Returns
+    -------
+    dict
+        ``{(run_id, rank, device): limits}``; a row whose architecture cannot be found maps
+        to the ``ValueError`` message (a str), so callers can say why a kernel has no
+        residency.
+    """
+    devices = schema.read_frame(dataset_path, "devices")
+    out = {}
+    for rec in devices.to_dict("records"):  # one row per device, not per event
+        key = (rec["run_id"], int(rec["rank"]), None if pd.isna(rec["device"]) else int(rec["device"]))
+        try:
+            out[key] = device_limits(rec)
+        except ValueError as exc:
+            out[key] = str(exc)
+    return out
+
+
+def kernel_shapes(kernels: pd.DataFrame) -> pd.DataFrame:
+    """``kernels`` with ``threads_per_block`` and ``grid_blocks`` (null where the trace lacks them)."""
+    k = kernels
+    threads = k["block_x"].astype("Int64") * k["block_y"].fillna(1).astype("Int64") * k["block_z"].fillna(1).astype("Int64")
+    grid = k["grid_x"].astype("Int64") * k["grid_y"].fillna(1).astype("Int64") * k["grid_z"].fillna(1).astype("Int64")
+    return k.assign(threads_per_block=threads, grid_blocks=grid)
+
+
+def _limits_for(dev_limits: dict, run_id, rank, device):
+    hit = dev_limits.get((run_id, rank, device))
+    if hit is None:  # a trace that did not say which device: the rank's only device
+        cands = [v for (r, k, _d), v in dev_limits.items() if r == run_id and k == rank]
+        hit = cands[0] if len(cands) == 1 else None
+    return hit
+
+
+def attach_occupancy(kernels: pd.DataFrame, dev_limits: dict, *, prefix: str = "") -> pd.DataFrame:
+    """Add occupancy columns to a kernels frame (with ``threads_per_block``), per device.
+
+    Rows whose device has no limits, or whose shape lacks threads or registers, get null
+    occupancy and a ``residency_note`` saying why.
+    """
+    n = len(kernels)
+    blocks = pd.array([pd.NA] * n, dtype="Int64")
+    limiter = np.full(n, None, dtype=object)
+    occ = np.full(n, np.nan)
+    note = np.full(n, None, dtype=object)
+    shape_cols = ["run_id", "rank", "device"]
+    if n:
+        dev = kernels["device"].astype("Int64")
+        keys = pd.DataFrame({"run_id": kernels["run_id"], "rank": kernels["rank"].astype(int), "device": dev})
+        for (run_id, rank, device), idx in keys.groupby(shape_cols, dropna=False).indices.items():
+            lim = _limits_for(dev_limits, run_id, int(rank), None if pd.isna(device) else int(device))
+            if lim is None or isinstance(lim, str):
+                note[idx] = lim or f"no devices row for run {run_id} rank {rank}"
+                continue
+            part = kernels.iloc[idx]
+            ok = part["threads_per_block"].notna().to_numpy() & (part["threads_per_block"].fillna(0).to_numpy() > 0)
+            if lim["vendor"] == "nvidia":
+                ok &= part["regs_per_thread"].notna().to_numpy()
+            note[idx[~ok]] = "launch shape incomplete in the trace (block size or registers missing)"
+            if not ok.any():
+                continue
+            sel = part[ok]
+            table = occupancy_table(
+                lim,
+                sel["threads_per_block"].to_numpy(np.int64),
+                sel["regs_per_thread"].fillna(0).to_numpy(np.int64),
+                sel["shared_mem_bytes"].fillna(0).to_numpy(np.int64),
+                sgprs=sel["sgprs"].fillna(0).to_numpy(np.int64) if "sgprs" in sel else None,
+                accum_vgprs=sel["accum_vgprs"].fillna(0).to_numpy(np.int64) if "accum_vgprs" in sel else None,
+            )
+            where = idx[ok]
+            blocks[where] = table["blocks_per_sm"].to_numpy()
+            limiter[where] = table["limiter"].to_numpy()
+            occ[where] = table["occupancy"].to_numpy()
+    return kernels.assign(
+        **{
+            f"{prefix}blocks_per_sm": blocks,
+            f"{prefix}limiter": limiter,
+            f"{prefix}occupancy": occ,
+            f"{prefix}residency_note": note,
+        }
+    )
+
+
+def kernel_residency(dataset_path, *, run_ids=None) -> pd.DataFrame:
+    """One row per distinct kernel launch shape in a dataset, with its residency.
+
+    Parameters
+    ----------
+    dataset_path
+        An overlapviz dataset directory.
+    run_ids
+        Only these runs (all by default).
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns ``run_id, device_name, arch, name, kind, threads_per_block,
+        regs_per_thread, shared_mem_bytes, blocks_per_sm, limiter, occupancy,
+        n_launches, total_us, grid_blocks_median, waves`` (grid blocks over
+        ``blocks_per_sm * num_sms``: how many full rounds the grid needs) and
+        ``residency_note``, sorted by ``total_us`` descending. Host activities and
+        memcpy/memset are left out. ``blocks_per_sm`` is null where the trace lacks the
+        launch shape or the device's limits (``residency_note`` says which).
+    """
+    cols = ["run_id", "rank", "device", "name", "kind", "is_host", "start_ns", "end_ns", "grid_x", "grid_y", "grid_z",
+            "block_x", "block_y", "block_z", "regs_per_thread", "shared_mem_bytes", "sgprs", "accum_vgprs"]
+    k = schema.read_frame(dataset_path, "kernels", columns=cols, run_ids=run_ids)
+    k = k[(~k["is_host"].fillna(False)) & k["kind"].isin(["compute", "comm", "other"])]
+    k = kernel_shapes(k)
+    dev_limits = device_table(dataset_path)
+    keys = ["run_id", "rank", "device", "name", "kind", "threads_per_block", "regs_per_thread", "shared_mem_bytes", "sgprs", "accum_vgprs"]
+    g = (
+        k.assign(dur_ns=k["end_ns"] - k["start_ns"])
+        .groupby(keys, dropna=False, sort=False)
+        .agg(n_launches=("dur_ns", "size"), total_ns=("dur_ns", "sum"), grid_blocks_median=("grid_blocks", "median"))
+        .reset_index()
+    )
+    g = attach_occupancy(g, dev_limits)
+    names, archs, sms = [], [], []
+    for rec in g[["run_id", "rank", "device"]].itertuples(index=False):  # per distinct shape
+        lim = _limits_for(dev_limits, rec.run_id, int(rec.rank), None if pd.isna(rec.device) else int(rec.device))
+        ok = isinstance(lim, dict)
+        names.append(lim.get("name") if ok else None)
+        archs.append(lim.get("arch") if ok else None)
+        sms.append(lim.get("num_sms") if ok else None)
+    g = g.assign(device_name=names, arch=archs, num_sms=pd.array(sms, dtype="Int64"))
+    # shapes repeat across ranks of a run: merge them
+    keys2 = ["run_id", "device_name", "arch", "name", "kind", "threads_per_block", "regs_per_thread", "shared_mem_bytes"]
+    out = (
+        g.groupby(keys2, dropna=False, sort=False)
+        .agg(
+            blocks_per_sm=("blocks_per_sm", "first"),
+            limiter=("limiter", "first"),
+            occupancy=("occupancy", "first"),
+            n_launches=("n_launches", "sum"),
+            total_ns=("total_ns", "sum"),
+            grid_blocks_median=("grid_blocks_median", "median"),
+            num_sms=("num_sms", "first"),
+            residency_note=("residency_note", "first"),
+        )
+        .reset_index()
+    )
+    denom = out["blocks_per_sm"].astype("Float64") * out["num_sms"].astype("Float64")
+    waves = out["grid_blocks_median"].astype("Float64") / denom.where(denom > 0)
+    out = out.assign(total_us=out["total_ns"] / 1000.0, waves=waves).drop(columns=["total_ns", "num_sms"])
+    order = ["run_id", "device_name", "arch", "name", "kind", "threads_per_block", "regs_per_thread", "shared_mem_bytes",
+             "blocks_per_sm", "limiter", "occupancy", "n_launches", "total_us", "grid_blocks_median", "waves", "residency_note"]
+    return out[order].sort_values(["run_id", "total_us"], ascending=[True, False], kind="stable").reset_index(drop=True)
