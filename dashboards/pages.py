@@ -1,0 +1,257 @@
+"""Dashboard pages: Panel Viewers over one DataStore; each composes overlapviz.figures builders."""
+
+from __future__ import annotations
+
+import io
+import tempfile
+from pathlib import Path
+
+import holoviews as hv
+import pandas as pd
+import panel as pn
+import param
+from panel.viewable import Viewer
+
+from overlapviz import figures
+from overlapviz.dashboards.store import DataStore, Unavailable
+
+EXPORT_FORMATS = ["png", "svg", "pdf", "html"]
+
+
+def notice(text: str, kind: str = "warning") -> pn.pane.Alert:
+    return pn.pane.Alert(text, alert_type=kind, sizing_mode="stretch_width")
+
+
+def unavailable(what: str, exc: Exception) -> pn.pane.Alert:
+    return notice(f"**{what} not available.** {exc}")
+
+
+def export_button(store: DataStore, figure: str, options) -> pn.Row:
+    """A format choice and a download button producing the page's figure via overlapviz.export."""
+    fmt = pn.widgets.Select(label="Export format", options=EXPORT_FORMATS, value="png", width=110)
+
+    def _make():
+        from overlapviz import export
+
+        with tempfile.TemporaryDirectory(prefix="ovz-export-") as tmp:
+            out = Path(tmp) / f"{figure}.{fmt.value}"
+            export.export_dataset_figure(store.path, figure, out, **options())
+            data = out.read_bytes()
+        download.filename = f"{figure}.{fmt.value}"
+        return io.BytesIO(data)
+
+    download = pn.widgets.FileDownload(callback=_make, filename=f"{figure}.png", label="Export figure",
+                                       width=150, embed=False)  # fmt: skip
+    fmt.param.watch(lambda e: setattr(download, "filename", f"{figure}.{e.new}"), "value")
+    return pn.Row(fmt, download, align="end")
+
+
+class OverviewPage(Viewer):
+    """Heatmaps over the configuration grid; clicking a cell opens that configuration on the Timeline."""
+
+    store = param.ClassSelector(class_=DataStore, constant=True)
+
+    value = param.Selector(default="time_ratio", objects=list(figures.VALUE_LABELS), label="Metric")
+
+    def __init__(self, store: DataStore, on_open=None, **params):
+        super().__init__(store=store, **params)
+        self.on_open = on_open
+
+    def _open(self, facet: str, grid: pd.DataFrame, x, y) -> None:
+        if x is None or y is None:
+            return
+        hit = grid.loc[(grid["facet"] == facet) & (grid["shaping"] == str(x)) & (grid["priority"] == str(y)), "run_id"]
+        if len(hit):
+            self.store.run_id = hit.iloc[0]
+            if self.on_open is not None:
+                self.on_open(hit.iloc[0])
+
+    @param.depends("value")
+    def _heatmaps(self):
+        try:
+            table = self.store.config_table()
+        except Unavailable as exc:
+            return unavailable("Configuration grid", exc)
+        configured = table.get("setup", pd.Series(dtype=object)).notna()
+        if not configured.any():
+            return notice("These runs are imported traces without an experiment configuration "
+                          "(workload, setup, shaping, priority): there is no grid to show. Open them on the Timeline.",
+                          "info")  # fmt: skip
+        table = table.loc[configured]
+        if self.value not in table or table[self.value].isna().all():
+            return notice(f"No {figures.VALUE_LABELS[self.value]} for these runs (needs a sequential/baseline run).", "info")
+        layout = figures.heatmap(table, value=self.value)
+        grid = figures.config_grid(table)
+        for overlay in layout:
+            hm = overlay.get(0)
+            tap = hv.streams.Tap(source=hm)
+            facet = overlay.label
+            tap.add_subscriber(lambda x, y, facet=facet: self._open(facet, grid, x, y))
+        return pn.pane.HoloViews(layout, backend="bokeh", linked_axes=False)
+
+    def _speedup(self):
+        try:
+            table = self.store.config_table()
+        except Unavailable:
+            return pn.Spacer()
+        if "speedup" not in table or table["speedup"].isna().all():
+            return pn.Spacer()
+        return pn.pane.HoloViews(figures.speedup_bars(table.loc[table["speedup"].notna()]), backend="bokeh")
+
+    def __panel__(self):
+        header = pn.Row(
+            pn.widgets.RadioButtonGroup.from_param(self.param.value),
+            export_button(self.store, "heatmap", lambda: {"value": self.value}),
+        )
+        hint = pn.pane.Markdown("Click a cell to open that configuration on the **Timeline** page.")
+        return pn.Column(header, hint, self._heatmaps, self._speedup(), export_button(self.store, "speedup", dict),
+                         sizing_mode="stretch_width", name="Overview")  # fmt: skip
+
+
+class TimelinePage(Viewer):
+    """Kernels per rank and stream: rasterized when zoomed out, hover-able glyphs when zoomed in."""
+
+    store = param.ClassSelector(class_=DataStore, constant=True)
+
+    max_glyphs = param.Integer(default=figures.MAX_GLYPHS, bounds=(1_000, 200_000), label="Glyphs up to (kernels in view)")
+
+    def __init__(self, store: DataStore, **params):
+        super().__init__(store=store, **params)
+
+    @param.depends("store.run_id", "store.ranks", "max_glyphs")
+    def _plot(self):
+        if self.store.run_id is None:
+            return notice("The dataset has no runs.", "info")
+        data = self.store.timeline()
+        if not len(data.frame):
+            return notice(f"Run {self.store.run_id} has no kernels. {self.store.configuration_text()}", "info")
+        dmap = figures.timeline(data, steps=self.store.steps(), dynamic=True, max_glyphs=self.max_glyphs,
+                                title=f"Timeline of {self.store.run_id}")  # fmt: skip
+        return pn.pane.HoloViews(dmap, backend="bokeh", sizing_mode="stretch_width")
+
+    @param.depends("store.run_id")
+    def _info(self):
+        text = self.store.configuration_text()
+        return pn.pane.Markdown(text, sizing_mode="stretch_width")
+
+    def __panel__(self):
+        controls = pn.Row(
+            pn.widgets.Select.from_param(self.store.param.run_id, label="Configuration", width=420),
+            pn.widgets.MultiChoice.from_param(self.store.param.ranks, label="Ranks (empty: all)", width=260),
+            pn.widgets.IntInput.from_param(self.param.max_glyphs, width=200),
+            export_button(self.store, "timeline", lambda: {"runs": [self.store.run_id], "ranks": self.store.ranks or None}),
+        )
+        return pn.Column(controls, self._info, self._plot, sizing_mode="stretch_width", name="Timeline")
+
+
+class ComparePage(Viewer):
+    """Two configurations on linked time axes, with the metric deltas."""
+
+    store = param.ClassSelector(class_=DataStore, constant=True)
+
+    def __init__(self, store: DataStore, **params):
+        super().__init__(store=store, **params)
+
+    def _deltas(self, a: str, b: str) -> pd.DataFrame | None:
+        try:
+            return self.store.compare(a, b)
+        except Unavailable:
+            pass
+        try:
+            metrics = self.store.metrics()
+        except Unavailable:
+            return None
+        return figures.metric_deltas(metrics, a, b)
+
+    @param.depends("store.run_id", "store.run_b")
+    def _plot(self):
+        a, b = self.store.run_id, self.store.run_b
+        if a is None or b is None:
+            return notice("Needs two runs.", "info")
+        da, db = self.store.timeline(a, ranks=[]), self.store.timeline(b, ranks=[])
+        if not len(da.frame) or not len(db.frame):
+            return notice("One of the two runs has no kernels.", "info")
+        layout = figures.compare(da, db, self._deltas(a, b), labels=(f"A: {a}", f"B: {b}"))
+        return pn.pane.HoloViews(layout, backend="bokeh", sizing_mode="stretch_width")
+
+    @param.depends("store.run_id", "store.run_b")
+    def _info(self):
+        return pn.pane.Markdown(
+            f"**A** {self.store.configuration_text(self.store.run_id)}\n\n**B** {self.store.configuration_text(self.store.run_b)}"
+        )
+
+    def __panel__(self):
+        controls = pn.Row(
+            pn.widgets.Select.from_param(self.store.param.run_id, label="A", width=420),
+            pn.widgets.Select.from_param(self.store.param.run_b, label="B", width=420),
+            export_button(self.store, "compare", lambda: {"runs": [self.store.run_id, self.store.run_b]}),
+        )
+        return pn.Column(controls, self._info, self._plot, sizing_mode="stretch_width", name="Compare")
+
+
+class ResidencyPage(Viewer):
+    """Resident blocks per SM per kernel, the limiter, and the communication start delays."""
+
+    store = param.ClassSelector(class_=DataStore, constant=True)
+
+    def __init__(self, store: DataStore, **params):
+        super().__init__(store=store, **params)
+
+    @param.depends("store.run_id")
+    def _plot(self):
+        try:
+            table = self.store.kernel_residency()
+        except Unavailable as exc:
+            return unavailable("Residency", exc)
+        if "run_id" in table:
+            table = table.loc[table["run_id"] == self.store.run_id]
+        if not len(table):
+            return notice(f"No kernel launch shapes with residency for {self.store.run_id}.", "info")
+        try:
+            delays = self.store.comm_start_delays()
+            delays = delays.loc[delays["run_id"] == self.store.run_id]
+            extra = None
+        except Unavailable as exc:
+            delays, extra = None, unavailable("Communication start delays", exc)
+        fig = pn.pane.HoloViews(figures.residency(table, delays), backend="bokeh")
+        cols = [c for c in ("name", "threads_per_block", "regs_per_thread", "shared_mem_bytes", "blocks_per_sm",
+                            "limiter", "occupancy", "comm_blocks_fit_per_sm") if c in table]  # fmt: skip
+        tab = pn.widgets.Tabulator(table[cols], pagination="local", page_size=15, disabled=True, sizing_mode="stretch_width")
+        return pn.Column(*([extra] if extra is not None else []), fig, tab, sizing_mode="stretch_width")
+
+    def __panel__(self):
+        controls = pn.Row(
+            pn.widgets.Select.from_param(self.store.param.run_id, label="Configuration", width=420),
+            export_button(self.store, "residency", lambda: {"runs": [self.store.run_id]}),
+        )
+        return pn.Column(controls, self._plot, sizing_mode="stretch_width", name="Residency")
+
+
+class RanksPage(Viewer):
+    """Per-rank overlapped and exposed communication, to spot stragglers."""
+
+    store = param.ClassSelector(class_=DataStore, constant=True)
+
+    def __init__(self, store: DataStore, **params):
+        super().__init__(store=store, **params)
+
+    @param.depends("store.run_id")
+    def _plot(self):
+        try:
+            metrics = self.store.metrics()
+        except Unavailable as exc:
+            return unavailable("Per-rank metrics", exc)
+        mine = metrics.loc[metrics["run_id"] == self.store.run_id]
+        if not len(mine):
+            return notice(f"No kernels, so no per-rank metrics, for {self.store.run_id}.", "info")
+        strag = figures.straggler_ranks(mine)
+        table = mine.assign(straggler=strag.to_numpy()).round(3)
+        return pn.Column(
+            pn.pane.HoloViews(figures.ranks(mine), backend="bokeh"),
+            pn.widgets.Tabulator(table, disabled=True, pagination="local", page_size=16, sizing_mode="stretch_width"),
+            sizing_mode="stretch_width",
+        )
+
+    def __panel__(self):
+        controls = pn.Row(pn.widgets.Select.from_param(self.store.param.run_id, label="Configuration", width=420))
+        return pn.Column(controls, self._plot, sizing_mode="stretch_width", name="Ranks")
