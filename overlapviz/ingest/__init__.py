@@ -12,10 +12,10 @@ How sources become runs (first match wins for each source):
 * a directory holding trace files: one run named after the directory;
 * a directory holding neither: a sweep; each subdirectory (``runs/<run_id>/`` included)
   that is a run by the two rules above becomes one;
-* trace files named on the command line: together one run, named after the first file's
-  parent directory.
+* trace files named on the command line: one run per parent directory, named after it.
 
-``run_id`` renames the run when the sources make exactly one.
+``run_id`` names the run when the sources make exactly one; loose files given with it
+form one run whatever their directories.
 
 A file's rank is ``distributedInfo.rank``; else the number in its name (``rank3``,
 ``rank-3``, ``trace_rank3``, ``..._3.json``); else its position among the run's files
@@ -146,8 +146,13 @@ def discover(sources: Sequence[str | os.PathLike], *, run_id: str | None = None)
                 raise ValueError(f"{src}: not a recognised trace format ({_describe(src)})")
             loose.append((src, reader.name))
     if loose:
-        parent = loose[0][0].resolve().parent.name or "run"
-        runs.insert(0, RunSource(run_id=parent, files=sorted(loose, key=lambda f: f[0].name)))
+        # files named together: one run per parent directory, named after it (one run in
+        # all when --run-id names it)
+        groups: dict[Path, list] = {}
+        for f in loose:
+            groups.setdefault(Path("") if run_id is not None else f[0].resolve().parent, []).append(f)
+        runs[:0] = [RunSource(run_id=parent.name or "run", files=sorted(files, key=lambda f: f[0].name))
+                    for parent, files in groups.items()]
     if run_id is not None:
         if len(runs) != 1:
             raise ValueError(f"--run-id names one run but the sources hold {len(runs)} runs")
