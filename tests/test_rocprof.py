@@ -1,0 +1,424 @@
+"""rocprof v1 / v2 / v3 outputs through ``overlapviz ingest``, checked against the raw files.
+
+Every expectation is computed here from the files in tests/data/rocprof with ``csv`` /
+``json`` (never through overlapviz), so a reader that misparses a column fails.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import json
+import math
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from overlapviz.cli import main
+from overlapviz.ingest import detect
+from overlapviz.ingest.rocprof import api_collective, gfx_arch
+from overlapviz.schema import read_frame
+
+DATA = Path(__file__).parent / "data" / "rocprof"
+V1_CSV = DATA / "v1" / "llamacpp_gfx1201_stats"
+V1_JSON = DATA / "v1" / "kokkos_gfx906_hiptrace"
+V2 = DATA / "v2" / "rocprofiler_goldentraces"
+V3_CSV = DATA / "v3" / "rocprofiler_sdk_docs_data"
+V3_JSON = DATA / "v3" / "tracelens_mi350x_json" / "908_results.json.gz"
+COMM = re.compile(r"nccl|rccl|msccl", re.IGNORECASE)
+
+
+def ingest(tmp_path: Path, *sources, name: str = "ds", ok: bool = True):
+    out = tmp_path / name
+    result = CliRunner().invoke(main, ["ingest", *map(str, sources), "-o", str(out), "--quiet"])
+    if ok:
+        assert result.exit_code == 0, result.output
+    return out, result
+
+
+def analyze(dataset: Path) -> list[dict]:
+    result = CliRunner().invoke(main, ["analyze", str(dataset), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)
+
+
+def rows(path: Path) -> list[dict]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def union(intervals):
+    merged = []
+    for a, b in sorted(intervals):
+        if merged and a <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], b)
+        else:
+            merged.append([a, b])
+    return merged
+
+
+def measure(intervals) -> int:
+    return sum(b - a for a, b in intervals)
+
+
+def intersect(xs, ys) -> int:
+    total, i, j = 0, 0, 0
+    while i < len(xs) and j < len(ys):
+        lo, hi = max(xs[i][0], ys[j][0]), min(xs[i][1], ys[j][1])
+        total += max(0, hi - lo)
+        if xs[i][1] < ys[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total
+
+
+def expected_overlap(comm, compute) -> dict:
+    c, k = union(comm), union(compute)
+    both = intersect(c, k)
+    return {"comm_us": measure(c) / 1e3, "compute_us": measure(k) / 1e3, "overlap_us": both / 1e3,
+            "overlap_fraction": both / measure(c) if c else None}  # fmt: skip
+
+
+def check_metrics(record: dict, expected: dict) -> None:
+    for key, value in expected.items():
+        if value is None:
+            assert record[key] is None, key
+        else:
+            assert record[key] == pytest.approx(value, rel=1e-9, abs=1e-6), key
+
+
+# --- legacy rocprof v1 ------------------------------------------------------------------
+
+
+def test_v1_results_csv(tmp_path):
+    raw = rows(V1_CSV / "results.csv")
+    out, _ = ingest(tmp_path, V1_CSV)
+    k = read_frame(out, "kernels").sort_values("start_ns", kind="stable").reset_index(drop=True)
+    assert len(k) == len(raw) == 1963
+    raw.sort(key=lambda r: int(r["BeginNs"]))
+    assert k["start_ns"].tolist() == [int(r["BeginNs"]) for r in raw]
+    assert k["end_ns"].tolist() == [int(r["EndNs"]) for r in raw]
+    # grd is work-items, wgr the work-group size: stored as blocks
+    assert k["grid_x"].tolist() == [math.ceil(int(r["grd"]) / int(r["wgr"])) for r in raw]
+    assert k["block_x"].tolist() == [int(r["wgr"]) for r in raw]
+    assert k["shared_mem_bytes"].tolist() == [int(r["lds"]) for r in raw]
+    assert k["regs_per_thread"].tolist() == [int(r["arch_vgpr"]) for r in raw]
+    assert k["sgprs"].tolist() == [int(r["sgpr"]) for r in raw]
+    assert set(k["wave_size"]) == {32}
+    assert k["stream"].tolist() == [int(r["queue-id"]) for r in raw]
+    assert not k["name"].str.endswith(".kd").any()
+    assert set(k["source_format"]) == {"rocprof_v1_csv"}
+    assert k["kind"].eq("compute").all() and not any(COMM.search(r["KernelName"]) for r in raw)
+    (m,) = analyze(out)
+    expected = expected_overlap([], [(int(r["BeginNs"]), int(r["EndNs"])) for r in raw])
+    check_metrics(m, expected)
+    assert m["span_us"] == pytest.approx((max(int(r["EndNs"]) for r in raw) - int(raw[0]["BeginNs"])) / 1e3)
+    assert m["n_kernels"] == 1963 and m["n_comm_kernels"] == 0
+    dev = read_frame(out, "devices")
+    assert dev["vendor"].tolist() == ["amd"] and dev["warp_size"].tolist() == [32]
+
+
+def v1_json_events():
+    doc = json.loads((V1_JSON / "results.json").read_text())
+    lanes = {str(e["pid"]): e["args"]["name"] for e in doc["traceEvents"] if e.get("ph") == "M"}
+    x = [e for e in doc["traceEvents"] if e.get("ph") == "X"]
+    return doc, lanes, x
+
+
+def test_v1_results_json(tmp_path):
+    doc, lanes, x = v1_json_events()
+    gpu = [e for e in x if lanes[e["pid"]] == "GPU0" and e["name"] != "Unknown command type"]
+    copies = [e for e in x if lanes[e["pid"]] == "COPY"]
+    launches = {int(e["args"]["BeginNs"]) for e in x if lanes[e["pid"]] == "CPU HIP API" and e["name"] == "hipLaunchKernel"}
+    out, _ = ingest(tmp_path, V1_JSON)
+    k = read_frame(out, "kernels")
+    kern = k[k["category"] == "kernel"].sort_values("start_ns")
+    assert len(kern) == len(gpu) == 8
+    # exact ns from args.BeginNs/EndNs, not the µs-truncated ts/dur strings
+    assert kern["start_ns"].tolist() == sorted(int(e["args"]["BeginNs"]) for e in gpu)
+    assert sorted(kern["end_ns"]) == sorted(int(e["args"]["EndNs"]) for e in gpu)
+    assert len(k[k["kind"] == "memory"]) == len(copies) == 30
+    assert (k["category"] == "gpu_memset").sum() == sum(e["name"] == "FillBuffer" for e in copies)
+    # each kernel's launch is the begin of a real hipLaunchKernel call, before the kernel
+    assert kern["launch_ns"].notna().all()
+    assert set(kern["launch_ns"]) <= launches
+    assert (kern["launch_ns"] <= kern["start_ns"]).all()
+    assert len(set(kern["launch_ns"])) == 8
+    (m,) = analyze(out)
+    check_metrics(m, expected_overlap([], [(int(e["args"]["BeginNs"]), int(e["args"]["EndNs"])) for e in gpu]))
+    assert m["memory_us"] == pytest.approx(
+        measure(union((int(e["args"]["BeginNs"]), int(e["args"]["EndNs"])) for e in copies)) / 1e3
+    )
+    dev = read_frame(out, "devices").sort_values("device")
+    info = doc["otherData"]
+    gpus = sorted(int(k.split(".")[0][5:]) for k, v in info.items() if k.endswith(".DeviceType") and v == "GPU")
+    assert dev["device"].tolist() == list(range(len(gpus))) == [0, 1, 2, 3]
+    first = f"Agent{gpus[0]}"
+    assert dev["arch"].iloc[0] == info[f"{first}.Name"] == "gfx906"
+    assert dev["num_sms"].iloc[0] == int(info[f"{first}.ComputeUnit"])
+    assert dev["simds_per_cu"].iloc[0] == int(info[f"{first}.SIMDsperCU"])
+    assert dev["warp_size"].iloc[0] == int(info[f"{first}.WavefrontSize"].split("(")[0])
+    waves = int(info[f"{first}.MaxWavesPerCU"].split("(")[0])
+    assert dev["max_waves_per_simd"].iloc[0] * int(info[f"{first}.SIMDsperCU"]) == waves
+
+
+def test_v1_json_and_csv_side_by_side_read_once(tmp_path):
+    """rocprof writes results.json and results.csv together: one rank, kernels enriched from the CSV."""
+    doc, lanes, x = v1_json_events()
+    gpu = [e for e in x if lanes[e["pid"]] == "GPU0" and e["name"] != "Unknown command type"]
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copy(V1_JSON / "results.json", run)
+    header = ["Index", "KernelName", "gpu-id", "queue-id", "grd", "wgr", "lds", "arch_vgpr", "sgpr", "BeginNs", "EndNs"]
+    with open(run / "results.csv", "w", newline="") as f:
+        w = csv.writer(f, quoting=csv.QUOTE_NONNUMERIC)
+        w.writerow(header)
+        for i, e in enumerate(gpu):  # the kernels of the JSON with a launch shape, as results.csv has them
+            w.writerow([i, e["name"], 0, 0, 4096 * (i + 1), 256, 512, 24, 32, int(e["args"]["BeginNs"]), int(e["args"]["EndNs"])])
+    out, _ = ingest(tmp_path, run)
+    k = read_frame(out, "kernels")
+    assert set(k["rank"]) == {0} and set(k["source_format"]) == {"rocprof_v1_json"}
+    kern = k[k["category"] == "kernel"].sort_values("start_ns")
+    assert kern["grid_x"].tolist() == [16 * (i + 1) for i in range(8)]
+    assert set(kern["shared_mem_bytes"]) == {512}
+
+
+# --- rocprofv2 cli text ---------------------------------------------------------------------
+
+
+def test_v2_cli_dispatch_lines(tmp_path):
+    line = next(l for l in (V2 / "hip_vectoradd_golden_traces.txt").read_text().splitlines() if l.startswith("Dispatch_ID"))
+    fields = dict(re.findall(r"(\w+)\(([^()]*)\)", line))
+    out, _ = ingest(tmp_path, V2 / "hip_vectoradd_golden_traces.txt")
+    k = read_frame(out, "kernels")
+    assert len(k) == 1
+    row = k.iloc[0]
+    assert row["name"] == fields["Kernel_Name"].strip('"')
+    assert row["start_ns"] == int(fields["Begin_Timestamp"]) and row["end_ns"] == int(fields["End_Timestamp"])
+    assert row["grid_x"] == int(fields["Grid_Size"]) // int(fields["Workgroup_Size"]) == 4096
+    assert row["block_x"] == 256 and row["wave_size"] == 64 and row["device"] == int(fields["GPU_ID"])
+
+
+def test_v2_cli_api_only_is_refused(tmp_path):
+    out, result = ingest(tmp_path, V2, ok=False)
+    assert result.exit_code != 0
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and "hip_helloworld_golden_traces.txt" in lines[0] and "no kernel dispatch" in lines[0]
+    assert not out.exists()
+
+
+# --- rocprofv3 CSV --------------------------------------------------------------------------
+
+
+def test_v3_csv_directory(tmp_path):
+    raw = rows(V3_CSV / "kernel_trace.csv")
+    copies = rows(V3_CSV / "memory_copy_trace.csv")
+    hip = {int(r["Correlation_Id"]): r["Function"] for r in rows(V3_CSV / "hip_trace.csv")}
+    out, _ = ingest(tmp_path, V3_CSV)
+    k = read_frame(out, "kernels")
+    kern = k[k["category"] == "kernel"].sort_values("correlation")
+    raw.sort(key=lambda r: int(r["Correlation_Id"]))
+    assert len(kern) == len(raw) == 9 and len(k) == 9 + len(copies)
+    for axis in "xyz":
+        A = axis.upper()
+        assert kern[f"grid_{axis}"].tolist() == [math.ceil(int(r[f"Grid_Size_{A}"]) / int(r[f"Workgroup_Size_{A}"])) for r in raw]
+        assert kern[f"block_{axis}"].tolist() == [int(r[f"Workgroup_Size_{A}"]) for r in raw]
+    assert kern["stream"].tolist() == [int(r["Stream_Id"]) for r in raw]
+    assert kern["regs_per_thread"].tolist() == [int(r["VGPR_Count"]) for r in raw]
+    assert kern["accum_vgprs"].tolist() == [int(r["Accum_VGPR_Count"]) for r in raw]
+    assert kern["device"].tolist() == [int(r["Agent_Id"].split()[-1]) for r in raw]
+    assert kern["start_ns"].tolist() == [int(r["Start_Timestamp"]) for r in raw]
+    # these documentation files come from different runs: the kernels' correlation ids land
+    # on registration / allocation calls, which must not be taken for launches
+    assert all(not re.search("launch", hip[int(r["Correlation_Id"])], re.I) for r in raw)
+    assert k["launch_ns"].isna().all()
+    mem = k[k["kind"] == "memory"].sort_values("start_ns")
+    copies.sort(key=lambda r: int(r["Start_Timestamp"]))
+    gpu_side = [r["Destination_Agent_Id"] if "HOST_TO_DEVICE" in r["Direction"] else r["Source_Agent_Id"] for r in copies]
+    assert mem["device"].tolist() == [int(a.split()[-1]) for a in gpu_side]
+    assert mem["end_ns"].tolist() == [int(r["End_Timestamp"]) for r in copies]
+    (m,) = analyze(out)
+    check_metrics(m, expected_overlap([], [(int(r["Start_Timestamp"]), int(r["End_Timestamp"])) for r in raw]))
+
+
+def test_v3_csv_prefixes_are_ranks_and_rccl_api_gives_collective(tmp_path):
+    """Two processes' files in one directory (prefix = process) and an RCCL kernel launched inside ncclAllReduce."""
+    rccl = rows(V3_CSV / "rccl_trace.csv")
+    allreduce = [r for r in rccl if r["Function"] == "ncclAllReduce"]
+    header = (V3_CSV / "kernel_trace.csv").read_text().splitlines()[0]
+    run = tmp_path / "run"
+    run.mkdir()
+    for rank in (0, 1):
+        lines = [header]
+        for i, call in enumerate(allreduce):
+            corr = int(call["Correlation_Id"]) + 2  # after the call's own id and its nested GetAsyncError
+            start = int(call["Start_Timestamp"]) + 50_000
+            lines.append(f'"KERNEL_DISPATCH","Agent 2",1,3,{call["Thread_Id"]},{i},7,'
+                         f'"ncclDevKernel_Generic_4(ncclDevKernelArgsStorage<4096ul>)",{corr},{start},{start + 20_000},'
+                         '37888,0,92,0,112,256,1,1,1024,1,1')  # fmt: skip
+        (run / f"rank{rank}_kernel_trace.csv").write_text("\n".join(lines) + "\n")
+        shutil.copy(V3_CSV / "rccl_trace.csv", run / f"rank{rank}_rccl_api_trace.csv")
+    out, _ = ingest(tmp_path, run)
+    k = read_frame(out, "kernels")
+    assert sorted(set(k["rank"])) == [0, 1]
+    assert len(k) == 2 * len(allreduce) and k["kind"].eq("comm").all()
+    assert set(k["collective"]) == {"all_reduce"}
+    assert k["grid_x"].eq(4).all() and k["stream"].eq(3).all()
+
+
+def test_v3_agent_info_maps_agents_to_devices(tmp_path):
+    """agent_info.csv (rocprofv3's own columns) gives the devices and turns "Agent N" into the GPU index."""
+    doc = json.loads(gzip.decompress(V3_JSON.read_bytes()))
+    agents = doc["rocprofiler-sdk-tool"][0]["agents"]
+    cols = ["Node_Id", "Logical_Node_Id", "Agent_Type", "Simd_Count", "Max_Waves_Per_Simd", "Lds_Size_In_Kb",
+            "Wave_Front_Size", "Cu_Count", "Simd_Per_Cu", "Gfx_Target_Version", "Max_Waves_Per_Cu",
+            "Workgroup_Max_Size", "Name", "Vendor_Name", "Product_Name", "Model_Name"]  # fmt: skip
+    run = tmp_path / "run"
+    run.mkdir()
+    with open(run / "908_agent_info.csv", "w", newline="") as f:
+        w = csv.writer(f, quoting=csv.QUOTE_NONNUMERIC)
+        w.writerow(cols)
+        for a in agents:
+            w.writerow([a["node_id"], a["logical_node_id"], "GPU" if a["type"] == 2 else "CPU"]
+                       + [a[c.lower()] for c in cols[3:]])  # fmt: skip
+    raw = (V3_CSV / "kernel_trace.csv").read_text().replace('"Agent 4"', '"Agent 5"')
+    (run / "908_kernel_trace.csv").write_text(raw)
+    out, _ = ingest(tmp_path, run)
+    k = read_frame(out, "kernels")
+    gpu_nodes = sorted(a["logical_node_id"] for a in agents if a["type"] == 2)
+    assert set(k["device"]) == {gpu_nodes.index(5)} == {3}
+    dev = read_frame(out, "devices").sort_values("device")
+    assert len(dev) == 8 and set(dev["arch"]) == {"gfx950"} and set(dev["num_sms"]) == {256}
+    assert set(dev["lds_per_cu"]) == {160 * 1024} and set(dev["max_waves_per_simd"]) == {8}
+    assert read_frame(out, "ranks")["pid"].tolist() == [908]
+
+
+# --- rocprofv3 JSON ---------------------------------------------------------------------------
+
+
+def test_v3_json_mi350x(tmp_path):
+    tool = json.loads(gzip.decompress(V3_JSON.read_bytes()))["rocprofiler-sdk-tool"][0]
+    names = {s["kernel_id"]: s["formatted_kernel_name"] for s in tool["kernel_symbols"]}
+    disp = tool["buffer_records"]["kernel_dispatch"]
+    comm = [(d["start_timestamp"], d["end_timestamp"]) for d in disp if COMM.search(names[d["dispatch_info"]["kernel_id"]])]
+    compute = [(d["start_timestamp"], d["end_timestamp"]) for d in disp if not COMM.search(names[d["dispatch_info"]["kernel_id"]])]
+    out, _ = ingest(tmp_path, V3_JSON)
+    k = read_frame(out, "kernels")
+    assert len(k) == len(disp) == 43915
+    assert (k["kind"] == "comm").sum() == len(comm) == 1310
+    assert k["start_ns"].min() == min(d["start_timestamp"] for d in disp)
+    assert k["end_ns"].max() == max(d["end_timestamp"] for d in disp)
+    assert k[k["kind"] == "comm"]["name"].str.startswith("ncclDevKernel_Generic_1(").all()
+    by_corr = k.set_index("correlation")
+    sample = disp[::997]
+    for d in sample:
+        row = by_corr.loc[d["correlation_id"]["internal"]]
+        info = d["dispatch_info"]
+        assert row["grid_x"] == math.ceil(info["grid_size"]["x"] / info["workgroup_size"]["x"])
+        assert row["block_x"] == info["workgroup_size"]["x"]
+        assert row["stream"] == d["stream_id"]["handle"]
+        assert row["shared_mem_bytes"] == info["group_segment_size"]
+    (m,) = analyze(out)
+    check_metrics(m, expected_overlap(comm, compute))
+    assert m["n_comm_kernels"] == 1310
+    dev = read_frame(out, "devices")
+    gpus = [a for a in tool["agents"] if a["type"] == 2]
+    assert len(dev) == len(gpus) == 8
+    assert set(dev["arch"]) == {"gfx950"} and set(dev["name"]) == {"AMD Instinct MI350X"}
+    assert set(dev["num_sms"]) == {gpus[0]["cu_count"]} and set(dev["warp_size"]) == {64}
+    assert set(dev["lds_per_cu"]) == {gpus[0]["lds_size_in_kb"] * 1024}
+    assert read_frame(out, "runs")["device_name"].tolist() == ["AMD Instinct MI350X"]
+
+
+# --- detection and bad input -------------------------------------------------------------------
+
+
+def test_detection_by_content(tmp_path):
+    from overlapviz.ingest.chrome import READERS as CHROME
+
+    head = (V1_JSON / "results.json").read_bytes()[:65536]
+    assert not any(r.sniff(V1_JSON / "results.json", head) for r in CHROME)
+    renamed = tmp_path / "trace.json"
+    shutil.copy(V1_JSON / "results.json", renamed)
+    assert detect(renamed).name == "rocprof_v1_json"
+    for src, name in [(V1_CSV / "results.csv", "rocprof_v1_csv"), (V3_CSV / "kernel_trace.csv", "rocprof_v3_csv"),
+                      (V3_JSON, "rocprof_v3_json"), (V2 / "hip_vectoradd_golden_traces.txt", "rocprof_v2_cli")]:  # fmt: skip
+        other = tmp_path / f"x_{name}.dat"
+        shutil.copy(src, other)
+        assert detect(other).name == name
+
+
+def assert_refused(tmp_path, source, *needles):
+    out, result = ingest(tmp_path, source, name="refused", ok=False)
+    assert result.exit_code != 0
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1, result.output
+    for n in needles:
+        assert n in lines[0], lines[0]
+    assert not out.exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".refused")]
+
+
+def test_truncated_csv(tmp_path):
+    text = (V1_CSV / "results.csv").read_bytes()
+    bad = tmp_path / "cut"
+    bad.mkdir()
+    (bad / "results.csv").write_bytes(text[: len(text) // 2])
+    assert_refused(tmp_path, bad / "results.csv", "results.csv", "truncated")
+    v3 = tmp_path / "cut3"
+    v3.mkdir()
+    raw = (V3_CSV / "kernel_trace.csv").read_bytes()
+    (v3 / "kernel_trace.csv").write_bytes(raw[: raw.rindex(b",1024,")])
+    assert_refused(tmp_path, v3, "kernel_trace.csv", "truncated")
+
+
+def test_truncated_json_gz(tmp_path):
+    raw = V3_JSON.read_bytes()
+    bad = tmp_path / "908_results.json.gz"
+    bad.write_bytes(raw[: len(raw) // 3])
+    assert_refused(tmp_path, bad, "908_results.json.gz")
+
+
+def test_unknown_header(tmp_path):
+    d = tmp_path / "hdr"
+    d.mkdir()
+    text = (V3_CSV / "kernel_trace.csv").read_text().replace('"Start_Timestamp"', '"Begin_Time"', 1)
+    (d / "kernel_trace.csv").write_text(text)
+    assert_refused(tmp_path, d / "kernel_trace.csv", "kernel_trace.csv", "unknown rocprofv3 kernel trace header", "Start_Timestamp")
+
+
+def test_negative_duration(tmp_path):
+    d = tmp_path / "neg"
+    d.mkdir()
+    table = list(csv.reader(open(V3_CSV / "kernel_trace.csv", newline="")))
+    start, end = table[0].index("Start_Timestamp"), table[0].index("End_Timestamp")
+    table[3][start], table[3][end] = table[3][end], table[3][start]  # line 4 ends before it starts
+    with open(d / "kernel_trace.csv", "w", newline="") as f:
+        csv.writer(f, quoting=csv.QUOTE_NONNUMERIC, lineterminator="\n").writerows(table)
+    assert_refused(tmp_path, d, "kernel_trace.csv", "line 4", "negative duration")
+
+
+def test_mixed_generations_in_one_directory(tmp_path):
+    d = tmp_path / "mixed"
+    d.mkdir()
+    shutil.copy(V1_CSV / "results.csv", d)
+    shutil.copy(V3_CSV / "kernel_trace.csv", d)
+    assert_refused(tmp_path, d, str(d), "results.csv", "kernel_trace.csv", "own directory")
+
+
+# --- small pure helpers ------------------------------------------------------------------------
+
+
+def test_collective_and_arch_names():
+    assert api_collective("ncclAllReduce") == "all_reduce"
+    assert api_collective("ncclAllToAllv") == "all_to_all"
+    assert api_collective("ncclReduceScatter") == "reduce_scatter"
+    assert api_collective("ncclSend") == "send_recv"
+    assert api_collective("ncclCommGetAsyncError") is None and api_collective("ncclGroupEnd") is None
+    assert gfx_arch(None, 90402) == "gfx942" and gfx_arch(None, 90010) == "gfx90a"
+    assert gfx_arch(None, 90500) == "gfx950" and gfx_arch(None, 120001) == "gfx1201"
+    assert gfx_arch("amdgcn-amd-amdhsa--gfx906:sramecc+:xnack-", None) == "gfx906"
