@@ -8,7 +8,9 @@ stream; comm without compute; compute without comm; memory-only groups; null ste
 
 from __future__ import annotations
 
+import importlib.util
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -316,3 +318,45 @@ def test_analyze_dataset_equals_in_memory(tmp_path):
 def test_analyze_not_a_dataset(tmp_path):
     with pytest.raises(ValueError, match="not an overlapviz dataset"):
         analyze(tmp_path)
+
+
+# --- real traces against an independent computation from the raw JSON ------------------
+
+DATA = Path(__file__).parent / "data"
+REAL_TRACES = {
+    "hta_trace_filter_2rank": sorted((DATA / "hta_trace_filter_2rank").glob("*.json.gz")),
+    "hta_nccl_parser_config": sorted((DATA / "hta_nccl_parser_config").glob("*.json.gz")),
+    "torch_rocm_resnet": [DATA / "torch_rocm" / "resnet_act_checkpoint.json.gz"],
+    "torch_rocm_gpu_only": [DATA / "torch_rocm" / "gpu_only_trace.json.gz"],
+    "gloo_cpu": sorted((DATA / "gloo_cpu").glob("*.json.gz")),
+}
+
+
+def _reference_module():
+    spec = importlib.util.spec_from_file_location(
+        "ovz_bench_reference", Path(__file__).parents[1] / "benchmarks" / "reference.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("name", sorted(REAL_TRACES))
+def test_real_trace_equals_independent_computation(tmp_path, name):
+    from overlapviz.ingest import ingest
+
+    files = REAL_TRACES[name]
+    assert files and all(f.exists() for f in files), files
+    ingest(files, tmp_path / "ds", progress=False)
+    got = analyze(tmp_path / "ds")
+    want = _reference_module().trace_dir_metrics(files)
+    assert sorted(got["rank"]) == sorted(want)
+    for rec in got.to_dict("records"):
+        ref = want[rec["rank"]]
+        assert ref["n_kernels"] > 0
+        for col, v in ref.items():
+            g = rec[col]
+            if v is None:
+                assert math.isnan(g), (rec["rank"], col)
+            else:
+                assert math.isclose(g, v, rel_tol=1e-9, abs_tol=1e-12), (rec["rank"], col, g, v)

@@ -1,0 +1,154 @@
+"""An independent computation of DESIGN.md's overlap metrics straight from raw Kineto JSON.
+
+Deliberately shares nothing with overlapviz: the standard ``json`` module with exact
+``Decimal`` parsing of ``ts``/``dur`` (µs with ns decimals -> int ns, no float), the
+DESIGN.md classification written out again, and a plain Python event sweep (counters
+per kind over sorted boundaries) instead of interval merging. Slow, simple, obviously
+right; used by ``bench_ingest.py`` and by the tests as the yardstick.
+
+GPU side: activities are ``kernel`` / ``gpu_memcpy`` / ``gpu_memset`` events (``ph: X``);
+comm = a kernel whose name matches ``nccl|rccl|msccl|ovz_comm`` (case-insensitive),
+memory = memcpy/memset, compute = every other kernel. CPU-only traces (no GPU activity):
+``gloo:*`` ranges are comm and the top-level ``cpu_op``s of the main thread are compute
+(except ``c10d::*``, ``record_param_comms``, ``ProfilerStep#*``, which are neither).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from decimal import Decimal
+from pathlib import Path
+
+COMM_RE = re.compile(r"nccl|rccl|msccl|ovz_comm", re.IGNORECASE)
+GPU_CATS = {"kernel": "kernel", "Kernel": "kernel", "gpu_memcpy": "memory", "Memcpy": "memory",
+            "gpu_memset": "memory", "Memset": "memory"}  # fmt: skip
+HOST_NOT_COMPUTE = re.compile(r"^c10d::|^record_param_comms$|ProcessGroup|^ProfilerStep#")
+
+
+def load(path: str | Path) -> dict:
+    raw = Path(path).read_bytes()
+    if raw[:2] == b"\x1f\x8b":
+        raw = gzip.decompress(raw)
+    return json.loads(raw, parse_float=Decimal)
+
+
+def ns(v) -> int:
+    """Kineto µs (int or Decimal with <= 3 decimals) -> int ns, exactly."""
+    scaled = Decimal(v) * 1000
+    if scaled != scaled.to_integral_value():
+        raise ValueError(f"{v} µs is not a whole number of ns")
+    return int(scaled)
+
+
+def activities(doc: dict) -> list[tuple[str, int, int]]:
+    """``(kind, start_ns, end_ns)`` of every activity of one rank's trace."""
+    events = [e for e in doc.get("traceEvents", []) if isinstance(e, dict) and e.get("ph") == "X"]
+    out = []
+    for e in events:
+        cat = GPU_CATS.get(e.get("cat"))
+        if cat is None:
+            continue
+        kind = "memory" if cat == "memory" else ("comm" if COMM_RE.search(e.get("name", "")) else "compute")
+        s = ns(e["ts"])
+        out.append((kind, s, s + ns(e["dur"])))
+    if out:
+        return out
+    return _host_activities(events)
+
+
+def _host_activities(events: list[dict]) -> list[tuple[str, int, int]]:
+    """CPU-only trace: gloo ranges are comm, the main thread's top-level cpu_ops compute."""
+    steps = [e for e in events if str(e.get("name", "")).startswith("ProfilerStep#")]
+    main = (steps[0]["pid"], steps[0]["tid"]) if steps else None
+    out = []
+    ops = []
+    for e in events:
+        name = str(e.get("name", ""))
+        s = ns(e["ts"])
+        end = s + ns(e["dur"])
+        if e.get("cat") in ("user_annotation", "cpu_op") and name.startswith("gloo:"):
+            out.append(("comm", s, end))
+        elif e.get("cat") == "cpu_op" and (main is None or (e["pid"], e["tid"]) == main):
+            ops.append((s, -end, name))
+    # top level: not inside an earlier-starting op of the same thread
+    ops.sort()
+    reach = None
+    for s, neg_end, name in ops:
+        end = -neg_end
+        if reach is not None and s < reach and end <= reach:
+            continue
+        reach = end if reach is None else max(reach, end)
+        if not HOST_NOT_COMPUTE.search(name):
+            out.append(("compute", s, end))
+        else:
+            out.append(("other", s, end))
+    return out
+
+
+def _covered(acts, kinds) -> int:
+    """Total time covered by at least one activity of ``kinds`` (plain sweep)."""
+    bounds = []
+    for kind, s, e in acts:
+        if kind in kinds and e > s:
+            bounds.append((s, 1))
+            bounds.append((e, -1))
+    bounds.sort()
+    total, depth, since = 0, 0, None
+    for t, d in bounds:
+        if depth > 0:
+            total += t - since
+        depth += d
+        since = t
+    return total
+
+
+def _both(acts) -> int:
+    """Time covered by comm and compute at once (sweep with two counters)."""
+    bounds = []
+    for kind, s, e in acts:
+        if kind in ("comm", "compute") and e > s:
+            bounds.append((s, kind, 1))
+            bounds.append((e, kind, -1))
+    bounds.sort(key=lambda b: b[0])
+    total, depth, since = 0, {"comm": 0, "compute": 0}, None
+    for t, kind, d in bounds:
+        if since is not None and depth["comm"] > 0 and depth["compute"] > 0:
+            total += t - since
+        depth[kind] += d
+        since = t
+    return total
+
+
+def metrics(acts: list[tuple[str, int, int]]) -> dict:
+    """DESIGN.md's metrics of one rank (µs, from exact ns)."""
+    comm = _covered(acts, {"comm"})
+    compute = _covered(acts, {"compute"})
+    overlap = _both(acts)
+    nonmem = [(s, e) for k, s, e in acts if k != "memory"]
+    span = max(e for _, e in nonmem) - min(s for s, _ in nonmem) if nonmem else None
+    busy = _covered(acts, {"comm", "compute", "other"})
+    return {
+        "comm_us": comm / 1e3,
+        "compute_us": compute / 1e3,
+        "overlap_us": overlap / 1e3,
+        "overlap_fraction": overlap / comm if comm else None,
+        "exposed_comm_us": (comm - overlap) / 1e3,
+        "span_us": None if span is None else span / 1e3,
+        "busy_us": busy / 1e3,
+        "idle_us": None if span is None else (span - busy) / 1e3,
+        "memory_us": _covered(acts, {"memory"}) / 1e3,
+        "n_kernels": len(nonmem),
+        "n_comm_kernels": sum(k == "comm" for k, _, _ in acts),
+    }
+
+
+def trace_dir_metrics(files: list[str | Path]) -> dict[int, dict]:
+    """Per rank (``distributedInfo.rank``, else file order) metrics of a set of trace files."""
+    out = {}
+    for i, f in enumerate(sorted(files)):
+        doc = load(f)
+        rank = (doc.get("distributedInfo") or {}).get("rank", i)
+        out[int(rank)] = metrics(activities(doc))
+    return out
