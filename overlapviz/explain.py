@@ -1,0 +1,363 @@
+"""Why a collective did or did not start: its start delay, the computation resident beside it, and how many of its blocks fit."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pandas as pd
+
+from overlapviz import schema
+from overlapviz.residency import RESOURCES, _limits_for, device_table, kernel_shapes, occupancy_table
+
+FIT_RESOURCES = ("warps", "blocks", "registers", "shared_memory")
+_COLUMNS = [
+    "run_id", "rank", "device", "stream", "correlation", "name", "kind", "is_host", "start_ns", "end_ns",
+    "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "regs_per_thread", "shared_mem_bytes",
+    "sgprs", "accum_vgprs", "launch_ns", "step", "collective",
+]
+
+
+def footprints(kernels: pd.DataFrame, dev_limits: dict) -> pd.DataFrame:
+    """Per-block resource costs and resident blocks per SM of each kernel (rows with ``threads_per_block``).
+
+    Adds ``blocks_per_sm`` (occupancy alone), ``limiter``, ``warps_per_block``,
+    ``regs_per_warp`` (registers a warp is allocated; AMD: VGPRs a wave is allocated),
+    ``smem_alloc_bytes`` (per block, with reservation and rounding), ``smem_config_bytes``
+    (the SM's shared memory under the kernel's carve-out), ``num_sms`` and
+    ``resident_blocks_per_sm`` = min(``blocks_per_sm``, ceil(grid blocks / SMs)): the
+    blocks it keeps on a busy SM while its full waves run (its last, partial wave holds
+    fewer). Columns are null where the shape or the device's limits are unknown;
+    ``residency_note`` says why.
+    """
+    n = len(kernels)
+    cols = {
+        "blocks_per_sm": np.full(n, np.nan),
+        "limiter": np.full(n, None, dtype=object),
+        "warps_per_block": np.full(n, np.nan),
+        "regs_per_warp": np.full(n, np.nan),
+        "smem_alloc_bytes": np.full(n, np.nan),
+        "smem_config_bytes": np.full(n, np.nan),
+        "num_sms": np.full(n, np.nan),
+        "residency_note": np.full(n, None, dtype=object),
+    }
+    if n:
+        keys = pd.DataFrame(
+            {"run_id": kernels["run_id"].to_numpy(), "rank": kernels["rank"].astype(int).to_numpy(),
+             "device": kernels["device"].astype("Int64").fillna(-1).to_numpy()}
+        )
+        for (run_id, rank, device), idx in keys.groupby(["run_id", "rank", "device"]).indices.items():
+            lim = _limits_for(dev_limits, run_id, int(rank), None if device < 0 else int(device))
+            if not isinstance(lim, dict):
+                cols["residency_note"][idx] = lim or f"no devices row for run {run_id} rank {rank}"
+                continue
+            part = kernels.iloc[idx]
+            threads = part["threads_per_block"].fillna(0).to_numpy(np.int64)
+            ok = threads > 0
+            if lim["vendor"] == "nvidia":
+                ok &= part["regs_per_thread"].notna().to_numpy()
+            cols["residency_note"][idx[~ok]] = "launch shape incomplete in the trace (block size or registers missing)"
+            if not ok.any():
+                continue
+            sel = part[ok]
+            t = occupancy_table(
+                lim,
+                threads[ok],
+                sel["regs_per_thread"].fillna(0).to_numpy(np.int64),
+                sel["shared_mem_bytes"].fillna(0).to_numpy(np.int64),
+                sgprs=sel["sgprs"].fillna(0).to_numpy(np.int64),
+                accum_vgprs=sel["accum_vgprs"].fillna(0).to_numpy(np.int64),
+            )
+            where = idx[ok]
+            cols["blocks_per_sm"][where] = t["blocks_per_sm"]
+            cols["limiter"][where] = t["limiter"]
+            cols["warps_per_block"][where] = t["warps_per_block"]
+            cols["regs_per_warp"][where] = t["regs_per_block_allocated"] / t["warps_per_block"]
+            cols["smem_alloc_bytes"][where] = t["shared_mem_per_block_allocated"]
+            cols["smem_config_bytes"][where] = t["shared_mem_config"]
+            if lim.get("num_sms"):
+                cols["num_sms"][where] = lim["num_sms"]
+    out = kernels.assign(**cols)
+    per_sm = np.ceil(out["grid_blocks"].astype("Float64").to_numpy(np.float64, na_value=np.nan) / out["num_sms"].to_numpy())
+    resident = np.fmin(out["blocks_per_sm"].to_numpy(), per_sm)
+    resident = np.where(np.isnan(per_sm), out["blocks_per_sm"].to_numpy(), resident)
+    return out.assign(resident_blocks_per_sm=resident)
+
+
+def capacity(limits: dict) -> dict:
+    """An SM's (CU's) capacity in the units :func:`blocks_fit` uses.
+
+    ``warps`` (warp / wave slots), ``blocks`` (block slots; AMD: workgroup barriers),
+    ``reg_parts`` and ``regs_per_part`` (NVIDIA: 4 register-file sub-partitions of
+    ``regs_per_sm / 4``; AMD: one VGPR file of ``vgprs_per_simd`` per SIMD).
+    """
+    if limits["vendor"] == "nvidia":
+        parts, per_part = int(limits["sub_partitions"]), int(limits["regs_per_sm"]) // int(limits["sub_partitions"])
+        warps = int(limits["max_threads_per_sm"]) // int(limits["warp_size"])
+        blocks = int(limits["max_blocks_per_sm"])
+    else:
+        parts, per_part = int(limits["simds_per_cu"]), int(limits["vgprs_per_simd"])
+        warps = int(limits["max_waves_per_simd"]) * parts
+        blocks = 16 if str(limits.get("arch", "")).startswith("gfx9") else 32
+    return {"warps": warps, "blocks": blocks, "reg_parts": parts, "regs_per_part": per_part}
+
+
+def blocks_fit(cap: dict, used_warps, used_blocks, used_regs, used_smem, smem_config, warps_per_block, regs_per_warp, smem_alloc):
+    """How many blocks of one kernel fit on an SM beside resident blocks of others (vectorized).
+
+    Parameters
+    ----------
+    cap
+        :func:`capacity` of the device.
+    used_warps, used_blocks, used_regs, used_smem
+        What resident blocks already hold on the SM: warps, block slots, allocated
+        registers (warps x registers per warp) and shared memory bytes.
+    smem_config
+        The SM's shared memory under its current carve-out, bytes.
+    warps_per_block, regs_per_warp, smem_alloc
+        The newcomer's footprint per block.
+
+    Returns
+    -------
+    (numpy.ndarray, numpy.ndarray, dict)
+        Blocks that fit (>= 0), the limiting resource (``warps``, ``blocks``,
+        ``registers``, ``shared_memory``; ties to the first), and the per-resource counts.
+
+    Notes
+    -----
+    Registers follow the occupancy rule per register-file part: resident warps are
+    spread evenly over the parts, so each part has ``regs_per_part - ceil(used_regs /
+    parts)`` left and takes ``that // regs_per_warp`` more warps; the SM takes
+    ``parts x that // warps_per_block`` blocks. With nothing resident this is exactly
+    the occupancy calculator's register limit.
+    """
+    f = lambda a: np.asarray(a, np.float64)  # noqa: E731  (NaN-aware arithmetic)
+    wpb, rpw, salloc = f(warps_per_block), f(regs_per_warp), f(smem_alloc)
+    parts = cap["reg_parts"]
+    by = {
+        "warps": np.floor((cap["warps"] - f(used_warps)) / wpb),
+        "blocks": cap["blocks"] - f(used_blocks),
+        "registers": np.where(
+            rpw > 0,
+            np.floor(np.floor((cap["regs_per_part"] - np.ceil(f(used_regs) / parts)) / np.where(rpw > 0, rpw, 1)) * parts / wpb),
+            np.inf,
+        ),
+        "shared_memory": np.where(salloc > 0, np.floor((f(smem_config) - f(used_smem)) / np.where(salloc > 0, salloc, 1)), np.inf),
+    }
+    stack = np.vstack([np.maximum(by[r], 0) for r in FIT_RESOURCES])
+    nan = np.isnan(stack).any(axis=0)
+    fit = np.where(nan, np.nan, np.nanmin(np.where(np.isnan(stack), np.inf, stack), axis=0))
+    limiter = np.asarray(FIT_RESOURCES, dtype=object)[np.argmin(np.where(np.isnan(stack), np.inf, stack), axis=0)]
+    limiter = np.where(nan, None, limiter)
+    return fit, limiter, by
+
+
+def _prev_end_on_stream(k: pd.DataFrame) -> np.ndarray:
+    """End of the latest-ending earlier activity on the same stream (NaN for the first)."""
+    key = ["run_id", "rank", "device_key", "stream"]
+    s = k.sort_values(key + ["start_ns", "end_ns"], kind="stable")
+    cm = s.groupby(key, sort=False)["end_ns"].cummax()
+    prev = cm.groupby([s[c] for c in key], sort=False).shift(1)
+    return prev.reindex(k.index).to_numpy(np.float64, na_value=np.nan)
+
+
+def _resident_at(comm: pd.DataFrame, compute: pd.DataFrame, when: str) -> pd.DataFrame:
+    """Compute kernels running at ``comm[when]`` (start <= t < end), any stream of the same device.
+
+    Streams serialise their kernels, so per stream at most one kernel runs at t: the last
+    one started at or before t, if it has not ended. One ``merge_asof`` per (comm,
+    stream) pair finds it.
+    """
+    left = comm.loc[comm[when].notna(), ["cid", "run_id", "rank", "device_key", when]].rename(columns={when: "t"})
+    streams = compute[["run_id", "rank", "device_key", "stream"]].drop_duplicates()
+    pairs = left.merge(streams, on=["run_id", "rank", "device_key"])
+    if pairs.empty:
+        return pairs.assign(kid=pd.Series(dtype="int64"))
+    pairs = pairs.assign(t=pairs["t"].astype(np.int64)).sort_values("t", kind="stable")
+    right = compute[["run_id", "rank", "device_key", "stream", "start_ns", "end_ns", "kid"]]
+    right = right.assign(start_ns=right["start_ns"].astype(np.int64)).sort_values("start_ns", kind="stable")
+    hit = pd.merge_asof(
+        pairs, right, left_on="t", right_on="start_ns", by=["run_id", "rank", "device_key", "stream"], direction="backward"
+    )
+    return hit[hit["end_ns"].notna() & (hit["end_ns"] > hit["t"])][["cid", "kid"]].astype(np.int64)
+
+
+def _summarise(resident: pd.DataFrame, compute: pd.DataFrame, n_comm: int) -> pd.DataFrame:
+    """Per comm kernel: how many compute kernels are resident, their names, and the per-SM resources they hold."""
+    r = resident.merge(compute, on="kid")
+    warps = r["resident_blocks_per_sm"] * r["warps_per_block"]
+    r = r.assign(
+        u_blocks=r["resident_blocks_per_sm"],
+        u_warps=warps,
+        u_regs=warps * r["regs_per_warp"],
+        u_smem=r["resident_blocks_per_sm"] * r["smem_alloc_bytes"],
+    )
+    g = r.groupby("cid")
+    names = g["name"].agg(lambda s: "; ".join(sorted(set(s))))
+    out = pd.DataFrame(
+        {
+            "n": g.size(),
+            "names": names,
+            "u_blocks": g["u_blocks"].sum(min_count=1),
+            "u_warps": g["u_warps"].sum(min_count=1),
+            "u_regs": g["u_regs"].sum(min_count=1),
+            "u_smem": g["u_smem"].sum(min_count=1),
+            "smem_config": g["smem_config_bytes"].max(),
+            "unknown": g["resident_blocks_per_sm"].apply(lambda s: s.isna().any()),
+        }
+    )
+    return out.reindex(np.arange(n_comm))
+
+
+def _names(s: pd.Series) -> np.ndarray:
+    return np.asarray([v if isinstance(v, str) else None for v in s.tolist()], dtype=object)
+
+
+def comm_start_delays(dataset_path: str | os.PathLike, *, run_ids=None) -> pd.DataFrame:
+    """One row per communication kernel: its start delay and what was resident beside it.
+
+    Start delay (DESIGN.md) = kernel start − ready, where ready is the later of its launch
+    call (``launch_ns``) and the end of the previous activity on its stream. Where one of
+    the two is unknown the other alone gives ready (``ready_from`` says which); where both
+    are, ready is null. Delays are not clamped: a negative one means the trace's host and
+    device clocks disagree.
+
+    A compute kernel is resident at time t when it runs on the same device (any stream)
+    with start <= t < end. Each holds ``resident_blocks_per_sm`` blocks on a busy SM
+    (see :func:`footprints`); the communication kernel's blocks that still fit beside
+    all of them, and the resource that stops more, come from :func:`blocks_fit`.
+
+    Parameters
+    ----------
+    dataset_path
+        An overlapviz dataset directory.
+    run_ids
+        Only these runs (all by default).
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns ``run_id, rank, device, stream, step, name, collective, correlation,
+        start_ns, end_ns, launch_ns, prev_end_ns, ready_ns, ready_from, start_delay_us,
+        duration_us, grid_blocks, threads_per_block, regs_per_thread, shared_mem_bytes,
+        comm_blocks_per_sm_alone, comm_blocks_needed_per_sm, n_resident_compute_at_launch,
+        resident_compute_at_launch, n_resident_compute, resident_compute,
+        resident_compute_blocks_per_sm, comm_blocks_fit_per_sm, fit_limiter,
+        comm_blocks_fit_per_sm_at_launch, fit_limiter_at_launch, residency_note``; ``n_*``
+        and ``resident_*`` are "at ready" unless the name says ``at_launch``. Sorted by
+        run, rank, start. Fit columns are null where a launch shape or the device limits
+        are unknown (``residency_note`` says which).
+    """
+    k = schema.read_frame(dataset_path, "kernels", columns=_COLUMNS, run_ids=run_ids)
+    k = kernel_shapes(k).reset_index(drop=True)
+    k = k.assign(device_key=k["device"].astype("Int64").fillna(-1).astype(np.int64))
+    prev_end = _prev_end_on_stream(k)
+    k = k.assign(prev_end_ns=pd.array(np.where(np.isnan(prev_end), np.nan, prev_end), dtype="Float64").astype("Int64"))
+    comm = k[k["kind"] == "comm"].reset_index(drop=True)
+    comm = comm.assign(cid=np.arange(len(comm)))
+    launch = comm["launch_ns"].astype("Float64").to_numpy(np.float64, na_value=np.nan)
+    prev = comm["prev_end_ns"].astype("Float64").to_numpy(np.float64, na_value=np.nan)
+    ready = np.fmax(launch, prev)
+    ready_from = np.select(
+        [np.isnan(launch) & np.isnan(prev), np.isnan(prev) | (launch >= prev), np.isnan(launch) | (prev > launch)],
+        [None, "launch", "previous_on_stream"],
+        None,
+    )
+    comm = comm.assign(ready_ns=pd.array(ready, dtype="Float64").astype("Int64"), ready_from=ready_from)
+
+    dev_limits = device_table(dataset_path)
+    gpu = ~k["is_host"].fillna(False)
+    compute = k[(k["kind"] == "compute") & gpu].reset_index(drop=True)
+    compute = footprints(compute.assign(kid=np.arange(len(compute))), dev_limits)
+    comm = footprints(comm, dev_limits)
+
+    at_ready = _summarise(_resident_at(comm, compute, "ready_ns"), compute, len(comm))
+    at_launch = _summarise(_resident_at(comm, compute, "launch_ns"), compute, len(comm))
+
+    fit_cols = {}
+    for tag, s in (("", at_ready), ("_at_launch", at_launch)):
+        fit = np.full(len(comm), np.nan)
+        lim = np.full(len(comm), None, dtype=object)
+        for _, idx in comm.groupby(["run_id", "rank", "device_key"]).indices.items():
+            row = comm.iloc[idx[0]]
+            limits = _limits_for(dev_limits, row["run_id"], int(row["rank"]), None if row["device_key"] < 0 else int(row["device_key"]))
+            if not isinstance(limits, dict):
+                continue
+            part, ss = comm.iloc[idx], s.iloc[idx]
+            used = lambda c: ss[c].fillna(0).to_numpy(np.float64)  # noqa: E731  (no resident kernel: nothing used)
+            config = np.fmax(ss["smem_config"].to_numpy(np.float64), part["smem_config_bytes"].to_numpy(np.float64))
+            f, lm, _ = blocks_fit(
+                capacity(limits), used("u_warps"), used("u_blocks"), used("u_regs"), used("u_smem"), config,
+                part["warps_per_block"], part["regs_per_warp"], part["smem_alloc_bytes"],
+            )
+            unknown = ss["unknown"].fillna(False).to_numpy(bool)
+            fit[idx] = np.where(unknown, np.nan, f)
+            lim[idx] = np.where(unknown, None, lm)
+        fit_cols[f"comm_blocks_fit_per_sm{tag}"] = pd.array(np.where(np.isnan(fit), np.nan, fit), dtype="Float64").astype("Int64")
+        fit_cols[f"fit_limiter{tag}"] = lim
+    note = comm["residency_note"].to_numpy(object).copy()
+    unknown_res = at_ready["unknown"].fillna(False).to_numpy(bool)
+    note = np.where(note == None, np.where(unknown_res, "a resident compute kernel's launch shape is unknown", None), note)  # noqa: E711
+
+    out = pd.DataFrame(
+        {
+            "run_id": comm["run_id"],
+            "rank": comm["rank"],
+            "device": comm["device"],
+            "stream": comm["stream"],
+            "step": comm["step"],
+            "name": comm["name"],
+            "collective": comm["collective"],
+            "correlation": comm["correlation"],
+            "start_ns": comm["start_ns"],
+            "end_ns": comm["end_ns"],
+            "launch_ns": comm["launch_ns"],
+            "prev_end_ns": comm["prev_end_ns"],
+            "ready_ns": comm["ready_ns"],
+            "ready_from": comm["ready_from"],
+            "start_delay_us": (comm["start_ns"].astype("Float64") - comm["ready_ns"].astype("Float64")) / 1000.0,
+            "duration_us": (comm["end_ns"] - comm["start_ns"]) / 1000.0,
+            "grid_blocks": comm["grid_blocks"],
+            "threads_per_block": comm["threads_per_block"],
+            "regs_per_thread": comm["regs_per_thread"],
+            "shared_mem_bytes": comm["shared_mem_bytes"],
+            "comm_blocks_per_sm_alone": pd.array(comm["blocks_per_sm"].to_numpy(), dtype="Float64").astype("Int64"),
+            "comm_blocks_needed_per_sm": pd.array(
+                np.ceil(comm["grid_blocks"].astype("Float64").to_numpy(np.float64, na_value=np.nan) / comm["num_sms"].to_numpy()),
+                dtype="Float64",
+            ).astype("Int64"),
+            "n_resident_compute_at_launch": pd.array(
+                np.where(comm["launch_ns"].isna(), np.nan, at_launch["n"].fillna(0).to_numpy(np.float64)), dtype="Float64"
+            ).astype("Int64"),
+            "resident_compute_at_launch": _names(at_launch["names"]),
+            "n_resident_compute": pd.array(
+                np.where(comm["ready_ns"].isna(), np.nan, at_ready["n"].fillna(0).to_numpy(np.float64)), dtype="Float64"
+            ).astype("Int64"),
+            "resident_compute": _names(at_ready["names"]),
+            "resident_compute_blocks_per_sm": np.where(
+                comm["ready_ns"].isna().to_numpy() | at_ready["n"].notna().to_numpy(),
+                at_ready["u_blocks"].to_numpy(np.float64),
+                0.0,
+            ),
+            **fit_cols,
+            "residency_note": note,
+        }
+    )
+    return out.sort_values(["run_id", "rank", "start_ns"], kind="stable").reset_index(drop=True)
+
+
+def summarize_delays(delays: pd.DataFrame) -> pd.DataFrame:
+    """Per run x rank: comm kernels, median / p95 / max start delay (µs), and how many could not fit a block beside the computation."""
+    g = delays.groupby(["run_id", "rank"], dropna=False)
+    return pd.DataFrame(
+        {
+            "n_comm_kernels": g.size(),
+            "median_start_delay_us": g["start_delay_us"].median(),
+            "p95_start_delay_us": g["start_delay_us"].quantile(0.95),
+            "max_start_delay_us": g["start_delay_us"].max(),
+            "n_blocked": g["comm_blocks_fit_per_sm"].apply(lambda s: int((s.dropna() == 0).sum())),
+        }
+    ).reset_index()
+
+
+__all__ = ["comm_start_delays", "footprints", "blocks_fit", "capacity", "summarize_delays", "RESOURCES"]
