@@ -1,0 +1,367 @@
+"""Speedup over runs: median iteration time with bootstrap confidence intervals, TimeRatio vs sequential, speedup vs baseline overlap, and side-by-side comparison."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pandas as pd
+
+from overlapviz import schema
+
+DEFAULT_LEVEL = 0.95
+DEFAULT_RESAMPLES = 2000
+DEFAULT_SEED = 0
+# runs with equal values here run the same workload; only the overlap setup and its knobs differ
+WORKLOAD_KEY = (
+    "workload", "compute_impl", "gemm_m", "gemm_n", "gemm_k", "tile_m", "tile_n", "tile_k",
+    "collective", "message_bytes", "world_size", "backend", "stand_in", "device_name",
+)
+CONFIG_COLUMNS = (
+    "workload", "setup", "compute_impl", "gemm_m", "gemm_n", "gemm_k", "tile_m", "tile_n", "tile_k",
+    "smem_pad_bytes", "comm_priority", "comm_priority_effective", "collective", "message_bytes",
+    "sm_carveout", "world_size", "backend", "stand_in", "device_name",
+)
+
+
+def iteration_times(dataset_path: str | os.PathLike, *, run_ids=None) -> pd.DataFrame:
+    """Measured iteration times of each run, one row per run x iteration.
+
+    Warm-up rows (``measured`` false or null) are dropped. An iteration that several
+    ranks timed takes the slowest rank's time: the iteration is over when every rank is.
+
+    Returns
+    -------
+    pandas.DataFrame
+        ``run_id, iteration, time_ms, n_ranks``.
+    """
+    it = schema.read_frame(dataset_path, "iterations")
+    if run_ids is not None:
+        it = it[it["run_id"].isin(list(run_ids))]
+    it = it[it["measured"].fillna(False).astype(bool) & it["time_ms"].notna()]
+    return (
+        it.groupby(["run_id", "iteration"], sort=True)
+        .agg(time_ms=("time_ms", "max"), n_ranks=("rank", "nunique"))
+        .reset_index()
+    )
+
+
+def _boot_medians(x: np.ndarray, rng: np.random.Generator, n_resamples: int) -> np.ndarray:
+    idx = rng.integers(0, len(x), size=(n_resamples, len(x)))
+    return np.median(x[idx], axis=1)
+
+
+def bootstrap_median(x, *, level: float = DEFAULT_LEVEL, n_resamples: int = DEFAULT_RESAMPLES, seed: int = DEFAULT_SEED):
+    """Median of ``x`` and its percentile-bootstrap confidence interval.
+
+    Parameters
+    ----------
+    x
+        Samples (NaN-free).
+    level
+        Two-sided confidence level, e.g. 0.95: the interval is the (1−level)/2 and
+        (1+level)/2 quantiles of the medians of ``n_resamples`` resamples of ``x`` drawn
+        with replacement by ``numpy.random.default_rng(seed)``.
+
+    Returns
+    -------
+    (float, float, float)
+        Median, CI low, CI high; all NaN for an empty ``x``; a single sample gives a
+        zero-width interval.
+    """
+    x = np.asarray(x, np.float64)
+    if len(x) == 0:
+        return (np.nan, np.nan, np.nan)
+    _check_level(level)
+    meds = _boot_medians(x, np.random.default_rng(seed), n_resamples)
+    lo, hi = np.quantile(meds, [(1 - level) / 2, (1 + level) / 2])
+    return (float(np.median(x)), float(lo), float(hi))
+
+
+def bootstrap_ratio(num, den, *, level: float = DEFAULT_LEVEL, n_resamples: int = DEFAULT_RESAMPLES, seed: int = DEFAULT_SEED):
+    """``median(num) / median(den)`` and its percentile-bootstrap confidence interval.
+
+    The two samples are resampled independently (they are different runs), each
+    replicate's ratio of medians is formed, and the interval is its (1−level)/2 and
+    (1+level)/2 quantiles.
+
+    Returns
+    -------
+    (float, float, float)
+        Ratio, CI low, CI high; NaN when either sample is empty.
+    """
+    num, den = np.asarray(num, np.float64), np.asarray(den, np.float64)
+    if len(num) == 0 or len(den) == 0:
+        return (np.nan, np.nan, np.nan)
+    _check_level(level)
+    rng = np.random.default_rng(seed)
+    ratios = _boot_medians(num, rng, n_resamples) / _boot_medians(den, rng, n_resamples)
+    lo, hi = np.quantile(ratios, [(1 - level) / 2, (1 + level) / 2])
+    return (float(np.median(num) / np.median(den)), float(lo), float(hi))
+
+
+def bootstrap_difference(a, b, *, level: float = DEFAULT_LEVEL, n_resamples: int = DEFAULT_RESAMPLES, seed: int = DEFAULT_SEED):
+    """``median(b) − median(a)`` with its percentile-bootstrap confidence interval (independent resamples)."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    if len(a) == 0 or len(b) == 0:
+        return (np.nan, np.nan, np.nan)
+    _check_level(level)
+    rng = np.random.default_rng(seed)
+    diffs = _boot_medians(b, rng, n_resamples) - _boot_medians(a, rng, n_resamples)
+    lo, hi = np.quantile(diffs, [(1 - level) / 2, (1 + level) / 2])
+    return (float(np.median(b) - np.median(a)), float(lo), float(hi))
+
+
+def _check_level(level: float) -> None:
+    if not 0 < level < 1:
+        raise ValueError(f"confidence level {level!r} must be between 0 and 1 (e.g. 0.95)")
+
+
+def _is_reference(runs: pd.DataFrame, setup: str) -> pd.Series:
+    pad = runs["smem_pad_bytes"].fillna(0) == 0
+    prio = runs["comm_priority"].fillna(0) == 0
+    return (runs["setup"] == setup) & pad & prio
+
+
+def _key_frame(runs: pd.DataFrame) -> pd.Series:
+    """One hashable key per run from its workload columns (nulls compare equal)."""
+    parts = [runs[c].astype("string").fillna("\x00null") for c in WORKLOAD_KEY]
+    key = parts[0]
+    for p in parts[1:]:
+        key = key + "\x1f" + p
+    return key
+
+
+def _references(runs: pd.DataFrame, setup: str) -> dict:
+    """workload key -> list of reference run ids (all that match; their iterations are pooled)."""
+    key = _key_frame(runs)
+    ref = runs[_is_reference(runs, setup)]
+    return {k: sorted(g["run_id"].tolist()) for k, g in ref.assign(_k=key[ref.index]).groupby("_k")}
+
+
+def _overlap_by_run(dataset_path, run_ids) -> pd.DataFrame:
+    """Run-level overlap from overlapviz.metrics: sums over ranks, and the median step's compute time."""
+    from overlapviz.metrics import analyze  # analysis owns the metric; we only aggregate it
+
+    per_rank = analyze(dataset_path, per="rank", run_ids=run_ids)
+    g = per_rank.groupby("run_id")
+    comm, overlap = g["comm_us"].sum(), g["overlap_us"].sum()
+    out = pd.DataFrame({"overlap_fraction": (overlap / comm.where(comm > 0)).astype("Float64"), "comm_us": g["comm_us"].mean(), "compute_us": g["compute_us"].mean(), "exposed_comm_us": g["exposed_comm_us"].mean()})
+    per_step = analyze(dataset_path, per="step", run_ids=run_ids)
+    if len(per_step):
+        out = out.join(per_step.groupby("run_id")["compute_us"].median().rename("step_compute_us"))
+    else:
+        out = out.assign(step_compute_us=np.nan)
+    return out
+
+
+def config_table(
+    dataset_path: str | os.PathLike,
+    *,
+    level: float = DEFAULT_LEVEL,
+    n_resamples: int = DEFAULT_RESAMPLES,
+    seed: int = DEFAULT_SEED,
+    run_ids=None,
+) -> pd.DataFrame:
+    """One row per run: configuration, median iteration time with its CI, TimeRatio, speedup, overlap, slowdown.
+
+    Definitions (DESIGN.md): t = median measured iteration time (see
+    :func:`iteration_times`); ``time_ratio = t(run) / t(sequential)``; ``speedup =
+    t(baseline) / t(run)``. The references are the runs with the same workload key
+    (``WORKLOAD_KEY``), ``setup`` "sequential" (TimeRatio) or "baseline" (speedup),
+    ``smem_pad_bytes`` 0 or null and ``comm_priority`` 0 or null; several matching runs
+    are pooled. Where no reference exists the ratio and its CI are null (never a
+    default). Confidence intervals are percentile bootstraps at ``level``
+    (:func:`bootstrap_median`, :func:`bootstrap_ratio`), seeded by ``seed``.
+
+    ``overlap_fraction`` is overlapviz.metrics' overlap summed over the run's ranks
+    (sum overlap_us / sum comm_us) over the whole trace; ``compute_slowdown`` is the
+    median per-step compute time (metrics, ``per="step"``) of the run over that of its
+    sequential reference: > 1 means computation ran slower beside communication. Both
+    are null where the run has no kernels (or no steps, for the slowdown).
+
+    Returns
+    -------
+    pandas.DataFrame
+        ``run_id``, the ``CONFIG_COLUMNS``, ``n_iterations, median_ms, ci_low_ms,
+        ci_high_ms, sequential_run_id, time_ratio, time_ratio_ci_low, time_ratio_ci_high,
+        baseline_run_id, speedup, speedup_ci_low, speedup_ci_high, overlap_fraction,
+        compute_slowdown, level``; sorted by benefit (speedup, then TimeRatio, best first;
+        nulls last).
+    """
+    _check_level(level)
+    runs = schema.read_frame(dataset_path, "runs")
+    if run_ids is not None:
+        _require_runs(dataset_path, runs, run_ids)
+    times = iteration_times(dataset_path)
+    samples = {r: g["time_ms"].to_numpy(np.float64) for r, g in times.groupby("run_id")}
+    key = _key_frame(runs)
+    seq_refs, base_refs = _references(runs, "sequential"), _references(runs, "baseline")
+    try:
+        overlap = _overlap_by_run(dataset_path, None)
+    except ValueError:
+        overlap = pd.DataFrame(columns=["overlap_fraction", "step_compute_us"])
+
+    def pooled(ids):
+        parts = [samples[r] for r in ids if r in samples]
+        return np.concatenate(parts) if parts else np.empty(0)
+
+    rows = []
+    for i, run in runs.iterrows():  # one row per run (a handful), not per event
+        run_id = run["run_id"]
+        x = samples.get(run_id, np.empty(0))
+        med, lo, hi = bootstrap_median(x, level=level, n_resamples=n_resamples, seed=seed)
+        rec = {"run_id": run_id, **{c: run.get(c) for c in CONFIG_COLUMNS}, "n_iterations": len(x),
+               "median_ms": med, "ci_low_ms": lo, "ci_high_ms": hi}
+        for name, refs, num_is_run in (("time_ratio", seq_refs, True), ("speedup", base_refs, False)):
+            ref_ids = refs.get(key[i], [])
+            ref = pooled(ref_ids)
+            if run_id in ref_ids and len(ref_ids) == 1:
+                value = (1.0, 1.0, 1.0) if len(x) else (np.nan,) * 3
+            elif num_is_run:
+                value = bootstrap_ratio(x, ref, level=level, n_resamples=n_resamples, seed=seed)
+            else:
+                value = bootstrap_ratio(ref, x, level=level, n_resamples=n_resamples, seed=seed)
+            label = "sequential_run_id" if name == "time_ratio" else "baseline_run_id"
+            rec[label] = ",".join(ref_ids) if ref_ids else None
+            rec[name], rec[f"{name}_ci_low"], rec[f"{name}_ci_high"] = value
+        ov = overlap.loc[run_id] if run_id in overlap.index else None
+        rec["overlap_fraction"] = None if ov is None or pd.isna(ov["overlap_fraction"]) else float(ov["overlap_fraction"])
+        seq_ids = seq_refs.get(key[i], [])
+        seq_compute = [overlap.loc[r, "step_compute_us"] for r in seq_ids if r in overlap.index]
+        seq_compute = [v for v in seq_compute if pd.notna(v)]
+        mine = None if ov is None else ov["step_compute_us"]
+        rec["compute_slowdown"] = (
+            float(mine / np.median(seq_compute)) if seq_compute and pd.notna(mine) and np.median(seq_compute) > 0 else None
+        )
+        rec["level"] = level
+        rows.append(rec)
+    out = pd.DataFrame(rows, columns=_table_columns())
+    if run_ids is not None:
+        out = out[out["run_id"].isin(list(run_ids))]
+    for c in ("median_ms", "ci_low_ms", "ci_high_ms", "time_ratio", "time_ratio_ci_low", "time_ratio_ci_high",
+              "speedup", "speedup_ci_low", "speedup_ci_high", "overlap_fraction", "compute_slowdown"):
+        out[c] = pd.to_numeric(out[c], errors="coerce").astype("Float64")
+    out = out.sort_values(["speedup", "time_ratio", "run_id"], ascending=[False, True, True], na_position="last", kind="stable")
+    return out.reset_index(drop=True)
+
+
+def _table_columns() -> list[str]:
+    return (
+        ["run_id", *CONFIG_COLUMNS, "n_iterations", "median_ms", "ci_low_ms", "ci_high_ms",
+         "sequential_run_id", "time_ratio", "time_ratio_ci_low", "time_ratio_ci_high",
+         "baseline_run_id", "speedup", "speedup_ci_low", "speedup_ci_high",
+         "overlap_fraction", "compute_slowdown", "level"]
+    )
+
+
+def _require_runs(dataset_path, runs: pd.DataFrame, run_ids) -> None:
+    known = set(runs["run_id"])
+    for r in run_ids:
+        if r not in known:
+            raise ValueError(f"{dataset_path}: no run {r!r} (runs: {', '.join(sorted(known)) or 'none'})")
+
+
+def compare(
+    dataset_path: str | os.PathLike,
+    run_a: str,
+    run_b: str,
+    *,
+    level: float = DEFAULT_LEVEL,
+    n_resamples: int = DEFAULT_RESAMPLES,
+    seed: int = DEFAULT_SEED,
+) -> pd.DataFrame:
+    """Two runs side by side: configuration differences, metrics, deltas and intervals.
+
+    Parameters
+    ----------
+    run_a, run_b
+        Run ids; ``delta = b − a`` and ``ratio = b / a``.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per item, columns ``section`` (``config`` for configuration columns that
+        differ, ``time`` for iteration time, ``metric`` for the rest), ``item``, ``a``,
+        ``b``, ``delta``, ``delta_ci_low``, ``delta_ci_high``, ``ratio``. The iteration
+        time row carries the bootstrap interval of the difference of medians (ms) at
+        ``level``; ``a_ci_low``..``b_ci_high`` give each run's own interval. Metrics a run
+        lacks are null, and so are their deltas.
+
+    Raises
+    ------
+    ValueError
+        When a run id is not in the dataset.
+    """
+    runs = schema.read_frame(dataset_path, "runs")
+    _require_runs(dataset_path, runs, [run_a, run_b])
+    table = config_table(dataset_path, level=level, n_resamples=n_resamples, seed=seed).set_index("run_id")
+    a, b = table.loc[run_a], table.loc[run_b]
+    rows = []
+    for c in CONFIG_COLUMNS:
+        va, vb = a[c], b[c]
+        if not (_null(va) and _null(vb)) and (_null(va) or _null(vb) or va != vb):
+            rows.append({"section": "config", "item": c, "a": _py(va), "b": _py(vb)})
+    times = iteration_times(dataset_path, run_ids=[run_a, run_b])
+    xa = times.loc[times["run_id"] == run_a, "time_ms"].to_numpy()
+    xb = times.loc[times["run_id"] == run_b, "time_ms"].to_numpy()
+    d, dlo, dhi = bootstrap_difference(xa, xb, level=level, n_resamples=n_resamples, seed=seed)
+    rows.append({"section": "time", "item": "median_ms", "a": _py(a["median_ms"]), "b": _py(b["median_ms"]),
+                 "delta": _py(d), "delta_ci_low": _py(dlo), "delta_ci_high": _py(dhi),
+                 "a_ci_low": _py(a["ci_low_ms"]), "a_ci_high": _py(a["ci_high_ms"]),
+                 "b_ci_low": _py(b["ci_low_ms"]), "b_ci_high": _py(b["ci_high_ms"])})
+    extra = _run_metrics(dataset_path, [run_a, run_b])
+    for item in ("time_ratio", "speedup", "overlap_fraction", "compute_slowdown"):
+        row = {"section": "metric", "item": item, "a": _py(a[item]), "b": _py(b[item])}
+        if item in ("time_ratio", "speedup"):
+            row.update(a_ci_low=_py(a[f"{item}_ci_low"]), a_ci_high=_py(a[f"{item}_ci_high"]),
+                       b_ci_low=_py(b[f"{item}_ci_low"]), b_ci_high=_py(b[f"{item}_ci_high"]))
+        rows.append(row)
+    for item in ("comm_us", "compute_us", "exposed_comm_us", "median_start_delay_us", "p95_start_delay_us", "n_comm_blocked"):
+        rows.append({"section": "metric", "item": item, "a": _py(extra.get(run_a, {}).get(item)), "b": _py(extra.get(run_b, {}).get(item))})
+    out = pd.DataFrame(rows, columns=["section", "item", "a", "b", "delta", "delta_ci_low", "delta_ci_high", "ratio",
+                                      "a_ci_low", "a_ci_high", "b_ci_low", "b_ci_high"])
+    num = out["section"] != "config"
+    fa = pd.to_numeric(out.loc[num, "a"], errors="coerce")
+    fb = pd.to_numeric(out.loc[num, "b"], errors="coerce")
+    out.loc[num, "delta"] = out.loc[num, "delta"].where(out.loc[num, "delta"].notna(), fb - fa)
+    out.loc[num, "ratio"] = fb / fa.where(fa != 0)
+    return out
+
+
+def _run_metrics(dataset_path, run_ids) -> dict:
+    """Per run: mean per-rank comm/compute/exposed time (metrics) and start-delay summary (explain)."""
+    from overlapviz.explain import comm_start_delays, summarize_delays
+
+    out: dict = {r: {} for r in run_ids}
+    try:
+        ov = _overlap_by_run(dataset_path, run_ids)
+    except ValueError:
+        ov = pd.DataFrame()
+    for r in run_ids:
+        if r in ov.index:
+            out[r].update({c: ov.loc[r, c] for c in ("comm_us", "compute_us", "exposed_comm_us")})
+    delays = comm_start_delays(dataset_path, run_ids=run_ids)
+    if len(delays):
+        s = summarize_delays(delays).groupby("run_id").agg(
+            median_start_delay_us=("median_start_delay_us", "median"),
+            p95_start_delay_us=("p95_start_delay_us", "max"),
+            n_comm_blocked=("n_blocked", "sum"),
+        )
+        for r in run_ids:
+            if r in s.index:
+                out[r].update(s.loc[r].to_dict())
+    return out
+
+
+def _null(v) -> bool:
+    return v is None or (not isinstance(v, str) and pd.isna(v))
+
+
+def _py(v):
+    """A plain Python value (None for any null) for mixed-type columns and JSON."""
+    if _null(v):
+        return None
+    if isinstance(v, np.generic):
+        return v.item()
+    return v

@@ -1,0 +1,157 @@
+"""Speedup statistics (bootstrap medians and ratios), reference-run matching, and compare, on datasets built here."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from overlapviz import schema
+from overlapviz.speedup import (
+    bootstrap_difference,
+    bootstrap_median,
+    bootstrap_ratio,
+    compare,
+    config_table,
+    iteration_times,
+)
+
+BASE = dict(workload="cb-ar", compute_impl="tiled", gemm_m=4096, gemm_n=4096, gemm_k=4096, tile_m=64, tile_n=64,
+            tile_k=32, collective="all_reduce", message_bytes=1 << 26, world_size=2, backend="nccl",
+            stand_in=False, device_name="NVIDIA H200")
+
+
+def run(run_id, setup, **kw):
+    return {"run_id": run_id, "setup": setup, "source": "collected", **BASE, **kw}
+
+
+def build(path, runs, times, kernels=None):
+    """times: {run_id: list of per-iteration ms (measured)}; 2 warm-up iterations of 1000 ms are added."""
+    with schema.DatasetWriter(path) as w:
+        w.add("runs", pd.DataFrame(runs))
+        rows = []
+        for run_id, ts in times.items():
+            for rank in (0, 1):
+                for i in range(2):
+                    rows.append(dict(run_id=run_id, rank=rank, iteration=i, time_ms=1000.0, measured=False))
+                for i, t in enumerate(ts):
+                    rows.append(dict(run_id=run_id, rank=rank, iteration=i + 2, time_ms=t - (0.5 if rank else 0), measured=True))
+        w.add("iterations", pd.DataFrame(rows))
+        for (run_id, rank), k in (kernels or {}).items():
+            w.add_kernels(k, run_id, rank)
+        w.commit()
+    return path
+
+
+def test_bootstrap_median_of_constant_is_exact():
+    assert bootstrap_median([4.0] * 7) == (4.0, 4.0, 4.0)
+    assert bootstrap_ratio([8.0] * 5, [10.0] * 9) == (0.8, 0.8, 0.8)
+    assert bootstrap_difference([10.0] * 3, [7.0] * 4) == (-3.0, -3.0, -3.0)
+
+
+def test_bootstrap_is_seeded_and_brackets_the_median():
+    x = np.random.default_rng(1).normal(10, 1, 41)
+    a = bootstrap_median(x, seed=3)
+    assert a == bootstrap_median(x, seed=3)
+    assert a[0] == np.median(x)
+    assert a[1] < a[0] < a[2]
+    # a lower level gives a narrower interval
+    b = bootstrap_median(x, seed=3, level=0.5)
+    assert a[1] < b[1] <= b[2] < a[2]
+
+
+def test_bootstrap_interval_covers_the_true_median_about_95_percent():
+    rng = np.random.default_rng(7)
+    covered = 0
+    for trial in range(200):
+        x = rng.exponential(2.0, 60)  # true median 2 ln 2
+        _, lo, hi = bootstrap_median(x, seed=trial, n_resamples=500)
+        covered += lo <= 2 * np.log(2) <= hi
+    assert 0.88 <= covered / 200 <= 0.995
+
+
+def test_bootstrap_ratio_interval_shrinks_with_more_samples():
+    rng = np.random.default_rng(2)
+    small = bootstrap_ratio(rng.normal(8, 1, 10), rng.normal(10, 1, 10))
+    big = bootstrap_ratio(rng.normal(8, 1, 1000), rng.normal(10, 1, 1000))
+    assert (big[2] - big[1]) < (small[2] - small[1])
+    assert big[1] < 0.8 < big[2]
+
+
+def test_level_outside_0_1_is_an_error():
+    with pytest.raises(ValueError, match="level"):
+        bootstrap_median([1.0, 2.0], level=95)
+
+
+def test_config_table_ratios_against_references(tmp_path):
+    runs = [
+        run("seq", "sequential", smem_pad_bytes=0),
+        run("base", "baseline"),
+        run("opt", "optimized", smem_pad_bytes=8192, comm_priority=-1),
+        run("opt-nopad", "optimized", smem_pad_bytes=0, comm_priority=-1),
+        run("other", "optimized", gemm_m=1024),  # another workload: no reference exists
+    ]
+    times = {"seq": [10.0] * 9, "base": [9.0] * 9, "opt": [7.5] * 9, "opt-nopad": [8.0] * 9, "other": [3.0] * 5}
+    ds = build(tmp_path / "ds", runs, times)
+    t = config_table(ds).set_index("run_id")
+    assert t.loc["seq", "median_ms"] == 10.0  # slowest rank per iteration; warm-up dropped
+    assert t.loc["opt", "time_ratio"] == pytest.approx(0.75)
+    assert t.loc["opt", "speedup"] == pytest.approx(9.0 / 7.5)
+    assert t.loc["opt", "sequential_run_id"] == "seq" and t.loc["opt", "baseline_run_id"] == "base"
+    assert t.loc["seq", "time_ratio"] == 1.0 and t.loc["base", "speedup"] == 1.0
+    assert pd.isna(t.loc["other", "time_ratio"]) and pd.isna(t.loc["other", "speedup"])
+    assert pd.isna(t.loc["other", "sequential_run_id"])
+    order = config_table(ds)["run_id"].tolist()
+    assert order[:4] == ["opt", "opt-nopad", "base", "seq"] and order[-1] == "other"
+
+
+def test_config_table_ci_on_noisy_iterations(tmp_path):
+    rng = np.random.default_rng(0)
+    runs = [run("seq", "sequential"), run("base", "baseline")]
+    times = {"seq": list(rng.normal(10, 0.2, 30)), "base": list(rng.normal(9, 0.2, 30))}
+    ds = build(tmp_path / "ds", runs, times)
+    t = config_table(ds, seed=5).set_index("run_id")
+    x = iteration_times(ds, run_ids=["base"])["time_ms"].to_numpy()
+    assert len(x) == 30 and t.loc["base", "n_iterations"] == 30
+    assert t.loc["base", "median_ms"] == pytest.approx(np.median(x))
+    assert t.loc["base", "ci_low_ms"] < t.loc["base", "median_ms"] < t.loc["base", "ci_high_ms"]
+    lo, hi = t.loc["base", "time_ratio_ci_low"], t.loc["base", "time_ratio_ci_high"]
+    assert lo < t.loc["base", "time_ratio"] < hi < 1.0
+    assert config_table(ds, seed=5).equals(config_table(ds, seed=5))
+
+
+def _kernels(run_id, rank, gemm_ns, comm_ns, overlap):
+    """Two steps; each a GEMM on stream 7 and an all-reduce on stream 20, overlapping or after it."""
+    rows = []
+    for step in (0, 1):
+        t0 = step * 1_000_000
+        rows.append(dict(stream=7, name="gemm", kind="compute", start_ns=t0, end_ns=t0 + gemm_ns, step=step))
+        c0 = t0 if overlap else t0 + gemm_ns
+        rows.append(dict(stream=20, name="ncclDevKernel_AllReduce", kind="comm", start_ns=c0, end_ns=c0 + comm_ns, step=step))
+    return pd.DataFrame(rows).assign(run_id=run_id, rank=rank, category="kernel", is_host=False)
+
+
+def test_overlap_and_compute_slowdown_come_from_metrics(tmp_path):
+    runs = [run("seq", "sequential"), run("base", "baseline")]
+    kernels = {("seq", 0): _kernels("seq", 0, 100_000, 40_000, False), ("base", 0): _kernels("base", 0, 120_000, 40_000, True)}
+    ds = build(tmp_path / "ds", runs, {"seq": [10.0] * 3, "base": [9.0] * 3}, kernels)
+    t = config_table(ds).set_index("run_id")
+    assert t.loc["seq", "overlap_fraction"] == 0.0
+    assert t.loc["base", "overlap_fraction"] == 1.0
+    assert t.loc["base", "compute_slowdown"] == pytest.approx(1.2)
+
+
+def test_compare_side_by_side(tmp_path):
+    runs = [run("seq", "sequential"), run("base", "baseline", comm_priority=0), run("opt", "optimized", smem_pad_bytes=4096, comm_priority=-1)]
+    ds = build(tmp_path / "ds", runs, {"seq": [10.0] * 5, "base": [9.0] * 5, "opt": [8.0] * 5})
+    c = compare(ds, "base", "opt")
+    config = c[c["section"] == "config"].set_index("item")
+    assert set(config.index) == {"setup", "smem_pad_bytes", "comm_priority"}
+    assert config.loc["smem_pad_bytes", "b"] == 4096
+    time = c[c["item"] == "median_ms"].iloc[0]
+    assert (time["a"], time["b"], time["delta"], time["delta_ci_low"], time["delta_ci_high"]) == (9.0, 8.0, -1.0, -1.0, -1.0)
+    assert time["ratio"] == pytest.approx(8 / 9)
+    sp = c[c["item"] == "speedup"].iloc[0]
+    assert sp["a"] == 1.0 and sp["b"] == pytest.approx(9 / 8)
+    with pytest.raises(ValueError, match="no run 'nope'"):
+        compare(ds, "base", "nope")
