@@ -23,6 +23,12 @@ TIMELINE_COLUMNS = [
 ]  # fmt: skip
 
 
+def _plain(frame: pd.DataFrame) -> pd.DataFrame:
+    """String columns as object dtype: HoloViews reshapes columns, which pandas' Arrow-backed strings refuse."""
+    strings = [c for c in frame.columns if pd.api.types.is_string_dtype(frame[c].dtype) and frame[c].dtype != object]
+    return frame.astype({c: object for c in strings}) if strings else frame
+
+
 def _title(base: str, stand_in: bool) -> str:
     return f"{base} ({STAND_IN_NOTE})" if stand_in else base
 
@@ -97,7 +103,7 @@ class TimelineData:
         out["limiter"] = pd.NA
         if self.residency is not None and len(sub) and len(self.residency):
             out = _join_residency(out, sub, self.residency)
-        return out
+        return _plain(out)
 
     def raster(self, x_range: tuple[float, float], width: int) -> hv.RGB:
         """Kernels of every lane aggregated per pixel column by datashader, coloured by kind."""
@@ -247,7 +253,7 @@ def step_bands(data: TimelineData, steps: pd.DataFrame | None = None) -> hv.Rect
         step_name=[names.get(int(s), f"step {int(s)}") for s in ext["step"]],
         shade=(ext["step"].astype("int64") % 2).astype(str),
     )  # fmt: skip
-    return hv.Rectangles(ext[cols], vdims=cols[4:]).opts(
+    return hv.Rectangles(_plain(ext[cols]), vdims=cols[4:]).opts(
         color=hv.dim("shade").categorize({"0": "#E8E8E8", "1": "#F6F6F6"}), line_alpha=0, alpha=1.0
     )
 
@@ -340,6 +346,7 @@ def heatmap(table: pd.DataFrame, *, value: str = "time_ratio", **opts) -> hv.Lay
     panels = []
     order_x = sorted(grid["shaping"].unique(), key=_pad_sort_key)
     for facet, sub in grid.groupby("facet", sort=True):
+        sub = _plain(sub)
         hm = hv.HeatMap(sub, kdims=[hv.Dimension("shaping", label="Occupancy shaping (smem pad per block)"),
                                     hv.Dimension("priority", label="Comm stream priority")],
                         vdims=[hv.Dimension(value, label=VALUE_LABELS.get(value, value)), "run_id"])  # fmt: skip
@@ -383,6 +390,7 @@ def speedup_bars(table: pd.DataFrame, **opts) -> hv.Overlay:
     frame = frame.sort_values("configuration", kind="stable").reset_index(drop=True)
     stand_in = bool(grid.get("stand_in", pd.Series(False, index=grid.index)).fillna(False).astype(bool).any())
     width = opts.get("width", max(500, 26 * len(frame) + 160))
+    frame = _plain(frame)
     bars = hv.Bars(frame, kdims=[hv.Dimension("configuration", label="Configuration")],
                    vdims=[hv.Dimension("speedup", label="Speedup vs baseline (×)"), "setup", "run_id"]).opts(
         color="#0072B2", tools=["hover"], xrotation=60, width=width, height=opts.get("height", 420))  # fmt: skip
@@ -395,7 +403,7 @@ def speedup_bars(table: pd.DataFrame, **opts) -> hv.Overlay:
              "neg": pd.to_numeric(grid["speedup"], errors="coerce") - pd.to_numeric(grid[lo], errors="coerce"),
              "pos": pd.to_numeric(grid[hi], errors="coerce") - pd.to_numeric(grid["speedup"], errors="coerce")}
         ).sort_values("configuration", kind="stable")  # fmt: skip
-        overlay = overlay * hv.ErrorBars(ci, kdims=["configuration"], vdims=["y", "neg", "pos"]).opts(color="black")
+        overlay = overlay * hv.ErrorBars(_plain(ci), kdims=["configuration"], vdims=["y", "neg", "pos"]).opts(color="black")
     return overlay.opts(title=_title("Speedup over baseline overlap (median iteration, 95% CI)", stand_in))
 
 
@@ -436,7 +444,7 @@ def ranks(metrics: pd.DataFrame, **opts) -> hv.Layout:
         ],
         ignore_index=True,
     )
-    comm = hv.Bars(stacked, kdims=[hv.Dimension("rank", label="Rank"), hv.Dimension("part", label="Communication")],
+    comm = hv.Bars(_plain(stacked), kdims=[hv.Dimension("rank", label="Rank"), hv.Dimension("part", label="Communication")],
                    vdims=[hv.Dimension("us", label="Communication time (µs)")]).opts(
         stacked=True, cmap={"overlapped": "#009E73", "exposed": "#D55E00"}, tools=["hover"], width=width,
         height=height, title="Communication per rank: overlapped vs exposed", legend_position="top_right")  # fmt: skip
@@ -445,7 +453,7 @@ def ranks(metrics: pd.DataFrame, **opts) -> hv.Layout:
         {"rank": rank, "span_ms": pd.to_numeric(metrics["span_us"]) / 1e3,
          "status": np.where(strag, "straggler (> median + 5%)", "normal")}
     )  # fmt: skip
-    span = hv.Bars(spans, kdims=[hv.Dimension("rank", label="Rank")],
+    span = hv.Bars(_plain(spans), kdims=[hv.Dimension("rank", label="Rank")],
                    vdims=[hv.Dimension("span_ms", label="GPU span (ms)"), "status"]).opts(
         color=hv.dim("status").categorize({"normal": "#0072B2"}, default="#CC79A7"), tools=["hover"],
         width=width, height=height, title="GPU span per rank (stragglers in pink)")  # fmt: skip
@@ -479,7 +487,7 @@ def residency(table: pd.DataFrame, delays: pd.DataFrame | None = None, **opts) -
     ).sort_values("blocks_per_sm", kind="stable")
     palette = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#999999"]
     limits = sorted(shapes["limiter"].unique())
-    bars = hv.Bars(shapes, kdims=[hv.Dimension("kernel", label="Kernel launch shape")],
+    bars = hv.Bars(_plain(shapes), kdims=[hv.Dimension("kernel", label="Kernel launch shape")],
                    vdims=[hv.Dimension("blocks_per_sm", label="Resident blocks per SM"), "limiter", "name"]).opts(
         color=hv.dim("limiter").categorize(dict(zip(limits, palette)), default="#999999"), invert_axes=True,
         tools=["hover"], width=width, height=max(height, 22 * len(shapes) + 120),
@@ -492,7 +500,7 @@ def residency(table: pd.DataFrame, delays: pd.DataFrame | None = None, **opts) -
             kernel=_short(delays["name"].astype(str)),
         )
         panels.append(
-            hv.Scatter(d, kdims=[hv.Dimension("n_resident_compute", label="Computation kernels resident at launch")],
+            hv.Scatter(_plain(d), kdims=[hv.Dimension("n_resident_compute", label="Computation kernels resident at launch")],
                        vdims=[hv.Dimension("start_delay_us", label="Comm start delay (µs)"), "kernel", "rank"]).opts(
                 color="#D55E00", size=6, alpha=0.6, tools=["hover"], width=width, height=height,
                 title="Communication start delay vs resident computation", jitter=0.3)  # fmt: skip
@@ -531,7 +539,7 @@ def compare(data_a: TimelineData, data_b: TimelineData, deltas: pd.DataFrame | N
     b = timeline_view(data_b, x_range, title=str(labels[1]), **kw)
     panels = [a, b]
     if deltas is not None and len(deltas):
-        panels.append(hv.Table(deltas).opts(width=kw.get("width", 1100), height=30 * len(deltas) + 40, title="Metric deltas (B − A)"))
+        panels.append(hv.Table(_plain(deltas)).opts(width=kw.get("width", 1100), height=30 * len(deltas) + 40, title="Metric deltas (B − A)"))
     return hv.Layout(panels).cols(1)
 
 

@@ -1,0 +1,88 @@
+"""The bundled sample traces (``overlapviz.sample_traces``), ingested once into a cache keyed by their content."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from importlib import resources
+from pathlib import Path
+
+from overlapviz import __version__, schema
+
+TRACE_SUFFIXES = (".json", ".json.gz", ".csv")
+
+
+def sample_root() -> Path:
+    """The installed ``sample_traces`` folder."""
+    return Path(str(resources.files("overlapviz.sample_traces")))
+
+
+def sample_sources(root: str | os.PathLike | None = None) -> list[Path]:
+    """The sweep and run directories under ``root`` (the bundled samples by default), sorted.
+
+    A source is each top-level directory that holds at least one trace or manifest file;
+    ``overlapviz.ingest.ingest`` accepts sweeps, collected runs and per-rank directories.
+    """
+    root = sample_root() if root is None else Path(root)
+    out = []
+    for child in sorted(root.iterdir()) if root.is_dir() else []:
+        if child.is_dir() and not child.name.startswith(("_", ".")):
+            if any(p.is_file() and p.name.endswith(TRACE_SUFFIXES) for p in child.rglob("*")):
+                out.append(child)
+    return out
+
+
+def content_key(sources: list[Path]) -> str:
+    """A hash of every file under ``sources`` (relative path, bytes) and of the writer's versions."""
+    digest = hashlib.sha256(f"overlapviz {__version__} schema {schema.SCHEMA_VERSION}\n".encode())
+    for source in sources:
+        files = [source] if source.is_file() else sorted(p for p in source.rglob("*") if p.is_file())
+        for path in files:
+            digest.update(f"{source.name}/{path.relative_to(source) if path != source else ''}\n".encode())
+            with open(path, "rb") as fh:
+                for chunk in iter(lambda: fh.read(1 << 20), b""):
+                    digest.update(chunk)
+    return digest.hexdigest()[:16]
+
+
+def cache_dir() -> Path:
+    """``$OVERLAPVIZ_CACHE_DIR``, else ``$XDG_CACHE_HOME/overlapviz``, else ``~/.cache/overlapviz``."""
+    if os.environ.get("OVERLAPVIZ_CACHE_DIR"):
+        return Path(os.environ["OVERLAPVIZ_CACHE_DIR"])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "overlapviz"
+
+
+def sample_dataset(*, root: str | os.PathLike | None = None, cache: str | os.PathLike | None = None,
+                   progress: bool | None = False) -> Path:  # fmt: skip
+    """The dataset of the bundled sample traces, ingesting them on first use.
+
+    Parameters
+    ----------
+    root
+        Folder of sample traces (the bundled ``overlapviz.sample_traces`` by default).
+    cache
+        Where datasets are kept (``cache_dir()`` by default); the dataset is
+        ``<cache>/samples-<content hash>``, so changed samples are ingested anew.
+
+    Raises
+    ------
+    ValueError
+        If there are no sample traces, or ingest rejects them.
+    """
+    sources = sample_sources(root)
+    if not sources:
+        where = sample_root() if root is None else root
+        raise ValueError(f"{where}: no sample traces are bundled; give a dataset (overlapviz ingest TRACE... -o DATASET)")
+    out = Path(cache or cache_dir()) / f"samples-{content_key(sources)}"
+    if (out / schema.METADATA_FILE).exists():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    from overlapviz.ingest import ingest
+
+    try:
+        return Path(ingest([str(s) for s in sources], out, progress=progress))
+    except ValueError:
+        if (out / schema.METADATA_FILE).exists():  # another process ingested the same samples meanwhile
+            return out
+        raise
