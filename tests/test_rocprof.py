@@ -148,8 +148,19 @@ def test_v1_results_json(tmp_path):
     assert set(kern["launch_ns"]) <= launches
     assert (kern["launch_ns"] <= kern["start_ns"]).all()
     assert len(set(kern["launch_ns"])) == 8
+    # AQL barrier packets ("Unknown command type", zero length) stay as kind "other": they count
+    # as GPU activities like in rocprof's own kernel stats, never as computation
+    lane = [e for e in x if lanes[e["pid"]] == "GPU0"]
+    barriers = k[k["category"] == "barrier"]
+    assert len(barriers) == len(lane) - len(gpu) == 4 and barriers["kind"].eq("other").all()
+    # (rocprof v1 leaves commas in kernel names unquoted here: Calls is the 4th field from the end)
+    stats = (V1_JSON / "results.stats.csv").read_text().splitlines()[1:]
+    stats_calls = sum(int(line.rsplit(",", 4)[1]) for line in stats)
     (m,) = analyze(out)
     check_metrics(m, expected_overlap([], [(int(e["args"]["BeginNs"]), int(e["args"]["EndNs"])) for e in gpu]))
+    assert m["n_kernels"] == len(lane) == stats_calls == 12
+    span = max(int(e["args"]["EndNs"]) for e in lane) - min(int(e["args"]["BeginNs"]) for e in lane)
+    assert m["span_us"] == pytest.approx(span / 1e3)
     assert m["memory_us"] == pytest.approx(
         measure(union((int(e["args"]["BeginNs"]), int(e["args"]["EndNs"])) for e in copies)) / 1e3
     )

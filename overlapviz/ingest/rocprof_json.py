@@ -60,8 +60,9 @@ def read_v1_json(path: Path) -> RankTrace:
     ``COPY`` holds copies (``FillBuffer`` is a memset), ``CPU HIP API`` the HIP
     calls. Times come from ``args.BeginNs``/``EndNs`` (exact ns, the same clock as
     ``results.csv``); a file without them falls back to ``ts``/``dur`` µs strings,
-    converted exactly. ``Unknown command type`` rows are barrier packets, not
-    activities, and are dropped. ``launch_ns`` follows the ``DataFlow`` arrows from
+    converted exactly. ``Unknown command type`` rows are AQL barrier packets (zero
+    length; rocprof's own kernel stats list them): kept with category ``barrier``, so
+    the default rules make them ``other``, never compute. ``launch_ns`` follows the ``DataFlow`` arrows from
     a HIP call (the arrow leaves at the call's end) to the activity. A
     ``<base>.csv`` beside the file (rocprof writes both) adds grid, block, LDS and
     register counts to the kernels, matched by (begin, end). Devices come from the
@@ -117,11 +118,12 @@ def read_v1_json(path: Path) -> RankTrace:
     if len(neg):
         raise ValueError(f"{path}: event {x.loc[neg[0], 'name']!r} ends before it starts (negative duration)")
 
-    is_gpu = x["pid"].isin(gpu_lanes) & (x["name"] != _V1_BARRIER)
+    is_gpu = x["pid"].isin(gpu_lanes)
     is_copy = x["pid"].isin(copy_lanes)
     acts = x[is_gpu | is_copy].copy()
     acts["category"] = "kernel"
     acts.loc[is_copy[is_gpu | is_copy], "category"] = "gpu_memcpy"
+    acts.loc[acts["name"] == _V1_BARRIER, "category"] = "barrier"
     acts.loc[(acts["category"] == "gpu_memcpy") & acts["name"].isin(_V1_MEMSET), "category"] = "gpu_memset"
     lane_device = acts["pid"].map(lambda p: lanes[p][3:] if lanes[p][3:].isdigit() else None)
     acts["device"] = pd.to_numeric(acts["dev"].where(acts["dev"].notna(), lane_device), errors="coerce").astype("Int64")
