@@ -29,7 +29,10 @@ class RankTrace:
         Columns of ``schema.DEVICES`` except ``run_id`` and ``rank``: what the trace says of
         its devices (the residency module completes missing limits from its arch tables).
     info
-        Columns of ``schema.RANKS`` except ``run_id`` and ``rank``.
+        Columns of ``schema.RANKS`` except ``run_id`` and ``rank``; it may also carry run
+        facts by their ``schema.RUNS`` names (``nccl_version``, ``hip_version``,
+        ``cuda_version``, ``torch_version``), which fill the run's row where a manifest
+        does not say.
     """
 
     rank: int | None

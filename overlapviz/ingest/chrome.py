@@ -14,6 +14,7 @@ the fraction to whole ns, which is exact for every value Kineto can write below 
 
 from __future__ import annotations
 
+import gc
 import gzip
 import json
 import re
@@ -283,8 +284,17 @@ class ChromeReader:
         return b'"traceEvents"' in head or any(m in head for m in _KINETO_MARKERS)
 
     def read(self, path: Path) -> list[RankTrace]:
-        doc = load_document(path)
-        return [parse_document(doc, path)]
+        # The parsed document is millions of small dicts and lists that hold no cycles;
+        # with the cyclic GC running, its generation-0 collections re-walk them over and
+        # over and parsing takes 2-3x longer. Off while reading, back to its state after.
+        was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            doc = load_document(path)
+            return [parse_document(doc, path)]
+        finally:
+            if was_enabled:
+                gc.enable()
 
 
 READERS = [ChromeReader()]
