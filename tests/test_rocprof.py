@@ -433,3 +433,65 @@ def test_collective_and_arch_names():
     assert gfx_arch(None, 90402) == "gfx942" and gfx_arch(None, 90010) == "gfx90a"
     assert gfx_arch(None, 90500) == "gfx950" and gfx_arch(None, 120001) == "gfx1201"
     assert gfx_arch("amdgcn-amd-amdhsa--gfx906:sramecc+:xnack-", None) == "gfx906"
+
+
+# rocminfo as it prints an agent (layout of ROCm 3.x-6.x rocminfo; the values of a gfx900 card)
+ROCMINFO = """ROCk module is loaded
+=====================
+HSA System Attributes
+=====================
+Runtime Version:         1.1
+==========
+HSA Agents
+==========
+*******
+Agent 1
+*******
+  Name:                    AMD Ryzen 7 1700X Eight-Core Processor
+  Device Type:             CPU
+  Compute Unit:            16
+  Pool Info:
+    Pool 1
+      Segment:                 GLOBAL; FLAGS: KERNARG, FINE GRAINED
+      Size:                    16337780(0xf94c74) KB
+*******
+Agent 2
+*******
+  Name:                    gfx900
+  Marketing Name:          Vega 10 XL/XT [Radeon RX Vega 56/64]
+  Vendor Name:             AMD
+  Device Type:             GPU
+  Compute Unit:            64
+  SIMDs per CU:            4
+  Wavefront Size:          64(0x40)
+  Workgroup Max Size:      1024(0x400)
+  Max Waves Per CU:        40(0x28)
+  Max Work-item Per CU:    2560(0xa00)
+  Pool Info:
+    Pool 1
+      Segment:                 GLOBAL; FLAGS: COARSE GRAINED
+      Size:                    8372224(0x7fc000) KB
+    Pool 2
+      Segment:                 GROUP
+      Size:                    64(0x40) KB
+  ISA Info:
+    ISA 1
+      Name:                    amdgcn-amd-amdhsa--gfx900
+      Workgroup Max Size:      1024(0x400)
+*** Done ***
+"""
+
+
+def test_v1_csv_with_sysinfo_gets_device_limits(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copy(V1_CSV / "results.csv", run)
+    (run / "results.sysinfo.txt").write_text(ROCMINFO)
+    out, _ = ingest(tmp_path, run)
+    dev = read_frame(out, "devices")
+    assert len(dev) == 1  # the CPU agent is not a device
+    row = dev.iloc[0]
+    assert (row["device"], row["arch"], row["name"], row["vendor"]) == (0, "gfx900", "Vega 10 XL/XT [Radeon RX Vega 56/64]", "amd")
+    assert (row["num_sms"], row["simds_per_cu"], row["max_waves_per_simd"], row["warp_size"]) == (64, 4, 10, 64)
+    assert row["shared_mem_per_block"] == 64 * 1024 and row["total_mem_bytes"] == 8372224 * 1024
+    assert row["max_threads_per_block"] == 1024

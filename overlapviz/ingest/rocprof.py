@@ -288,12 +288,12 @@ def rocminfo_agents(info: Mapping[str, str]) -> list[dict]:
         group = [
             a.get(k.replace(".Segment", ".Size"))
             for k, v in a.items()
-            if k.startswith("PoolInfo.") and k.endswith(".Segment") and v == "GROUP"
+            if k.startswith("PoolInfo.") and k.endswith(".Segment") and str(v).startswith("GROUP")
         ]
         glob = [
             a.get(k.replace(".Segment", ".Size"))
             for k, v in a.items()
-            if k.startswith("PoolInfo.") and k.endswith(".Segment") and v == "GLOBAL"
+            if k.startswith("PoolInfo.") and k.endswith(".Segment") and str(v).startswith("GLOBAL")
         ]
         group_kb, glob_kb = _pos(group[0]) if group else None, _pos(glob[0]) if glob else None
         out.append(
@@ -309,6 +309,40 @@ def rocminfo_agents(info: Mapping[str, str]) -> list[dict]:
                 "total_mem_bytes": glob_kb * 1024 if glob_kb else None,
             }
         )
+    return out
+
+
+def parse_rocminfo(text: str) -> dict[str, str]:
+    """rocminfo's text (rocprof v1's ``<base>.sysinfo.txt``) flattened like ``otherData`` of results.json.
+
+    ``Agent 2`` / ``Compute Unit: 64`` becomes ``{"Agent2.ComputeUnit": "64"}``; pool lines
+    become ``Agent2.PoolInfo.Pool1.Segment``...; ISA sections are skipped. Feed the
+    result to ``rocminfo_agents``.
+    """
+    out: dict[str, str] = {}
+    agent = pool = None
+    for line in text.splitlines():
+        stripped = line.strip()
+        m = re.fullmatch(r"Agent\s+(\d+)", stripped)
+        if m:
+            agent, pool = f"Agent{m.group(1)}", None
+            continue
+        if agent is None or not stripped or stripped.startswith("*"):
+            continue
+        indent = len(line) - len(line.lstrip())
+        m = re.fullmatch(r"Pool\s+(\d+)", stripped)
+        if m and indent >= 4:
+            pool = f"PoolInfo.Pool{m.group(1)}"
+            continue
+        key, sep, value = stripped.partition(":")
+        if not sep:
+            continue
+        key = key.replace(" ", "")
+        if indent <= 2:
+            pool = "skip" if key == "ISAInfo" else None
+            out[f"{agent}.{key}"] = value.strip()
+        elif pool and pool != "skip" and indent >= 6:
+            out[f"{agent}.{pool}.{key}"] = value.strip()
     return out
 
 

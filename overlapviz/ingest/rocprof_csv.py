@@ -154,8 +154,8 @@ def read_v1_csv(path: Path) -> RankTrace:
     names = pd.Series(cols["name"])
     cols["collective"] = kernel_collective(names)
     kernels = kernel_table({k: v for k, v in cols.items() if v is not None}, where=str(path))
-    devices = []
-    if "gpu-id" in d:
+    devices = _v1_sysinfo_devices(path)
+    if not devices and "gpu-id" in d:
         for dev, waves in d.groupby("gpu-id")["wave_size"] if "wave_size" in d else d.groupby("gpu-id")["gpu-id"]:
             sizes = waves.dropna().unique() if "wave_size" in d else []
             devices.append({"device": int(dev), "vendor": "amd", "warp_size": int(sizes[0]) if len(sizes) == 1 else None})
@@ -172,6 +172,23 @@ def read_v1_csv(path: Path) -> RankTrace:
             "n_events": len(d),
         },
     )
+
+
+def _v1_sysinfo_devices(path: Path) -> list[dict]:
+    """Device rows from the rocminfo dump rocprof v1 writes beside its CSV (``<base>.sysinfo.txt``).
+
+    GPU agents in rocminfo order are HIP devices 0, 1, ... (rocprof's ``gpu-id``).
+    """
+    from overlapviz.ingest.rocprof import _v1_base, parse_rocminfo, rocminfo_agents
+
+    sysinfo = path.with_name(_v1_base(path) + ".sysinfo.txt")
+    if not sysinfo.exists():
+        return []
+    try:
+        text = sysinfo.read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise ValueError(f"{sysinfo}: cannot read: {exc.strerror or exc}") from None
+    return [amd_device_row(i, a) for i, a in enumerate(rocminfo_agents(parse_rocminfo(text)))]
 
 
 # --- rocprofv3 CSV ------------------------------------------------------------------
