@@ -285,7 +285,9 @@ def comm_start_delays(dataset_path: str | os.PathLike, *, run_ids=None) -> pd.Da
                 continue
             part, ss = comm.iloc[idx], s.iloc[idx]
             used = lambda c: ss[c].fillna(0).to_numpy(np.float64)  # noqa: E731  (no resident kernel: nothing used)
-            config = np.fmax(ss["smem_config"].to_numpy(np.float64), part["smem_config_bytes"].to_numpy(np.float64))
+            # the SM keeps the carve-out of the computation already on it; alone, the comm kernel's own
+            res_config = ss["smem_config"].to_numpy(np.float64)
+            config = np.where(np.isnan(res_config), part["smem_config_bytes"].to_numpy(np.float64), res_config)
             f, lm, _ = blocks_fit(
                 capacity(limits), used("u_warps"), used("u_blocks"), used("u_regs"), used("u_smem"), config,
                 part["warps_per_block"], part["regs_per_warp"], part["smem_alloc_bytes"],

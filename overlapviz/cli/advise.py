@@ -1,0 +1,82 @@
+"""``overlapviz advise``: the padding, tile or carve-out that lets communication blocks fit beside a computation kernel."""
+
+from __future__ import annotations
+
+import click
+
+from overlapviz import advise as advise_lib
+from overlapviz.cli.residency import FORMATS, render
+from overlapviz.devices import device_limits
+
+TABLE_COLUMNS = ["lever", "setting", "compute_blocks_per_sm", "compute_limiter", "compute_occupancy", "compute_waves",
+                 "comm_blocks_fit_per_sm", "fit_limiter", "meets_target", "residency_cost_blocks", "recommended"]
+
+
+def _shape(spec: str | None, flag: str) -> advise_lib.Footprint | None:
+    if spec is None:
+        return None
+    parts = spec.split(",")
+    try:
+        nums = [int(p) for p in parts]
+    except ValueError:
+        raise click.BadParameter(f"{spec!r} is not THREADS,REGS[,SMEM_BYTES[,GRID]]", param_hint=flag) from None
+    if not 2 <= len(nums) <= 4:
+        raise click.BadParameter(f"{spec!r} is not THREADS,REGS[,SMEM_BYTES[,GRID]]", param_hint=flag)
+    try:
+        return advise_lib.Footprint(nums[0], nums[1], nums[2] if len(nums) > 2 else 0, nums[3] if len(nums) > 3 else None)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint=flag) from None
+
+
+@click.command()
+@click.argument("dataset", required=False, type=click.Path(file_okay=False, path_type=str))
+@click.option("--compute", "compute_re", metavar="REGEX", help="Computation kernel: name regex in DATASET (its most time-consuming shape).")
+@click.option("--comm", "comm_re", metavar="REGEX", default="nccl|rccl", show_default=True, help="Communication kernel: name regex in DATASET.")
+@click.option("--run", "run_id", metavar="RUN_ID", help="The run to take kernels and device from (needed when DATASET has several).")
+@click.option("--compute-shape", metavar="T,R[,S[,G]]", help="Computation footprint: threads, registers, shared memory bytes, grid blocks.")
+@click.option("--comm-shape", metavar="T,R[,S]", help="Communication footprint: threads, registers, shared memory bytes.")
+@click.option("--arch", help="Device without DATASET: sm_80, sm_90, gfx90a, gfx942, ...")
+@click.option("--device-name", help="Device product name without DATASET (fills the SM count), e.g. 'NVIDIA H200'.")
+@click.option("-k", "k", type=click.IntRange(min=1), default=1, show_default=True, help="Communication blocks wanted per SM.")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True, help="Output format.")
+def advise(dataset, compute_re, comm_re, run_id, compute_shape, comm_shape, arch, device_name, k, fmt) -> None:
+    """What lets K communication blocks fit beside a computation kernel on one SM.
+
+    Footprints come from DATASET (kernels picked by --compute / --comm name regexes;
+    other launch shapes of the computation kernel are tried as alternative tiles) or
+    from --compute-shape / --comm-shape with --arch. Options: the smallest shared-memory
+    padding per computation block, another tile, or a carve-out, each with its cost in
+    computation residency (blocks per SM, occupancy, waves).
+    """
+    try:
+        compute = _shape(compute_shape, "--compute-shape")
+        comm = _shape(comm_shape, "--comm-shape")
+        alternatives = []
+        limits = None
+        if dataset is not None:
+            if compute is None:
+                if not compute_re:
+                    raise click.UsageError("name the computation kernel: --compute REGEX or --compute-shape T,R,S")
+                shapes, limits = advise_lib.footprints_from_dataset(dataset, compute_re, run_id=run_id)
+                compute, alternatives = shapes[0], shapes[1:]
+            if comm is None:
+                comm_shapes, limits_c = advise_lib.footprints_from_dataset(dataset, comm_re, run_id=run_id)
+                comm, limits = comm_shapes[0], limits or limits_c
+        if limits is None:
+            if not arch and not device_name:
+                raise click.UsageError("without kernels from a DATASET, give the device: --arch or --device-name")
+            limits = device_limits({"arch": arch, "name": device_name})
+        if compute is None or comm is None:
+            raise click.UsageError("both footprints are needed: DATASET with --compute/--comm, or --compute-shape and --comm-shape")
+        frame = advise_lib.advise(limits, compute, comm, k=k, alternatives=alternatives)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+    if fmt == "table":
+        click.echo(f"computation: {compute.name or 'given'} ({compute.describe()}); communication: {comm.name or 'given'} ({comm.describe()}); k={k}")
+    click.echo(render(frame, fmt, columns=TABLE_COLUMNS), nl=fmt != "csv")
+    if fmt == "table" and not frame["meets_target"].any():
+        alone = frame.loc[0]
+        click.echo(
+            f"no option lets {k} communication block(s) fit beside even one computation block "
+            f"(limited by {alone['fit_limiter']}); the communication kernel's own footprint must shrink"
+        )

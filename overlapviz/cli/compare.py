@@ -1,0 +1,42 @@
+"""``overlapviz compare``: configurations by benefit, or two runs side by side."""
+
+from __future__ import annotations
+
+import click
+
+from overlapviz import speedup
+from overlapviz.cli.residency import FORMATS, render
+
+TABLE_COLUMNS = ["run_id", "workload", "setup", "smem_pad_bytes", "comm_priority", "n_iterations", "median_ms",
+                 "ci_low_ms", "ci_high_ms", "time_ratio", "time_ratio_ci_low", "time_ratio_ci_high", "speedup",
+                 "speedup_ci_low", "speedup_ci_high", "overlap_fraction", "compute_slowdown"]
+
+
+@click.command()
+@click.argument("dataset", type=click.Path(file_okay=False, path_type=str))
+@click.argument("run_a", required=False)
+@click.argument("run_b", required=False)
+@click.option("--level", type=float, default=speedup.DEFAULT_LEVEL, show_default=True, help="Confidence level of the bootstrap intervals.")
+@click.option("--resamples", type=click.IntRange(min=100), default=speedup.DEFAULT_RESAMPLES, show_default=True, help="Bootstrap resamples.")
+@click.option("--seed", type=int, default=speedup.DEFAULT_SEED, show_default=True, help="Bootstrap seed.")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True, help="Output format.")
+def compare(dataset: str, run_a: str | None, run_b: str | None, level: float, resamples: int, seed: int, fmt: str) -> None:
+    """Compare configurations in DATASET.
+
+    With no runs: one record per run, best first: median iteration time with its
+    bootstrap CI, TimeRatio (vs the sequential run of the same workload), speedup (vs
+    its baseline overlap run), overlap fraction and computation slowdown. With RUN_A and
+    RUN_B: the configuration columns that differ, then each metric for A and B with
+    delta (B − A), its CI where one exists, and ratio (B / A).
+    """
+    if (run_a is None) != (run_b is None):
+        raise click.ClickException("give two runs (RUN_A RUN_B) to compare, or none for the table of all runs")
+    try:
+        if run_a is None:
+            frame, cols = speedup.config_table(dataset, level=level, n_resamples=resamples, seed=seed), TABLE_COLUMNS
+        else:
+            frame = speedup.compare(dataset, run_a, run_b, level=level, n_resamples=resamples, seed=seed)
+            cols = ["section", "item", "a", "b", "delta", "delta_ci_low", "delta_ci_high", "ratio"]
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(render(frame, fmt, columns=cols), nl=fmt != "csv")
