@@ -127,7 +127,6 @@ _COLLECTIVE_WORDS = {
     "scatter": "scatter",
 }
 _API_COLLECTIVE = re.compile(r"^(?:nccl|rccl|mscclx?)_?([a-z_]+?)_?$", re.IGNORECASE)
-_KERNEL_COLLECTIVE = re.compile(r"(AllReduce|ReduceScatter|AllGather|AllToAll|SendRecv|Broadcast)", re.IGNORECASE)
 
 
 def api_collective(function: str | None) -> str | None:
@@ -140,16 +139,6 @@ def api_collective(function: str | None) -> str | None:
     return _COLLECTIVE_WORDS.get(m.group(1).replace("_", "").lower())
 
 
-def kernel_collective(names: pd.Series) -> pd.Series:
-    """The collective spelled in a kernel name (older RCCL: ``ncclKernel_AllReduce_RING_LL_Sum_f32``), else null.
-
-    Today's RCCL kernels are generic (``ncclDevKernel_Generic``) and say nothing; the
-    host-side records (rccl_api, record_param_comms) are the source for those.
-    """
-    word = names.str.extract(_KERNEL_COLLECTIVE, expand=False).str.lower()
-    return word.map(_COLLECTIVE_WORDS).astype(object)
-
-
 def assign_collectives(kernels: pd.DataFrame, api: pd.DataFrame | None) -> pd.Series:
     """Collective of each comm-looking kernel from the RCCL API calls of the same thread.
 
@@ -157,8 +146,9 @@ def assign_collectives(kernels: pd.DataFrame, api: pd.DataFrame | None) -> pd.Se
     own (ids are handed out at API entry, in order, per process), so the collective is
     the RCCL collective call with the largest correlation id not above the kernel's,
     on the kernel's thread when both sides carry one. Calls that are not collectives
-    (ncclCommGetAsyncError, nested inside the collective) are skipped. Kernels without
-    such a call fall back to the name (``kernel_collective``).
+    (ncclCommGetAsyncError, nested inside the collective) are skipped. Null where no
+    such call exists; the ingest driver also reads the collective from kernel names
+    (older RCCL: ``ncclKernel_AllReduce_RING_LL_Sum_f32``) and prefers the name.
 
     Parameters
     ----------
@@ -169,7 +159,7 @@ def assign_collectives(kernels: pd.DataFrame, api: pd.DataFrame | None) -> pd.Se
     """
     from overlapviz.rules import COMM_PATTERN
 
-    result = kernel_collective(kernels["name"].astype(str))
+    result = pd.Series(None, index=kernels.index, dtype=object)
     if api is None or api.empty or kernels.empty:
         return result
     calls = api.assign(collective=api["function"].map(api_collective)).dropna(subset=["collective", "correlation"])

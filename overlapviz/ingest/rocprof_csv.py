@@ -15,7 +15,6 @@ from overlapviz.ingest.rocprof import (
     assign_collectives,
     blocks,
     check_one_generation,
-    kernel_collective,
     ones_where,
     clean_kernel_names,
     device_table,
@@ -151,8 +150,6 @@ def read_v1_csv(path: Path) -> RankTrace:
         "wave_size": _first(d, "wave_size"),
         "source_format": ["rocprof_v1_csv"] * len(d),
     }
-    names = pd.Series(cols["name"])
-    cols["collective"] = kernel_collective(names)
     kernels = kernel_table({k: v for k, v in cols.items() if v is not None}, where=str(path))
     devices = _v1_sysinfo_devices(path)
     if not devices and "gpu-id" in d:
@@ -499,7 +496,6 @@ def read_v2_cli(path: Path) -> RankTrace:
     }
     if correlation is not None:
         cols["launch_ns"] = launch_times(correlation, start, api)
-    cols["collective"] = kernel_collective(pd.Series(cols["name"]))
     pids = d["Process_ID"].unique() if "Process_ID" in d else []
     return RankTrace(
         rank=rank_from_name(path.name),

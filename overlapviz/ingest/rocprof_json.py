@@ -19,7 +19,6 @@ from overlapviz.ingest.rocprof import (
     check_one_generation,
     clean_kernel_names,
     device_table,
-    kernel_collective,
     kernel_table,
     rank_from_name,
     rocminfo_agents,
@@ -141,7 +140,6 @@ def read_v1_json(path: Path) -> RankTrace:
         "start_ns": acts["start_ns"],
         "end_ns": acts["end_ns"],
         "launch_ns": acts["launch_ns"],
-        "collective": kernel_collective(names).where(acts["category"] == "kernel"),
         "source_format": ["rocprof_v1_json"] * len(acts),
     }
     cols |= _v1_csv_details(path, acts)
@@ -274,13 +272,16 @@ def _v3_process(path: Path, tool: dict, index: int) -> RankTrace:
     strings = tool.get("strings") or {}
     kind_ops = {i: (k.get("kind"), k.get("operations") or []) for i, k in enumerate(strings.get("buffer_records") or [])}
 
+    # operation names by (kind, operation): one small table, joined to the records
+    ops = pd.DataFrame(
+        [(k, o, name) for k, (_, names) in kind_ops.items() for o, name in enumerate(names)],
+        columns=["kind", "operation", "op_name"],
+    ).astype({"kind": "Int64", "operation": "Int64"})
+
     def op_names(frame: pd.DataFrame) -> pd.Series:
-        names = [
-            (kind_ops.get(int(k), (None, []))[1][int(o)] if pd.notna(k) and pd.notna(o)
-             and int(o) < len(kind_ops.get(int(k), (None, []))[1]) else None)
-            for k, o in zip(frame["kind"], frame["operation"])
-        ]  # fmt: skip
-        return pd.Series(names, index=frame.index, dtype=object)
+        keys = frame[["kind", "operation"]].astype("Int64")
+        found = keys.merge(ops, on=["kind", "operation"], how="left")["op_name"]
+        return pd.Series(found.to_numpy(dtype=object), index=frame.index)
 
     agents = [a for a in tool.get("agents") or [] if isinstance(a, dict)]
     gpu_agents = [a for a in agents if a.get("type") == 2]
@@ -295,7 +296,7 @@ def _v3_process(path: Path, tool: dict, index: int) -> RankTrace:
     def devices(handles: pd.Series | None) -> pd.Series | None:
         if handles is None:
             return None
-        return handles.map(lambda h: device_of.get(int(h)) if pd.notna(h) else None).astype("Int64")
+        return handles.astype("Int64").map(device_of).astype("Int64")
 
     try:
         api = _records(buffers.get("hip_api") or [])
