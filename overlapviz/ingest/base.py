@@ -59,3 +59,18 @@ class Reader(Protocol):
             With a one-line message naming ``path`` and the problem (truncated, corrupt,
             missing field, negative duration, ...).
         """
+
+
+def companions(reader: Reader, path: Path) -> list[Path]:
+    """Files that ``reader.read(path)`` reads along with ``path`` or deliberately leaves out.
+
+    Optional for readers (``[]`` when a reader does not define ``companions(path)``). A
+    profiler that writes several files per process (rocprof: ``<pid>_kernel_trace.csv``
+    with its memory-copy, API, agent-info and stats CSVs; ``results.json`` with
+    ``results.csv`` and ``results.stats.csv``) names one of them the primary: its
+    reader sniffs only that file and lists the rest here, so a driver given all of
+    them (``ingest out/*.csv``) reads each process once and does not call the others
+    unrecognised.
+    """
+    fn = getattr(reader, "companions", None)
+    return list(fn(path)) if fn is not None else []
