@@ -54,9 +54,6 @@ _RUNTIME_CATS = {
 _HOST_CATS = {"cpu_op": "cpu_op", "Operator": "cpu_op", "user_annotation": "user_annotation"}
 _ROUTE = {**{k: ("gpu", v) for k, v in _GPU_CATS.items()}, **{k: ("runtime", v) for k, v in _RUNTIME_CATS.items()}}
 _ROUTE.update({k: ("host", v) for k, v in _HOST_CATS.items()})
-_ROUTE_KEYS = pa.array(list(_ROUTE))
-_ROUTE_GROUP = pa.array([g for g, _ in _ROUTE.values()])
-_ROUTE_CATEGORY = pa.array([c for _, c in _ROUTE.values()])
 
 # HIP launch APIs whose grid arguments are work-items, not blocks: Kineto's roctracer and
 # rocprofiler-sdk loggers record hipExtModuleLaunchKernel's globalWorkSize as "grid"
@@ -86,7 +83,6 @@ _ARGS = pa.struct(
 _EVENT = pa.struct(
     [
         ("ph", pa.string()),
-        ("cat", pa.string()),
         ("name", pa.string()),
         ("pid", pa.int64()),
         ("tid", pa.int64()),
@@ -318,23 +314,26 @@ def parse_document(doc: dict, path: Path) -> RankTrace:
         activity with zero or negative duration, a field of the wrong type.
     """
     events = doc["traceEvents"]
-    wanted = _ROUTE
-    try:
-        # one pass in C-speed comprehension; the rest happens on Arrow columns
-        selected = [e for e in events if e.get("cat") in wanted]
-    except AttributeError:
-        bad = next(e for e in events if not isinstance(e, dict))
-        raise ValueError(f"{path}: traceEvents holds a {type(bad).__name__}, not an event object") from None
+    buckets: dict[str, list] = {"gpu": [], "runtime": [], "host": []}
+    cats: dict[str, list] = {"gpu": [], "runtime": [], "host": []}
+    route = _ROUTE
+    for e in events:
+        try:
+            r = route.get(e.get("cat"))
+        except AttributeError:
+            raise ValueError(f"{path}: traceEvents holds a {type(e).__name__}, not an event object") from None
+        if r is not None:
+            buckets[r[0]].append(e)
+            cats[r[0]].append(r[1])
     n_events = len(events)
     del events
-    table = _events_table(selected, path, "trace")
-    del selected
-    at = pc.index_in(table.column("cat"), _ROUTE_KEYS)
-    table = table.drop_columns(["cat"])
-    table = table.append_column("category", _ROUTE_CATEGORY.take(at)).append_column("group", _ROUTE_GROUP.take(at))
-    table = _only_complete(table)
-    gpu, runtime, host = (table.filter(pc.equal(table.column("group"), g)) for g in ("gpu", "runtime", "host"))
-    del table
+
+    gpu = _with_category(_events_table(buckets.pop("gpu"), path, "GPU activity"), cats.pop("gpu"))
+    runtime = _with_category(_events_table(buckets.pop("runtime"), path, "runtime"), cats.pop("runtime"))
+    host = _with_category(_events_table(buckets.pop("host"), path, "host"), cats.pop("host"))
+    gpu = _only_complete(gpu)
+    runtime = _only_complete(runtime)
+    host = _only_complete(host)
 
     steps = _steps(host, path)
     main_pid, main_tid = _main_thread(host, runtime, steps)
@@ -369,6 +368,10 @@ def parse_document(doc: dict, path: Path) -> RankTrace:
         "cuda_version": _cuda_version(doc.get("cuda_runtime_version")),
     }
     return RankTrace(rank=rank, kernels=kernels, steps=steps, devices=devices, info=info)
+
+
+def _with_category(table: pa.Table, cats: list) -> pa.Table:
+    return table.append_column("category", pa.array(cats, pa.string()))
 
 
 def _only_complete(table: pa.Table) -> pa.Table:
