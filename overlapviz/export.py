@@ -123,6 +123,8 @@ def export_figure(obj, out: str | os.PathLike, fmt: str | None = None, *, title:
     from bokeh.models import Plot
 
     model = _bokeh_model(obj, toolbar=False)
+    for item in model.select({"type": Plot}):
+        item.output_backend = "canvas"  # headless chromium has no GPU: WebGL would fall back to software
     with chromium() as driver:
         if fmt == "png":
             export_png(model, filename=str(out), webdriver=driver, timeout=30)

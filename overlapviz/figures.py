@@ -24,9 +24,28 @@ TIMELINE_COLUMNS = [
 
 
 def _plain(frame: pd.DataFrame) -> pd.DataFrame:
-    """String columns as object dtype: HoloViews reshapes columns, which pandas' Arrow-backed strings refuse."""
-    strings = [c for c in frame.columns if pd.api.types.is_string_dtype(frame[c].dtype) and frame[c].dtype != object]
-    return frame.astype({c: object for c in strings}) if strings else frame
+    """NumPy-backed columns for HoloViews, which reshapes and flattens them (pandas extension arrays refuse).
+
+    Strings become object; nullable numbers become float64 with NaN (int64 when no value is missing).
+    """
+    casts = {}
+    for c in frame.columns:
+        dtype = frame[c].dtype
+        if not isinstance(dtype, pd.api.extensions.ExtensionDtype) or isinstance(dtype, pd.CategoricalDtype):
+            continue
+        if pd.api.types.is_integer_dtype(dtype):
+            casts[c] = "int64" if not frame[c].isna().any() else "float64"
+        elif pd.api.types.is_float_dtype(dtype):
+            casts[c] = "float64"
+        else:
+            casts[c] = object
+    if not casts:
+        return frame
+    out = frame.astype({c: t for c, t in casts.items() if t is object})
+    for c, t in casts.items():
+        if t != object:
+            out[c] = frame[c].to_numpy(dtype=t, na_value=np.nan)
+    return out
 
 
 def _title(base: str, stand_in: bool) -> str:
@@ -307,7 +326,10 @@ def config_grid(table: pd.DataFrame) -> pd.DataFrame:
         prio = prio.fillna(pd.to_numeric(table["comm_priority"], errors="coerce"))
     return table.assign(
         shaping=_pad_label(table["smem_pad_bytes"]) if "smem_pad_bytes" in table else "n/a",
-        priority=prio.map(lambda p: "default" if pd.isna(p) or p == 0 else f"{int(p)}"),
+        # CUDA and HIP: a lower number is a higher stream priority; 0 is the default
+        priority=prio.map(lambda p: "0 (default)" if pd.isna(p) or p == 0 else f"{int(p)} ({'higher' if p < 0 else 'lower'})"),
+        pad_sort=pd.to_numeric(table["smem_pad_bytes"], errors="coerce") if "smem_pad_bytes" in table else 0,
+        prio_sort=prio.fillna(0),
         facet=table.get("workload", pd.Series("", index=table.index)).fillna("imported").astype(str)
         + " · "
         + table.get("setup", pd.Series("", index=table.index)).fillna("?").astype(str),
@@ -337,36 +359,31 @@ def heatmap(table: pd.DataFrame, *, value: str = "time_ratio", **opts) -> hv.Lay
     grid = config_grid(table)
     vals = pd.to_numeric(grid[value], errors="coerce")
     grid = grid.assign(**{value: vals, "text": vals.map(lambda v: "" if pd.isna(v) else f"{v:.3f}")})
+    grid = grid.sort_values(["pad_sort", "prio_sort"], ascending=[True, False], kind="stable")
     if value == "overlap_fraction":
         cmap, clim = "viridis", (0.0, 1.0)
     else:
         dev = float(np.nanmax(np.abs(vals - 1.0))) if vals.notna().any() else 0.1
         cmap, clim = ("RdBu_r" if value == "time_ratio" else "RdBu"), (1 - max(dev, 0.02), 1 + max(dev, 0.02))
+    # dark cells get white numbers
+    far = (vals - (0.5 if value == "overlap_fraction" else 1.0)).abs() > 0.6 * (clim[1] - clim[0]) / 2
+    grid = grid.assign(text_color=np.where(far.reindex(grid.index).fillna(False), "white", "black"))
     stand_in = bool(grid.get("stand_in", pd.Series(False, index=grid.index)).fillna(False).astype(bool).any())
+    short = {"time_ratio": "TimeRatio", "speedup": "Speedup", "overlap_fraction": "Overlap fraction"}.get(value, value)
     panels = []
-    order_x = sorted(grid["shaping"].unique(), key=_pad_sort_key)
     for facet, sub in grid.groupby("facet", sort=True):
         sub = _plain(sub)
         hm = hv.HeatMap(sub, kdims=[hv.Dimension("shaping", label="Occupancy shaping (smem pad per block)"),
                                     hv.Dimension("priority", label="Comm stream priority")],
                         vdims=[hv.Dimension(value, label=VALUE_LABELS.get(value, value)), "run_id"])  # fmt: skip
-        labels = hv.Labels(sub, kdims=["shaping", "priority"], vdims=["text"])
+        labels = hv.Labels(sub, kdims=["shaping", "priority"], vdims=["text", "text_color"])
         panels.append(
-            (hm.opts(cmap=cmap, clim=clim, colorbar=True, tools=["hover", "tap"], xrotation=0,
+            (hm.opts(cmap=cmap, clim=clim, colorbar=True, tools=["hover", "tap"], xrotation=0, colorbar_opts={"title": short},
                      width=opts.get("width", 420), height=opts.get("height", 300))
-             * labels.opts(text_font_size="9pt", text_color="black")).relabel(facet).opts(title=str(facet))
+             * labels.opts(text_font_size="10pt", text_color="text_color")).relabel(facet).opts(title=str(facet))
         )  # fmt: skip
     layout = hv.Layout(panels).opts(shared_axes=False, title=_title(VALUE_LABELS.get(value, value), stand_in))
-    layout = layout.cols(opts.get("cols", 2))
-    _ = order_x
-    return layout
-
-
-def _pad_sort_key(label: str):
-    if label == "n/a":
-        return (1, 0.0)
-    num, unit = label.split(" ")
-    return (0, float(num) * (1024 if unit == "KiB" else 1))
+    return layout.cols(opts.get("cols", 2))
 
 
 def speedup_bars(table: pd.DataFrame, **opts) -> hv.Overlay:
@@ -539,8 +556,35 @@ def compare(data_a: TimelineData, data_b: TimelineData, deltas: pd.DataFrame | N
     b = timeline_view(data_b, x_range, title=str(labels[1]), **kw)
     panels = [a, b]
     if deltas is not None and len(deltas):
-        panels.append(hv.Table(_plain(deltas)).opts(width=kw.get("width", 1100), height=30 * len(deltas) + 40, title="Metric deltas (B − A)"))
+        deltas = delta_display(deltas)
+        panels.append(hv.Table(deltas).opts(width=kw.get("width", 1100), height=25 * len(deltas) + 60, title="Metric deltas (B − A)"))
     return hv.Layout(panels).cols(1)
+
+
+def delta_display(deltas: pd.DataFrame) -> pd.DataFrame:
+    """A deltas table as text for display: numbers to 4 significant digits, intervals as ``[low, high]``.
+
+    Accepts ``overlapviz.speedup.compare`` rows (``section, item, a, b, delta, delta_ci_low,
+    delta_ci_high, ratio``) or ``metric_deltas`` rows; other columns are dropped.
+    """
+
+    def fmt(v) -> str:
+        if v is None or (not isinstance(v, str) and pd.isna(v)):
+            return ""
+        if isinstance(v, (float, np.floating)):
+            return f"{v:.4g}"
+        return str(v)
+
+    if "item" not in deltas:
+        return pd.DataFrame({c: deltas[c].map(fmt) for c in deltas.columns}).astype(object)
+    out = {"section": deltas["section"].map(fmt) if "section" in deltas else "", "item": deltas["item"].map(fmt),
+           "A": deltas["a"].map(fmt), "B": deltas["b"].map(fmt), "B − A": deltas["delta"].map(fmt)}  # fmt: skip
+    if "delta_ci_low" in deltas and "delta_ci_high" in deltas:
+        lo, hi = deltas["delta_ci_low"].map(fmt), deltas["delta_ci_high"].map(fmt)
+        out["95% CI of B − A"] = np.where(lo != "", "[" + lo + ", " + hi + "]", "")
+    if "ratio" in deltas:
+        out["B / A"] = deltas["ratio"].map(fmt)
+    return pd.DataFrame(out).astype(object)
 
 
 def metric_deltas(metrics: pd.DataFrame, run_a: str, run_b: str) -> pd.DataFrame:

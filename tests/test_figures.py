@@ -102,7 +102,7 @@ def test_heatmap_axes_values_and_stand_in_title():
     assert [d.name for d in hm.kdims] == ["shaping", "priority"]
     assert hm.vdims[0].name == "time_ratio" and "run_id" in [d.name for d in hm.vdims]
     assert set(hm.dimension_values("shaping")) == {"0 B", "16 KiB"}
-    assert set(hm.dimension_values("priority")) == {"default", "-1"}
+    assert set(hm.dimension_values("priority")) == {"0 (default)", "-1 (higher)"}
     plot = hv.render(layout, backend="bokeh")
     assert figures.STAND_IN_NOTE in plot.children[0].text  # the layout's title Div
     with pytest.raises(ValueError, match="no column 'nope'"):

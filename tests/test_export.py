@@ -1,0 +1,105 @@
+"""``overlapviz export``: files are valid, non-blank and offline; PNG/SVG/PDF go through the real headless chromium."""
+
+from __future__ import annotations
+
+import io
+import re
+import xml.etree.ElementTree as ET
+import zlib
+
+import pytest
+from click.testing import CliRunner
+from test_dashboard import write_grid_dataset
+
+from overlapviz.cli import main
+from overlapviz.export import find_chromium
+
+needs_chromium = pytest.mark.skipif(find_chromium() is None, reason="Debian chromium + chromium-driver not installed")
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    return write_grid_dataset(tmp_path_factory.mktemp("export") / "ds")
+
+
+def run(*args):
+    result = CliRunner().invoke(main, ["export", *map(str, args)])
+    return result
+
+
+def test_html_is_self_contained(dataset, tmp_path):
+    out = tmp_path / "timeline.html"
+    result = run(dataset, "--figure", "timeline", "--format", "html", "-o", out, "--run", "cb-ar-baseline-pad0-prio0")
+    assert result.exit_code == 0, result.output
+    html = out.read_text()
+    assert "Bokeh" in html and "cb-ar-baseline-pad0-prio0" in html
+    assert not re.findall(r"<script[^>]*\bsrc=", html)  # BokehJS inline, nothing fetched
+    assert not re.findall(r"<link[^>]*\bhref=\"(?:https?:)?//", html)
+
+
+def test_errors_are_one_line(dataset, tmp_path):
+    result = run(dataset, "--figure", "timeline", "-o", tmp_path / "x.png", "--run", "nope")
+    assert result.exit_code != 0
+    assert "no run 'nope'" in result.output and "Traceback" not in result.output
+    result = run(dataset, "--figure", "compare", "-o", tmp_path / "x.html", "--run", "cb-ar-baseline-pad0-prio0")
+    assert result.exit_code != 0 and "needs 2 run(s)" in result.output
+    result = run(tmp_path / "missing", "--figure", "timeline", "-o", tmp_path / "x.html")
+    assert result.exit_code != 0 and "not an overlapviz dataset" in result.output
+    result = run(dataset, "--figure", "timeline", "-o", tmp_path / "x.txt")
+    assert result.exit_code != 0 and "--format" in result.output
+
+
+def _pdf_drawing_ops(data: bytes) -> int:
+    ops = 0
+    for stream in re.findall(rb"stream\r?\n(.*?)\r?\nendstream", data, re.S):
+        try:
+            text = zlib.decompress(stream)
+        except zlib.error:
+            continue
+        ops += len(re.findall(rb"\s(?:re|l|c|f|S)\s", text))
+    return ops
+
+
+@pytest.mark.browser
+@needs_chromium
+def test_png_svg_pdf_are_valid_and_not_blank(dataset, tmp_path):
+    from PIL import Image
+
+    for fmt in ("png", "svg", "pdf"):
+        out = tmp_path / f"timeline.{fmt}"
+        result = run(dataset, "--figure", "timeline", "-o", out, "--run", "cb-ar-optimized-pad16384-prio-1",
+                     "--start-ms", "0", "--end-ms", "0.8")  # fmt: skip
+        assert result.exit_code == 0, result.output
+    img = Image.open(tmp_path / "timeline.png").convert("RGB")
+    assert img.width >= 1000 and img.height >= 200
+    colors = img.getcolors(maxcolors=1 << 20)
+    assert len(colors) > 20  # plot, not a blank page
+    # kernel colours are in the picture: Okabe-Ito blue (compute) and vermillion (comm)
+    px = {c for _, c in colors}
+    assert (0, 114, 178) in px and (213, 94, 0) in px
+
+    svg = ET.parse(tmp_path / "timeline.svg").getroot()
+    assert svg.tag.endswith("svg")
+    tags = [el.tag.rsplit("}", 1)[-1] for el in svg.iter()]
+    assert tags.count("path") > 40 and tags.count("text") > 5  # vector kernels and labels, not a bitmap
+    assert "cb-ar-optimized-pad16384-prio-1" in (tmp_path / "timeline.svg").read_text()
+
+    pdf = (tmp_path / "timeline.pdf").read_bytes()
+    assert pdf.startswith(b"%PDF-") and b"%%EOF" in pdf[-32:]
+    assert _pdf_drawing_ops(pdf) > 40  # vector drawing operators
+
+
+@pytest.mark.browser
+@needs_chromium
+def test_every_figure_exports(dataset, tmp_path):
+    from PIL import Image
+
+    cases = [("heatmap", ["--value", "speedup"]), ("speedup", []), ("residency", ["--run", "cb-ar-baseline-pad0-prio0"]),
+             ("ranks", ["--run", "cb-ar-baseline-pad0-prio0"]),
+             ("compare", ["--run", "cb-ar-baseline-pad0-prio0", "--run", "cb-ar-optimized-pad16384-prio-1"])]  # fmt: skip
+    for figure, extra in cases:
+        out = tmp_path / f"{figure}.png"
+        result = run(dataset, "--figure", figure, "-o", out, *extra)
+        assert result.exit_code == 0, (figure, result.output)
+        img = Image.open(io.BytesIO(out.read_bytes())).convert("RGB")
+        assert len(img.getcolors(maxcolors=1 << 20)) > 20, figure
