@@ -152,3 +152,55 @@ def trace_dir_metrics(files: list[str | Path]) -> dict[int, dict]:
         rank = (doc.get("distributedInfo") or {}).get("rank", i)
         out[int(rank)] = metrics(activities(doc))
     return out
+
+
+# --- HTA's own rules, to compare HTA like with like ---------------------------------------
+
+HTA_COMM_RE = re.compile(r"^nccl.*Kernel")
+HTA_NOT_COMPUTE_RE = re.compile(r"(^nccl.*Kernel)|(.*(Memcpy)|(Memset))|(.*Sync)")
+HTA_MEMORY_RE = re.compile(r"(^Memcpy)|(^Memset)|(^dma)")
+
+
+def hta_rules_fraction(doc: dict, *, round_to_us: bool = True) -> float | None:
+    """HTA 0.5's ``get_comm_comp_overlap`` ratio of one rank, re-derived from its documented rules.
+
+    What HTA does differently from DESIGN.md (read from hta/common/trace.py,
+    hta/utils/utils.py and hta/analyzers/communication_analysis.py, v0.5.0):
+
+    - with two or more ``ProfilerStep`` ranges, it keeps only GPU activities whose
+      correlation id matches a host event that starts before the last ProfilerStep starts
+      (``include_last_profiler_step=False``): the last step and un-launched kernels drop out;
+    - comm = kernel name matching ``^nccl.*Kernel`` (not ``rccl``/``msccl``, not anywhere in
+      the name); names matching ``.*Sync`` are neither comm nor compute; memory =
+      ``^Memcpy|^Memset|^dma`` by name; every GPU event with a stream counts;
+    - ns-resolution (float) timestamps are rounded to whole µs: start up, end down.
+    """
+    events = [e for e in doc.get("traceEvents", []) if isinstance(e, dict) and e.get("ph") == "X"]
+    gpu = [e for e in events if isinstance(e.get("args"), dict) and "stream" in e["args"] and e.get("cat") != "Trace"]
+    host = [e for e in events if not (isinstance(e.get("args"), dict) and "stream" in e["args"])]
+    step_names = {e["name"] for e in host if "ProfilerStep" in str(e.get("name", ""))}
+    if len(step_names) >= 2:
+        last = max(Decimal(e["ts"]) for e in host if e.get("name") in step_names)
+        launched = {
+            e["args"]["correlation"]
+            for e in host
+            if isinstance(e.get("args"), dict) and "correlation" in e["args"] and Decimal(e["ts"]) < last
+        }
+        gpu = [e for e in gpu if e["args"].get("correlation") in launched]
+    acts = []
+    for e in gpu:
+        name = str(e.get("name", ""))
+        if HTA_COMM_RE.match(name):
+            kind = "comm"
+        elif HTA_MEMORY_RE.match(name):
+            kind = "memory"
+        elif not HTA_NOT_COMPUTE_RE.match(name):
+            kind = "compute"
+        else:
+            continue
+        ts, end = Decimal(e["ts"]), Decimal(e["ts"]) + Decimal(e["dur"])
+        if round_to_us and (ts != ts.to_integral_value() or end != end.to_integral_value()):
+            ts, end = ts.to_integral_value(rounding="ROUND_CEILING"), end.to_integral_value(rounding="ROUND_FLOOR")
+        acts.append((kind, ns(ts), ns(end)))
+    comm = _covered(acts, {"comm"})
+    return _both(acts) / comm if comm else None
