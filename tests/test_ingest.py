@@ -370,3 +370,12 @@ def test_generated_trace_ingests_exactly(tmp_path):
     assert k["launch_ns"].notna().all() and k["step"].notna().all()
     assert (k["launch_ns"] < k["start_ns"]).all()
     assert k.groupby("rank")["step"].nunique().tolist() == [5, 5]
+
+
+def test_progress_bar_only_when_asked(tmp_path, capsys):
+    ingest([TRACE_FILTER], tmp_path / "a", progress=False)
+    assert capsys.readouterr().err == ""
+    ingest([TRACE_FILTER], tmp_path / "b", progress=True)
+    assert "ingest" in capsys.readouterr().err
+    ingest([TRACE_FILTER], tmp_path / "c")  # not a terminal under pytest: no bar
+    assert capsys.readouterr().err == ""

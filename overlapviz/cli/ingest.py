@@ -60,7 +60,8 @@ def ingest(sources, out, run_id, overwrite, workers, rule_texts, comm_patterns, 
 
     SOURCES are trace files (.json, .json.gz), directories of per-rank files (one run,
     named after the directory), collected run directories (manifest.json) or sweep
-    directories of runs. Loose files form one run named after their parent directory.
+    directories of runs. Loose files form one run per parent directory, named
+    after it (one run in all with --run-id).
     """
     from overlapviz import schema
     from overlapviz.ingest import ingest as run_ingest
