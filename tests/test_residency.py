@@ -1,0 +1,188 @@
+"""Occupancy calculator: hand-computed cases (sm_80, sm_86, sm_90, gfx90a), CUDA's own answers on an H200, Kineto's estimate, datasets and the CLI."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import numpy as np
+import orjson
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from overlapviz import schema
+from overlapviz.cli import main
+from overlapviz.devices import amd_arch, device_limits, nvidia_arch
+from overlapviz.residency import kernel_residency, occupancy, occupancy_table, profiler_estimated_occupancy
+
+DATA = Path(__file__).parent / "data"
+SM80, SM86, SM90 = nvidia_arch(8, 0), nvidia_arch(8, 6), nvidia_arch(9, 0)
+GFX90A = amd_arch("gfx90a")
+
+
+# Each case: (limits, threads, regs, smem, kwargs, blocks, limiter, occupancy); the arithmetic is in the comment.
+CASES = [
+    # sm_80: warps 64//8 = 8; regs 64*32 = 2048/warp, 16384 per sub-partition // 2048 = 8 warps x 4 = 32 // 8 = 4
+    ("sm80 regs", SM80, 256, 64, 0, {}, 4, "registers", 32 / 64),
+    # sm_80: smem (49152 + 1024 reserved) = 50176 -> 167936 // 50176 = 3; warps 16, regs 16
+    ("sm80 smem", SM80, 128, 32, 49152, {}, 3, "shared_memory", 12 / 64),
+    # sm_80: 72 regs -> 2304/warp x 32 warps = 73728 > 65536 registers per block: cannot launch
+    ("sm80 too many regs", SM80, 1024, 72, 0, {}, 0, "registers", 0.0),
+    # sm_80: 100 threads = 4 warps -> 16 blocks by warps; no registers used
+    ("sm80 warps", SM80, 100, 0, 0, {}, 16, "warps", 1.0),
+    # sm_86: 2 warps -> 24 by warps, but 16 block slots
+    ("sm86 blocks", SM86, 64, 32, 0, {}, 16, "blocks", 32 / 48),
+    # sm_86: warps 48//8 = 6; regs 1280/warp -> 12 warps per part -> 48 // 8 = 6;
+    # smem 20000 + 1024 -> 21120 (128 B units) -> 102400 // 21120 = 4
+    ("sm86 smem", SM86, 256, 40, 20000, {}, 4, "shared_memory", 32 / 48),
+    # sm_86, carve-out 50 %: 51200 B rounds up to the 64 KB step -> 65536 // 21120 = 3
+    ("sm86 carveout", SM86, 256, 40, 20000, {"carveout": 50}, 3, "shared_memory", 24 / 48),
+    # sm_90 (the H200's nvjet GEMM): regs 168*32 = 5376 -> 16384 // 5376 = 3 warps/part -> 12 // 12 = 1;
+    # smem 213188 + 1024 -> 214272 -> 233472 // 214272 = 1; tie: registers named first
+    ("sm90 gemm", SM90, 384, 168, 213188, {}, 1, "registers", 12 / 64),
+    # the same kernel without the shared-memory opt-in (what the profiler assumes): cannot launch
+    ("sm90 no optin", SM90, 384, 168, 213188, {"optin": False}, 0, "shared_memory", 0.0),
+    # sm_90: 1 warp blocks -> 64 by warps, 32 block slots
+    ("sm90 blocks", SM90, 32, 16, 0, {}, 32, "blocks", 32 / 64),
+    # gfx90a: 4 waves; 128 VGPRs -> 512 // 128 = 4 waves/SIMD x 4 SIMDs = 16 // 4 = 4; waves 32 // 4 = 8
+    ("gfx90a vgpr", GFX90A, 256, 128, 0, {}, 4, "registers", 16 / 32),
+    # gfx90a: LDS 16384 -> 65536 // 16384 = 4; VGPRs 512 // 64 = 8 waves -> 8 workgroups
+    ("gfx90a lds", GFX90A, 256, 64, 16384, {}, 4, "shared_memory", 16 / 32),
+    # gfx90a: one-wave workgroups use no barrier: 32 waves per CU -> 32
+    ("gfx90a waves", GFX90A, 64, 24, 0, {}, 32, "warps", 1.0),
+    # gfx90a unified VGPRs: round_up(96, 4) + 64 AccVGPRs = 160 -> 512 // 160 = 3 waves/SIMD -> 12 // 8 = 1
+    ("gfx90a agpr", GFX90A, 512, 96, 0, {"accum_vgprs": 64}, 1, "registers", 8 / 32),
+    # gfx90a: 104 SGPRs -> 7 waves/SIMD -> 28 // 2 = 14 (VGPRs and barriers allow 16)
+    ("gfx90a sgpr", GFX90A, 128, 32, 0, {"sgprs": 104}, 14, "sgprs", 28 / 32),
+]
+
+
+@pytest.mark.parametrize("label, limits, threads, regs, smem, kw, blocks, limiter, occ", CASES, ids=[c[0] for c in CASES])
+def test_hand_computed(label, limits, threads, regs, smem, kw, blocks, limiter, occ):
+    r = occupancy(limits, threads, regs, smem, **kw)
+    assert (r["blocks_per_sm"], r["limiter"]) == (blocks, limiter)
+    assert r["occupancy"] == pytest.approx(occ)
+
+
+def test_per_resource_limits_are_reported():
+    r = occupancy(SM80, 256, 64, 0)
+    assert (r["blocks_limit_warps"], r["blocks_limit_registers"], r["blocks_limit_blocks"]) == (8, 4, 32)
+    assert r["blocks_limit_shared_memory"] == 167936 // 1024  # the 1 KB reservation alone
+    assert r["blocks_limit_sgprs"] is None
+    assert occupancy(SM80, 256, 0, 0)["blocks_limit_registers"] is None
+    with pytest.raises(ValueError, match="threads_per_block"):
+        occupancy(SM80, 0, 32, 0)
+
+
+def _h200_limits():
+    dev = json.loads((DATA / "occupancy_h200" / "device.json").read_text())
+    return device_limits({k: v for k, v in dev.items() if k not in ("driver_version", "runtime_version", "cupy_version")})
+
+
+def _cuda_rule(frame: pd.DataFrame, limits: dict) -> np.ndarray:
+    """Our prediction for rows of the H200 table (CUDA refuses a dynamic size above the function's attribute)."""
+    out = np.empty(len(frame), np.int64)
+    for (attr, carve), g in frame.groupby(["max_dynamic_smem_attr", "carveout"]):
+        t = occupancy_table(limits, g["threads"], g["regs"], g["smem_static"] + g["smem_dynamic"],
+                            carveout=int(carve), optin=attr > limits["shared_mem_per_block"])
+        pos = frame.index.get_indexer(g.index)
+        out[pos] = np.where(g["smem_dynamic"].to_numpy() > attr, 0, t["blocks_per_sm"].to_numpy())
+    return out
+
+
+def test_every_row_of_the_h200_table_matches_cuda():
+    table = pd.read_csv(DATA / "occupancy_h200" / "occupancy_h200.csv.gz")
+    assert len(table) > 17000 and (table["cuda_status"] == 0).all()
+    ours = _cuda_rule(table, _h200_limits())
+    bad = table[ours != table["blocks_per_sm"].to_numpy()]
+    assert bad.empty, bad.head().to_string()
+    # the table exercises every limiter and the edges
+    lim = occupancy_table(_h200_limits(), table["threads"], table["regs"], table["smem_static"] + table["smem_dynamic"])
+    assert set(lim["limiter"]) >= {"warps", "blocks", "registers", "shared_memory"}
+    assert set(table["blocks_per_sm"]) >= {0, 1, 32}
+
+
+def test_triton_kernels_on_the_h200_match_cuda():
+    table = pd.read_csv(DATA / "occupancy_h200" / "triton_kernels.csv")
+    assert (_cuda_rule(table, _h200_limits()) == table["blocks_per_sm"].to_numpy()).all()
+
+
+def _kineto_kernels(path):
+    doc = json.load(gzip.open(path))
+    p = doc["deviceProperties"][0]
+    limits = device_limits({"name": p["name"], "compute_major": p["computeMajor"], "compute_minor": p["computeMinor"],
+                            "num_sms": p["numSms"], "max_threads_per_sm": p["maxThreadsPerMultiprocessor"],
+                            "shared_mem_per_sm": p["sharedMemPerMultiprocessor"],
+                            "shared_mem_per_block_optin": p["sharedMemPerBlockOptin"]})
+    ks = [e["args"] for e in doc["traceEvents"] if e.get("cat") == "kernel" and "est. achieved occupancy %" in e.get("args", {})]
+    return limits, ks
+
+
+@pytest.mark.parametrize("path", [DATA / "occupancy_h200" / "h200_torch_trace.json.gz",
+                                  DATA / "hta_nccl_parser_config" / "nccl_data.json.gz"], ids=["h200", "a100"])
+def test_kineto_estimated_occupancy_is_reproduced(path):
+    """Kineto's 'est. achieved occupancy %' = min(occupancy without opt-in, grid/SMs) x threads / max threads."""
+    limits, ks = _kineto_kernels(path)
+    assert len(ks) >= 12
+    est = profiler_estimated_occupancy(
+        limits, [np.prod(a["block"]) for a in ks], [a["registers per thread"] for a in ks],
+        [a["shared memory"] for a in ks], [np.prod(a["grid"]) for a in ks])
+    assert (est == np.array([a["est. achieved occupancy %"] for a in ks])).all()
+    # Kineto's "blocks per SM" is grid blocks / SMs, not residency
+    assert all(a["blocks per SM"] == pytest.approx(np.prod(a["grid"]) / limits["num_sms"], rel=1e-4, abs=1e-6) for a in ks)
+
+
+def _dataset(path, kernels, devices):
+    with schema.DatasetWriter(path) as w:
+        w.add("runs", pd.DataFrame([{"run_id": "r"}]))
+        w.add("devices", pd.DataFrame(devices))
+        w.add_kernels(pd.DataFrame(kernels).assign(run_id="r", rank=0, category="kernel", is_host=False), "r", 0)
+        w.commit()
+    return path
+
+
+def _k(name, kind, start, dur, block, regs, smem, grid=264, stream=7):
+    return dict(name=name, kind=kind, start_ns=start, end_ns=start + dur, device=0, stream=stream, grid_x=grid, grid_y=1,
+                grid_z=1, block_x=block, block_y=1, block_z=1, regs_per_thread=regs, shared_mem_bytes=smem)
+
+
+def test_kernel_residency_one_row_per_shape(tmp_path):
+    kernels = [_k("gemm", "compute", i * 100, 50, 256, 64, 0) for i in range(3)]
+    kernels += [_k("gemm", "compute", 1000, 50, 128, 64, 0), _k("ncclDevKernel_AllReduce", "comm", 2000, 10, 512, 32, 0),
+                _k("noshape", "compute", 3000, 5, 256, None, 0)]
+    ds = _dataset(tmp_path / "ds", kernels, [{"run_id": "r", "rank": 0, "device": 0, "name": "NVIDIA H200", "arch": "sm_90"}])
+    r = kernel_residency(ds)
+    assert len(r) == 4
+    gemm = r[(r["name"] == "gemm") & (r["threads_per_block"] == 256)].iloc[0]
+    assert (gemm["blocks_per_sm"], gemm["limiter"], gemm["n_launches"], gemm["total_us"]) == (4, "registers", 3, 0.15)
+    assert gemm["waves"] == pytest.approx(264 / (4 * 132))
+    assert r.loc[r["name"] == "noshape", "residency_note"].str.contains("registers missing").all()
+    assert pd.isna(r.loc[r["name"] == "noshape", "blocks_per_sm"]).all()
+
+
+def test_cli_json_has_the_documented_keys(tmp_path):
+    ds = _dataset(tmp_path / "ds", [_k("gemm", "compute", 0, 50, 256, 64, 0)],
+                  [{"run_id": "r", "rank": 0, "device": 0, "name": "NVIDIA A100-SXM4-80GB", "compute_major": 8, "compute_minor": 0}])
+    res = CliRunner().invoke(main, ["residency", str(ds), "--format", "json"])
+    assert res.exit_code == 0, res.output
+    rec = orjson.loads(res.output)[0]
+    assert {"name", "threads_per_block", "regs_per_thread", "shared_mem_bytes", "blocks_per_sm", "limiter", "occupancy"} <= set(rec)
+    assert (rec["blocks_per_sm"], rec["limiter"], rec["occupancy"]) == (4, "registers", 0.5)
+    table = CliRunner().invoke(main, ["residency", str(ds)])
+    assert table.exit_code == 0 and "registers" in table.output
+    csv = CliRunner().invoke(main, ["residency", str(ds), "--format", "csv"])
+    assert csv.output.splitlines()[0].startswith("run_id,device_name,arch,name")
+    bad = CliRunner().invoke(main, ["residency", str(tmp_path / "nope")])
+    assert bad.exit_code != 0 and "not an overlapviz dataset" in bad.output
+
+
+def test_real_h200_trace_through_ingest(tmp_path):
+    from overlapviz.ingest import ingest
+
+    ds = ingest([DATA / "occupancy_h200" / "h200_torch_trace.json.gz"], tmp_path / "ds", progress=False)
+    r = kernel_residency(ds)
+    gemm = r[r["name"].str.startswith("nvjet")].iloc[0]
+    assert (gemm["blocks_per_sm"], gemm["limiter"], gemm["threads_per_block"], gemm["shared_mem_bytes"]) == (1, "registers", 384, 213188)
+    assert r["blocks_per_sm"].notna().all()
