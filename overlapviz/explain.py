@@ -292,13 +292,13 @@ def comm_start_delays(dataset_path: str | os.PathLike, *, run_ids=None) -> pd.Da
                 capacity(limits), used("u_warps"), used("u_blocks"), used("u_regs"), used("u_smem"), config,
                 part["warps_per_block"], part["regs_per_warp"], part["smem_alloc_bytes"],
             )
-            unknown = ss["unknown"].fillna(False).to_numpy(bool)
+            unknown = ss["unknown"].eq(True).to_numpy(bool)
             fit[idx] = np.where(unknown, np.nan, f)
             lim[idx] = np.where(unknown, None, lm)
         fit_cols[f"comm_blocks_fit_per_sm{tag}"] = pd.array(np.where(np.isnan(fit), np.nan, fit), dtype="Float64").astype("Int64")
         fit_cols[f"fit_limiter{tag}"] = lim
     note = comm["residency_note"].to_numpy(object).copy()
-    unknown_res = at_ready["unknown"].fillna(False).to_numpy(bool)
+    unknown_res = at_ready["unknown"].eq(True).to_numpy(bool)
     note = np.where(note == None, np.where(unknown_res, "a resident compute kernel's launch shape is unknown", None), note)  # noqa: E711
 
     out = pd.DataFrame(

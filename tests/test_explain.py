@@ -1,0 +1,135 @@
+"""Communication start delay, resident computation and fit rules on small constructed traces and a real A100 trace."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from overlapviz import schema
+from overlapviz.cli import main
+from overlapviz.devices import nvidia_arch
+from overlapviz.explain import blocks_fit, capacity, comm_start_delays, summarize_delays
+
+DATA = Path(__file__).parent / "data"
+H200 = {"run_id": "r", "rank": 0, "device": 0, "name": "NVIDIA H200", "arch": "sm_90", "num_sms": 132}
+
+
+def _k(name, kind, stream, start, end, *, launch=None, block=256, regs=64, smem=0, grid=132, category="kernel"):
+    return dict(name=name, kind=kind, stream=stream, start_ns=start, end_ns=end, launch_ns=launch, device=0,
+                grid_x=grid, grid_y=1, grid_z=1, block_x=block, block_y=1, block_z=1, regs_per_thread=regs,
+                shared_mem_bytes=smem, category=category, is_host=False)
+
+
+def _dataset(path, kernels, devices=(H200,)):
+    with schema.DatasetWriter(path) as w:
+        w.add("runs", pd.DataFrame([{"run_id": "r"}]))
+        w.add("devices", pd.DataFrame(list(devices)))
+        w.add_kernels(pd.DataFrame(kernels).assign(run_id="r", rank=0), "r", 0)
+        w.commit()
+    return path
+
+
+COMM = dict(block=512, regs=32, smem=0, grid=132)
+KERNELS = [
+    # a GEMM filling the device: 4096 blocks, 4 resident per SM (registers: 64 x 32 = 2048/warp)
+    _k("gemm", "compute", 7, 0, 100_000, launch=0, smem=16384, grid=4096),
+    _k("small", "compute", 8, 10_000, 30_000, launch=9_000, block=128, regs=32),
+    _k("memcpy HtoD", "memory", 20, 0, 5_000, block=None, regs=None, category="gpu_memcpy"),
+    # launched at 2 µs, its stream busy until 5 µs: ready at 5 µs, started at 40 µs
+    _k("ncclDevKernel_A", "comm", 20, 40_000, 50_000, launch=2_000, **COMM),
+    # ready at its launch (60 µs), after the previous comm ended (50 µs)
+    _k("ncclDevKernel_B", "comm", 20, 61_000, 62_000, launch=60_000, **COMM),
+    # nothing resident
+    _k("ncclDevKernel_C", "comm", 20, 150_500, 151_000, launch=150_000, **COMM),
+    # a padded GEMM: 3 blocks per SM (57472 + 1024 B -> 58496 B each), leaving registers for one comm block
+    _k("gemm_padded", "compute", 7, 200_000, 300_000, launch=199_000, smem=57472, grid=4096),
+    _k("ncclDevKernel_G", "comm", 20, 211_000, 212_000, launch=210_000, **COMM),
+    # launch unknown: the first on its stream has no ready time; the second is ready when the first ends
+    _k("ncclDevKernel_D", "comm", 21, 400_000, 401_000, **COMM),
+    _k("ncclDevKernel_E", "comm", 21, 403_000, 404_000, **COMM),
+]
+
+
+@pytest.fixture(scope="module")
+def delays(tmp_path_factory):
+    return comm_start_delays(_dataset(tmp_path_factory.mktemp("explain") / "ds", KERNELS)).set_index("name")
+
+
+def test_start_delay_is_start_minus_the_later_of_launch_and_stream(delays):
+    a = delays.loc["ncclDevKernel_A"]
+    assert (a["launch_ns"], a["prev_end_ns"], a["ready_ns"], a["ready_from"]) == (2_000, 5_000, 5_000, "previous_on_stream")
+    assert a["start_delay_us"] == 35.0
+    b = delays.loc["ncclDevKernel_B"]
+    assert (b["prev_end_ns"], b["ready_ns"], b["ready_from"], b["start_delay_us"]) == (50_000, 60_000, "launch", 1.0)
+    d, e = delays.loc["ncclDevKernel_D"], delays.loc["ncclDevKernel_E"]
+    assert pd.isna(d["ready_ns"]) and pd.isna(d["start_delay_us"]) and pd.isna(d["ready_from"])
+    assert (e["ready_ns"], e["ready_from"], e["start_delay_us"]) == (401_000, "previous_on_stream", 2.0)
+
+
+def test_resident_computation_at_launch_and_at_ready(delays):
+    a = delays.loc["ncclDevKernel_A"]
+    assert (a["n_resident_compute_at_launch"], a["resident_compute_at_launch"]) == (1, "gemm")
+    assert (a["n_resident_compute"], a["resident_compute"], a["resident_compute_blocks_per_sm"]) == (1, "gemm", 4)
+    c = delays.loc["ncclDevKernel_C"]
+    assert c["n_resident_compute"] == 0 and pd.isna(c["resident_compute"]) and c["resident_compute_blocks_per_sm"] == 0
+
+
+def test_fit_rules(delays):
+    # 4 GEMM blocks hold 32 warps x 2048 registers = the whole register file: no comm block fits
+    a = delays.loc["ncclDevKernel_A"]
+    assert (a["comm_blocks_fit_per_sm"], a["fit_limiter"]) == (0, "registers")
+    # alone: 512 threads x 32 regs -> 4 blocks (warps 64 // 16 = 4, registers 16 warps/part x 4 // 16 = 4)
+    c = delays.loc["ncclDevKernel_C"]
+    assert (c["comm_blocks_fit_per_sm"], c["fit_limiter"], c["comm_blocks_per_sm_alone"]) == (4, "warps", 4)
+    assert c["comm_blocks_needed_per_sm"] == 1
+    # beside 3 padded GEMM blocks: 16384 - 24 x 2048 / 4 = 4096 registers per part -> 4 warps -> 16 warps -> 1 block
+    g = delays.loc["ncclDevKernel_G"]
+    assert (g["n_resident_compute"], g["resident_compute"]) == (1, "gemm_padded")
+    assert (g["comm_blocks_fit_per_sm"], g["fit_limiter"]) == (1, "registers")
+
+
+def test_blocks_fit_reduces_to_the_occupancy_calculator_when_nothing_is_resident():
+    cap = capacity(nvidia_arch(9, 0))
+    fit, lim, by = blocks_fit(cap, 0, 0, 0, 0, 233472, 8, 2048, 1024)
+    assert (fit[0], lim[0]) == (4, "registers")  # occupancy(sm_90, 256 threads, 64 regs) = 4
+    fit, lim, _ = blocks_fit(cap, 60, 4, 0, 0, 233472, 8, 2048, 1024)
+    assert (fit[0], lim[0]) == (0, "warps")
+
+
+def test_missing_limits_or_shapes_give_null_fit_with_a_reason(tmp_path):
+    kernels = [_k("gemm", "compute", 7, 0, 100, launch=0, regs=None), _k("nccl_x", "comm", 20, 50, 60, launch=40, **COMM)]
+    d = comm_start_delays(_dataset(tmp_path / "a", kernels)).iloc[0]
+    assert pd.isna(d["comm_blocks_fit_per_sm"]) and "launch shape is unknown" in d["residency_note"]
+    assert d["start_delay_us"] == pytest.approx(0.01)
+    nodev = comm_start_delays(_dataset(tmp_path / "b", kernels[1:], devices=())).iloc[0]
+    assert pd.isna(nodev["comm_blocks_fit_per_sm"]) and "no devices row" in nodev["residency_note"]
+
+
+def test_a100_trace_long_delays_are_the_blocked_collectives(tmp_path):
+    """HTA's A100 NCCL trace: the three collectives that waited ~0.5 ms were launched while a
+    batch-norm kernel held the SMs; NCCL's 544-thread, 96-register blocks could not fit beside it."""
+    from overlapviz.ingest import ingest
+
+    ds = ingest([DATA / "hta_nccl_parser_config" / "nccl_data.json.gz"], tmp_path / "ds", progress=False)
+    d = comm_start_delays(ds)
+    assert len(d) == 21 and (d["ready_from"] == "launch").all()
+    blocked = d[d["comm_blocks_fit_per_sm"] == 0]
+    assert len(blocked) == 3 and (blocked["start_delay_us"] > 400).all()
+    assert (blocked["n_resident_compute"] == 1).all() and blocked["resident_compute"].str.contains("cudnn").all()
+    free = d[d["comm_blocks_fit_per_sm"] == 1]
+    assert len(free) == 18 and (free["start_delay_us"] < 40).all() and (free["n_resident_compute"] == 0).all()
+    s = summarize_delays(d).iloc[0]
+    assert (s["n_comm_kernels"], s["n_blocked"]) == (21, 3)
+
+
+def test_cli_delays_json(tmp_path):
+    ds = _dataset(tmp_path / "ds", KERNELS)
+    res = CliRunner().invoke(main, ["residency", str(ds), "--delays", "--format", "json"])
+    assert res.exit_code == 0, res.output
+    recs = {r["name"]: r for r in orjson.loads(res.output)}
+    assert recs["ncclDevKernel_A"]["start_delay_us"] == 35.0 and recs["ncclDevKernel_A"]["fit_limiter"] == "registers"
+    assert recs["ncclDevKernel_D"]["start_delay_us"] is None and recs["ncclDevKernel_C"]["resident_compute"] is None
