@@ -495,3 +495,25 @@ def test_v1_csv_with_sysinfo_gets_device_limits(tmp_path):
     assert (row["num_sms"], row["simds_per_cu"], row["max_waves_per_simd"], row["warp_size"]) == (64, 4, 10, 64)
     assert row["shared_mem_per_block"] == 64 * 1024 and row["total_mem_bytes"] == 8372224 * 1024
     assert row["max_threads_per_block"] == 1024
+
+
+def test_non_integer_timestamp_and_empty_trace(tmp_path):
+    d = tmp_path / "text"
+    d.mkdir()
+    table = list(csv.reader(open(V1_CSV / "results.csv", newline="")))
+    table[5][table[0].index("BeginNs")] = "7695x7350389689"
+    with open(d / "results.csv", "w", newline="") as f:
+        csv.writer(f, lineterminator="\n").writerows(table)
+    assert_refused(tmp_path, d, "results.csv", "malformed CSV")
+    e = tmp_path / "empty"
+    e.mkdir()
+    (e / "kernel_trace.csv").write_text((V3_CSV / "kernel_trace.csv").read_text().splitlines()[0] + "\n")
+    assert_refused(tmp_path, e, "kernel_trace.csv", "no kernel dispatch or memory copy records")
+
+
+def test_truncated_v1_json(tmp_path):
+    raw = (V1_JSON / "results.json").read_bytes()
+    d = tmp_path / "cutjson"
+    d.mkdir()
+    (d / "results.json").write_bytes(raw[: len(raw) // 2])
+    assert_refused(tmp_path, d / "results.json", "results.json", "not valid JSON")
