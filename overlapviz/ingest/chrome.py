@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from overlapviz.ingest.base import RankTrace
+from overlapviz.schema import DEVICES, conform
 
 SOURCE_FORMAT = "chrome"
 
@@ -224,7 +225,8 @@ def _lenient_column(values: list, field: pa.Field, path: Path, what: str, label:
             pass
     if pa.types.is_string(field.type):
         return pa.array([None if v is None else str(v) for v in values], type=field.type)
-    bad = next((v for v in values if v is not None and not isinstance(v, (int, float, list, str))), values[0])
+    ok = list if pa.types.is_list(field.type) else (int, float)
+    bad = next((v for v in values if v is not None and (not isinstance(v, ok) or isinstance(v, bool))), values[0])
     return _bad(path, what, label, bad)
 
 
@@ -341,7 +343,7 @@ def parse_document(doc: dict, path: Path) -> RankTrace:
         kernels = _gpu_activities(gpu, runtime, host, main_pid, path)
     else:
         kernels = _host_stand_ins(host, main_tid, path)
-    devices, vendor = _devices(doc, path)
+    devices = _devices(doc, path)
     kernels = _with_wave_size(kernels, devices)
 
     dist = doc.get("distributedInfo") if isinstance(doc.get("distributedInfo"), dict) else {}
@@ -576,8 +578,9 @@ def _main_thread(host: pa.Table, runtime: pa.Table, steps: pa.Table):
     return None, None
 
 
-def _mode(col):
-    col = col.drop_null() if hasattr(col, "drop_null") else col
+def _mode(col: pa.ChunkedArray):
+    """The most frequent non-null value (None when there is none)."""
+    col = col.drop_null()
     if len(col) == 0:
         return None
     vc = pc.value_counts(col).to_pylist()
@@ -641,7 +644,8 @@ def _host_stand_ins(host: pa.Table, main_tid, path: Path) -> pa.Table:
     )
 
 
-def _devices(doc: dict, path: Path) -> tuple[pa.Table, str | None]:
+def _devices(doc: dict, path: Path) -> pa.Table:
+    """``deviceProperties`` as DEVICES rows (without run_id/rank); only what the trace says."""
     props = doc.get("deviceProperties")
     amd_trace = any(k in doc for k in ("roctracer_version", "hip_runtime_version", "hip_driver_version"))
     rows = []
@@ -663,18 +667,14 @@ def _devices(doc: dict, path: Path) -> tuple[pa.Table, str | None]:
                 if "shared_mem_per_sm" in row:
                     row["lds_per_cu"] = row["shared_mem_per_sm"]  # the same number: LDS per CU
             rows.append(row)
-    from overlapviz.schema import DEVICES, conform
-
-    names = [f.name for f in DEVICES if f.name not in ("run_id", "rank")]
-    cols = {c: [r.get(c) for r in rows] for c in names}
+    schema = pa.schema([f for f in DEVICES if f.name not in ("run_id", "rank")])
+    if not rows:
+        return schema.empty_table()
     try:
-        table = conform(pa.table({c: pa.array(v) for c, v in cols.items() if any(x is not None for x in v)}) if rows else pa.table({}), pa.schema([DEVICES.field(c) for c in names]), where=f"{path}: deviceProperties")
+        arrays = {c: pa.array([r.get(c) for r in rows]) for c in schema.names if any(c in r for r in rows)}
+        return conform(pa.table(arrays), schema, where=f"{path}: deviceProperties")
     except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
         raise ValueError(f"{path}: deviceProperties: {exc}") from None
-    if not rows:
-        table = pa.schema([DEVICES.field(c) for c in names]).empty_table()
-    vendor = "amd" if amd_trace else (table.column("vendor")[0].as_py() if table.num_rows else None)
-    return table, vendor
 
 
 def _with_wave_size(kernels: pa.Table, devices: pa.Table) -> pa.Table:
