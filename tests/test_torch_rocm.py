@@ -53,9 +53,16 @@ def test_rocm_trace(tmp_path, name):
     kernels = [e for e in events if e.get("cat") == "kernel"]
     memory = [e for e in events if e.get("cat") in ("gpu_memcpy", "gpu_memset")]
     runtime = {e["args"]["correlation"]: e for e in events if e.get("cat") == "cuda_runtime" and "correlation" in e["args"]}
+    steps = {
+        int(e["name"].split("#")[1]): (ns(e["ts"]), ns(e["ts"]) + ns(e["dur"]))
+        for e in sorted(events, key=lambda e: e.get("ts", 0))
+        if e.get("cat") in ("user_annotation", "cpu_op") and str(e.get("name", "")).startswith("ProfilerStep#")
+    }
     out, _ = ingest(tmp_path, DATA / name)
     k = read_frame(out, "kernels")
     assert len(k) == len(kernels) + len(memory)
+    st = read_frame(out, "steps")
+    assert sorted(st["step"]) == sorted(steps) and all(st.set_index("step")["start_ns"][n] == a for n, (a, _) in steps.items())
     gpu = k[k["category"] == "kernel"].set_index("correlation")
     assert len(gpu) == len(kernels)
     for e in kernels:
@@ -68,6 +75,10 @@ def test_rocm_trace(tmp_path, name):
         assert row["start_ns"] == ns(e["ts"]) and row["end_ns"] == ns(e["ts"]) + ns(e["dur"])
         if launch is not None:
             assert row["launch_ns"] == ns(launch["ts"])
+            inside = [n for n, (a, b) in steps.items() if a <= ns(launch["ts"]) < b]
+            assert (row["step"] == inside[-1]) if inside else pd.isna(row["step"])
+        else:
+            assert pd.isna(row["step"])
     comm = [(ns(e["ts"]), ns(e["ts"]) + ns(e["dur"])) for e in kernels if COMM.search(e["name"])]
     compute = [(ns(e["ts"]), ns(e["ts"]) + ns(e["dur"])) for e in kernels if not COMM.search(e["name"])]
     assert (k["kind"] == "comm").sum() == len(comm)
