@@ -9,6 +9,7 @@ import shutil
 from decimal import Decimal
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 from click.testing import CliRunner
@@ -379,3 +380,21 @@ def test_progress_bar_only_when_asked(tmp_path, capsys):
     assert "ingest" in capsys.readouterr().err
     ingest([TRACE_FILTER], tmp_path / "c")  # not a terminal under pytest: no bar
     assert capsys.readouterr().err == ""
+
+
+def test_us_to_ns_is_exact_for_every_kineto_timestamp():
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from overlapviz.ingest.chrome import us_to_ns
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.lists(st.integers(min_value=0, max_value=(1 << 43) * 1000 - 1), min_size=1, max_size=50))
+    def check(ns):
+        # Kineto prints µs with three decimals; JSON parsing gives the nearest float
+        text = [f"{n // 1000}.{n % 1000:03d}" for n in ns]
+        assert us_to_ns(np.array([float(t) for t in text])).tolist() == ns
+
+    check()
+    epoch_us = [1_682_725_898_082_228, (1 << 53) - 1]  # integer µs (older traces), up to float's exact limit
+    assert us_to_ns(np.array(epoch_us, dtype=float)).tolist() == [u * 1000 for u in epoch_us]

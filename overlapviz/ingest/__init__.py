@@ -374,6 +374,8 @@ def ingest(
         One line naming the file and the problem (missing, not a trace, truncated or corrupt,
         missing fields, bad durations, duplicate ranks, unwritable output, ...).
     """
+    if isinstance(sources, (str, os.PathLike)):
+        sources = [sources]
     runs = discover(sources, run_id=run_id)
     default_set = rules if rules is not None else default_rules()
     run_rules = {r.run_id: _run_rules(r, rules) for r in runs}
