@@ -517,3 +517,81 @@ def test_truncated_v1_json(tmp_path):
     d.mkdir()
     (d / "results.json").write_bytes(raw[: len(raw) // 2])
     assert_refused(tmp_path, d / "results.json", "results.json", "not valid JSON")
+
+
+def test_default_rules_make_rccl_kernels_comm():
+    from overlapviz.rules import default_rules
+
+    names = ["ncclDevKernel_Generic_1(ncclDevKernelArgsStorage<4096ul>)", "rcclGenericKernel<1, false>(ncclDevComm*)",
+             "mscclKernel_Sum_uint8_t_LL128_false(ncclDevComm*, mscclAlgo*, mscclWork*)",
+             "ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)",
+             "__amd_rocclr_copyBuffer", "__amd_rocclr_fillBufferAligned", "Cijk_Alik_Bljk_HSS_BH_MT16x128x32"]  # fmt: skip
+    kinds = default_rules().classify(names, ["kernel"] * len(names)).to_pylist()
+    assert kinds == ["comm"] * 4 + ["compute"] * 3
+
+
+def test_v3_csv_launch_from_hip_api(tmp_path):
+    """A kernel's launch_ns is the begin of the HIP launch call with its Correlation_Id."""
+    raw = rows(V3_CSV / "kernel_trace.csv")
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copy(V3_CSV / "kernel_trace.csv", run / "p_kernel_trace.csv")
+    lines = ['"Domain","Function","Process_Id","Thread_Id","Correlation_Id","Start_Timestamp","End_Timestamp"']
+    for r in raw:
+        begin = int(r["Start_Timestamp"]) - 7_000
+        lines.append(f'"HIP_RUNTIME_API_EXT","hipLaunchKernel",1,{r["Thread_Id"]},{r["Correlation_Id"]},{begin},{begin + 3_000}')
+    lines.append('"HIP_RUNTIME_API_EXT","hipMalloc",1,1,999,1,2')
+    (run / "p_hip_api_trace.csv").write_text("\n".join(lines) + "\n")
+    out, _ = ingest(tmp_path, run)
+    k = read_frame(out, "kernels").sort_values("correlation")
+    raw.sort(key=lambda r: int(r["Correlation_Id"]))
+    assert k["launch_ns"].tolist() == [int(r["Start_Timestamp"]) - 7_000 for r in raw]
+
+
+def test_v3_json_host_records(tmp_path):
+    """hip_api gives launch_ns, rccl_api the collective, memory_copy the copies, in rocprofv3's JSON layout.
+
+    Built from the MI350X file: its real agents, symbols, strings and a slice of its
+    dispatches, plus host records in the same schema (that file was recorded with
+    kernel tracing only).
+    """
+    doc = json.loads(gzip.decompress(V3_JSON.read_bytes()))
+    tool = doc["rocprofiler-sdk-tool"][0]
+    names = {s["kernel_id"]: s["formatted_kernel_name"] for s in tool["kernel_symbols"]}
+    disp = tool["buffer_records"]["kernel_dispatch"]
+    comm = [d for d in disp if COMM.search(names[d["dispatch_info"]["kernel_id"]])][:5]
+    compute = [d for d in disp if not COMM.search(names[d["dispatch_info"]["kernel_id"]])][:15]
+    ops = {k["kind"]: (i, k["operations"]) for i, k in enumerate(tool["strings"]["buffer_records"])}
+    hip_kind, hip_ops = ops["HIP_RUNTIME_API"]
+    rccl_kind, rccl_ops = ops["RCCL_API"]
+    copy_kind, copy_ops = ops["MEMORY_COPY"]
+
+    def record(kind, op, corr, thread, start, end, **extra):
+        return {"size": 0, "kind": kind, "operation": op, "thread_id": thread,
+                "correlation_id": {"internal": corr, "external": 0},
+                "start_timestamp": start, "end_timestamp": end, **extra}  # fmt: skip
+
+    hip = [record(hip_kind, hip_ops.index("hipLaunchKernel"), d["correlation_id"]["internal"], d["thread_id"],
+                  d["start_timestamp"] - 9_000, d["start_timestamp"] - 4_000) for d in compute + comm]  # fmt: skip
+    rccl = [record(rccl_kind, rccl_ops.index("ncclAllReduce"), d["correlation_id"]["internal"] - 1, d["thread_id"],
+                   d["start_timestamp"] - 20_000, d["start_timestamp"] - 1_000) for d in comm]  # fmt: skip
+    gpu0 = next(a for a in tool["agents"] if a["type"] == 2 and a["gpu_index"] == 0)["id"]["handle"]
+    cpu = next(a for a in tool["agents"] if a["type"] == 1)["id"]["handle"]
+    t0 = compute[0]["start_timestamp"]
+    copies = [record(copy_kind, copy_ops.index("MEMORY_COPY_HOST_TO_DEVICE"), 10**9 + i, 908, t0 - 50_000 + 10_000 * i,
+                     t0 - 45_000 + 10_000 * i, src_agent_id={"handle": cpu}, dst_agent_id={"handle": gpu0}, bytes=4096 << i)
+              for i in range(2)]  # fmt: skip
+    tool["buffer_records"] = {"kernel_dispatch": compute + comm, "hip_api": hip, "rccl_api": rccl, "memory_copy": copies}
+    src = tmp_path / "rank3_results.json"
+    src.write_text(json.dumps(doc))
+    out, _ = ingest(tmp_path, src)
+    k = read_frame(out, "kernels")
+    assert set(k["rank"]) == {3}
+    kern = k[k["category"] == "kernel"].set_index("correlation")
+    for d in compute + comm:
+        assert kern.loc[d["correlation_id"]["internal"], "launch_ns"] == d["start_timestamp"] - 9_000
+    assert kern[kern["kind"] == "comm"]["collective"].tolist() == ["all_reduce"] * 5
+    assert kern[kern["kind"] == "compute"]["collective"].isna().all()
+    mem = k[k["kind"] == "memory"].sort_values("start_ns")
+    assert mem["bytes"].tolist() == [4096, 8192] and mem["device"].tolist() == [0, 0]
+    assert mem["name"].tolist() == ["MEMORY_COPY_HOST_TO_DEVICE"] * 2
