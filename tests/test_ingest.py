@@ -276,7 +276,7 @@ def test_rank_from_file_name_and_loose_files_form_one_run(tmp_path):
     assert set(schema.read_frame(out2, "runs")["run_id"]) == {"renamed"}
 
 
-def _collected_run(d: Path, run_id: str, *, status="ok", ranks=2) -> None:
+def _collected_run(d: Path, run_id: str, *, status="ok", ranks=2, kind_rules=None) -> None:
     d.mkdir(parents=True)
     manifest = {
         "format": "overlapviz-run/1",
@@ -285,7 +285,7 @@ def _collected_run(d: Path, run_id: str, *, status="ok", ranks=2) -> None:
                 "status": status, "error": None if status == "ok" else "CUDA out of memory", "iterations": 3,
                 "warmup_iterations": 1},
         "config": {"workload": "cb-ar"}, "environment": {"NCCL_DEBUG": "WARN"},
-        "devices": [{"device": 0, "name": "NVIDIA H100", "num_sms": 132}], "kind_rules": None,
+        "devices": [{"device": 0, "name": "NVIDIA H100", "num_sms": 132}], "kind_rules": kind_rules,
     }
     (d / "manifest.json").write_text(json.dumps(manifest))
     if status != "ok":
@@ -398,3 +398,15 @@ def test_us_to_ns_is_exact_for_every_kineto_timestamp():
     check()
     epoch_us = [1_682_725_898_082_228, (1 << 53) - 1]  # integer µs (older traces), up to float's exact limit
     assert us_to_ns(np.array(epoch_us, dtype=float)).tolist() == [u * 1000 for u in epoch_us]
+
+
+def test_collected_run_keeps_its_recorded_rules_unless_overridden(tmp_path):
+    recorded = default_rules().with_overrides([Rule("comm", "ovz_gemm", ("kernel",))])
+    _collected_run(tmp_path / "run", "r", kind_rules=recorded.to_dict())
+    out = ingest([tmp_path / "run"], tmp_path / "ds", progress=False)
+    k = schema.read_frame(out, "kernels")
+    assert set(k["kind"]) == {"comm"}
+    assert json.loads((out / "dataset.json").read_text())["kind_rules"] == recorded.to_dict()
+    assert json.loads(schema.read_frame(out, "runs")["kind_rules"].iloc[0]) == recorded.to_dict()
+    out2 = ingest([tmp_path / "run"], tmp_path / "ds2", rules=default_rules(), progress=False)
+    assert (schema.read_frame(out2, "kernels")["kind"] == "compute").sum() == 4

@@ -377,8 +377,10 @@ def ingest(
     if isinstance(sources, (str, os.PathLike)):
         sources = [sources]
     runs = discover(sources, run_id=run_id)
-    default_set = rules if rules is not None else default_rules()
     run_rules = {r.run_id: _run_rules(r, rules) for r in runs}
+    # dataset.json records the rules every run shares (each run's own are in runs.kind_rules)
+    shared = {rs.to_json() for rs in run_rules.values()}
+    default_set = next(iter(run_rules.values())) if len(shared) == 1 else (rules or default_rules())
     n_workers = max(1, int(workers) if workers is not None else min(2, os.cpu_count() or 1))
     if progress is None:
         progress = sys.stderr.isatty()
