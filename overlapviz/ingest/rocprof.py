@@ -510,4 +510,10 @@ def _v1_base(path: Path) -> str:
     return path.stem
 
 
-READERS = [RocprofV3JsonReader(), RocprofV1JsonReader(), RocprofV3CsvReader(), RocprofV1CsvReader(), RocprofV2CliReader()]
+READERS = [
+    RocprofV3JsonReader(),
+    RocprofV1JsonReader(),
+    RocprofV3CsvReader(),
+    RocprofV1CsvReader(),
+    RocprofV2CliReader(),
+]

@@ -155,7 +155,8 @@ def read_v1_csv(path: Path) -> RankTrace:
     if not devices and "gpu-id" in d:
         for dev, waves in d.groupby("gpu-id")["wave_size"] if "wave_size" in d else d.groupby("gpu-id")["gpu-id"]:
             sizes = waves.dropna().unique() if "wave_size" in d else []
-            devices.append({"device": int(dev), "vendor": "amd", "warp_size": int(sizes[0]) if len(sizes) == 1 else None})
+            wave = int(sizes[0]) if len(sizes) == 1 else None
+            devices.append({"device": int(dev), "vendor": "amd", "warp_size": wave})
     pids = d["pid"].dropna().unique() if "pid" in d else []
     return RankTrace(
         rank=rank_from_name(path.parent.name),

@@ -270,7 +270,8 @@ def _v3_process(path: Path, tool: dict, index: int) -> RankTrace:
     meta = tool.get("metadata") or {}
     buffers = tool.get("buffer_records") or {}
     strings = tool.get("strings") or {}
-    kind_ops = {i: (k.get("kind"), k.get("operations") or []) for i, k in enumerate(strings.get("buffer_records") or [])}
+    kinds = strings.get("buffer_records") or []
+    kind_ops = {i: (k.get("kind"), k.get("operations") or []) for i, k in enumerate(kinds)}
 
     # operation names by (kind, operation): one small table, joined to the records
     ops = pd.DataFrame(
