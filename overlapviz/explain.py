@@ -54,8 +54,8 @@ def footprints(kernels: pd.DataFrame, dev_limits: dict) -> pd.DataFrame:
             part = kernels.iloc[idx]
             threads = part["threads_per_block"].fillna(0).to_numpy(np.int64)
             ok = threads > 0
-            if lim["vendor"] == "nvidia":
-                ok &= part["regs_per_thread"].notna().to_numpy()
+            # registers bound every vendor's residency: unknown registers, unknown residency
+            ok &= part["regs_per_thread"].notna().to_numpy()
             cols["residency_note"][idx[~ok]] = "launch shape incomplete in the trace (block size or registers missing)"
             if not ok.any():
                 continue
@@ -297,7 +297,14 @@ def comm_start_delays(dataset_path: str | os.PathLike, *, run_ids=None) -> pd.Da
             lim[idx] = np.where(unknown, None, lm)
         fit_cols[f"comm_blocks_fit_per_sm{tag}"] = pd.array(np.where(np.isnan(fit), np.nan, fit), dtype="Float64").astype("Int64")
         fit_cols[f"fit_limiter{tag}"] = lim
+    host = comm["is_host"].fillna(False).to_numpy(bool)
+    for col in ("comm_blocks_fit_per_sm", "comm_blocks_fit_per_sm_at_launch"):
+        fit_cols[col] = fit_cols[col].copy()
+        fit_cols[col][host] = pd.NA
+    for col in ("fit_limiter", "fit_limiter_at_launch"):
+        fit_cols[col] = np.where(host, None, fit_cols[col])
     note = comm["residency_note"].to_numpy(object).copy()
+    note[host] = "host activity (CPU-only trace): no SM residency"
     unknown_res = at_ready["unknown"].eq(True).to_numpy(bool)
     note = np.where(note == None, np.where(unknown_res, "a resident compute kernel's launch shape is unknown", None), note)  # noqa: E711
 
@@ -329,16 +336,16 @@ def comm_start_delays(dataset_path: str | os.PathLike, *, run_ids=None) -> pd.Da
                 dtype="Float64",
             ).astype("Int64"),
             "n_resident_compute_at_launch": pd.array(
-                np.where(comm["launch_ns"].isna(), np.nan, at_launch["n"].fillna(0).to_numpy(np.float64)), dtype="Float64"
+                np.where(comm["launch_ns"].isna().to_numpy() | host, np.nan, at_launch["n"].fillna(0).to_numpy(np.float64)), dtype="Float64"
             ).astype("Int64"),
             "resident_compute_at_launch": _names(at_launch["names"]),
             "n_resident_compute": pd.array(
-                np.where(comm["ready_ns"].isna(), np.nan, at_ready["n"].fillna(0).to_numpy(np.float64)), dtype="Float64"
+                np.where(comm["ready_ns"].isna().to_numpy() | host, np.nan, at_ready["n"].fillna(0).to_numpy(np.float64)), dtype="Float64"
             ).astype("Int64"),
             "resident_compute": _names(at_ready["names"]),
             "resident_compute_blocks_per_sm": np.where(
-                comm["ready_ns"].isna().to_numpy() | at_ready["n"].notna().to_numpy(),
-                at_ready["u_blocks"].to_numpy(np.float64),
+                comm["ready_ns"].isna().to_numpy() | at_ready["n"].notna().to_numpy() | host,
+                np.where(host, np.nan, at_ready["u_blocks"].to_numpy(np.float64)),
                 0.0,
             ),
             **fit_cols,

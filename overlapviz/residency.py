@@ -386,8 +386,8 @@ def attach_occupancy(kernels: pd.DataFrame, dev_limits: dict, *, prefix: str = "
                 continue
             part = kernels.iloc[idx]
             ok = part["threads_per_block"].notna().to_numpy() & (part["threads_per_block"].fillna(0).to_numpy() > 0)
-            if lim["vendor"] == "nvidia":
-                ok &= part["regs_per_thread"].notna().to_numpy()
+            # registers bound every vendor's residency: unknown registers, unknown residency
+            ok &= part["regs_per_thread"].notna().to_numpy()
             note[idx[~ok]] = "launch shape incomplete in the trace (block size or registers missing)"
             if not ok.any():
                 continue

@@ -133,3 +133,13 @@ def test_cli_delays_json(tmp_path):
     recs = {r["name"]: r for r in orjson.loads(res.output)}
     assert recs["ncclDevKernel_A"]["start_delay_us"] == 35.0 and recs["ncclDevKernel_A"]["fit_limiter"] == "registers"
     assert recs["ncclDevKernel_D"]["start_delay_us"] is None and recs["ncclDevKernel_C"]["resident_compute"] is None
+
+
+def test_cpu_only_gloo_trace_has_delays_but_no_residency(tmp_path):
+    from overlapviz.ingest import ingest
+
+    ds = ingest([DATA / "gloo_cpu"], tmp_path / "ds", progress=False)
+    d = comm_start_delays(ds)
+    assert len(d) > 0 and d["name"].str.startswith("gloo:").all()
+    assert d["comm_blocks_fit_per_sm"].isna().all() and d["n_resident_compute"].isna().all()
+    assert d["residency_note"].str.contains("host activity").all()

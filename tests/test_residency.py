@@ -186,3 +186,13 @@ def test_real_h200_trace_through_ingest(tmp_path):
     gemm = r[r["name"].str.startswith("nvjet")].iloc[0]
     assert (gemm["blocks_per_sm"], gemm["limiter"], gemm["threads_per_block"], gemm["shared_mem_bytes"]) == (1, "registers", 384, 213188)
     assert r["blocks_per_sm"].notna().all()
+
+
+def test_amd_kernels_without_registers_get_no_residency(tmp_path):
+    kernels = [_k("rocm_gemm", "compute", 0, 50, 256, None, 0), _k("rocm_gemm", "compute", 100, 50, 256, 128, 16384)]
+    ds = _dataset(tmp_path / "ds", kernels, [{"run_id": "r", "rank": 0, "device": 0, "name": "AMD Instinct MI300X",
+                                              "compute_major": 9, "compute_minor": 4, "num_sms": 304}])
+    r = kernel_residency(ds).set_index("regs_per_thread", drop=False)
+    assert r["residency_note"].notna().sum() == 1 and pd.isna(r.loc[r["regs_per_thread"].isna(), "blocks_per_sm"]).all()
+    known = r[r["regs_per_thread"].notna()].iloc[0]
+    assert (known["arch"], known["blocks_per_sm"], known["limiter"]) == ("gfx942", 4, "registers")
