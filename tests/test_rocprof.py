@@ -595,3 +595,23 @@ def test_v3_json_host_records(tmp_path):
     mem = k[k["kind"] == "memory"].sort_values("start_ns")
     assert mem["bytes"].tolist() == [4096, 8192] and mem["device"].tolist() == [0, 0]
     assert mem["name"].tolist() == ["MEMORY_COPY_HOST_TO_DEVICE"] * 2
+
+
+def test_single_process_multi_gpu_collective_is_one_rank_per_gpu(tmp_path):
+    """rccl-tests style: one process runs RCCL on two GPUs; overlap must not mix the GPUs."""
+    header = (V3_CSV / "kernel_trace.csv").read_text().splitlines()[0]
+    lines = [header]
+    # GPU "Agent 4": compute 0..100 us, comm 150..250 us; GPU "Agent 5": comm 0..100 us (overlaps GPU 4's compute)
+    spans = [("Agent 4", "gemm_kernel", 0, 100), ("Agent 4", "ncclDevKernel_Generic", 150, 250),
+             ("Agent 5", "ncclDevKernel_Generic", 0, 100)]  # fmt: skip
+    for i, (agent, name, a, b) in enumerate(spans):
+        lines.append(f'"KERNEL_DISPATCH","{agent}",1,1,7,{i},1,"{name}",{i + 1},{a * 1000},{b * 1000},0,0,8,0,16,256,1,1,256,1,1')
+    run = tmp_path / "rccltests"
+    run.mkdir()
+    (run / "kernel_trace.csv").write_text("\n".join(lines) + "\n")
+    out, _ = ingest(tmp_path, run)
+    k = read_frame(out, "kernels")
+    assert sorted(set(zip(k["rank"], k["device"]))) == [(4, 4), (5, 5)]
+    m = {r["rank"]: r for r in analyze(out)}
+    assert m[4]["overlap_us"] == 0 and m[4]["comm_us"] == 100 and m[4]["compute_us"] == 100
+    assert m[5]["comm_us"] == 100 and m[5]["compute_us"] == 0

@@ -395,6 +395,46 @@ def _is_v1(path: Path) -> bool:
     return b'"traceEvents"' in head and b'"BeginNs"' in head
 
 
+def split_multi_gpu(traces: list[RankTrace]) -> list[RankTrace]:
+    """One rank per GPU for a process that drives a collective on several GPUs itself.
+
+    rocprof profiles processes, but overlap is a per-GPU question: a single process
+    running RCCL over several GPUs (``ncclCommInitAll``, rccl-tests' ``-g N``) would
+    otherwise have GPU 1's communication "overlap" GPU 0's computation. Such a process
+    (communication kernels, by the default ``nccl|rccl|msccl`` pattern, on two or more
+    devices) becomes one rank per device, numbered by device index; activities without
+    a device go with the first. Processes whose rank is named in their file name, or
+    that only touch a second GPU in passing (no collective there), stay one rank.
+    """
+    from overlapviz.rules import COMM_PATTERN
+
+    out = []
+    for t in traces:
+        k = t.kernels
+        if t.rank is not None or k.num_rows == 0:
+            out.append(t)
+            continue
+        frame = k.select(["device", "name", "category"]).to_pandas()
+        comm = (frame["category"] == "kernel") & frame["name"].str.contains(COMM_PATTERN, case=False, regex=True)
+        comm_devices = sorted(int(d) for d in frame.loc[comm, "device"].dropna().unique())
+        if len(comm_devices) < 2:
+            out.append(t)
+            continue
+        devices = sorted(int(d) for d in frame["device"].dropna().unique())
+        for i, dev in enumerate(devices):
+            mask = (frame["device"] == dev).fillna(False)
+            if i == 0:
+                mask |= frame["device"].isna()
+            dev_rows = t.devices
+            if dev_rows is not None and dev_rows.num_rows:
+                keep = (dev_rows.column("device").to_pandas() == dev).fillna(False).to_numpy()
+                dev_rows = dev_rows.filter(pa.array(keep))
+            part = k.filter(pa.array(mask.to_numpy()))
+            out.append(RankTrace(rank=dev, kernels=part, steps=t.steps, devices=dev_rows,
+                                 info=t.info | {"n_events": part.num_rows}))  # fmt: skip
+    return out
+
+
 # --- the readers --------------------------------------------------------------------
 
 
@@ -422,7 +462,7 @@ class RocprofV1CsvReader(_Reader):
     def read(self, path: Path) -> list[RankTrace]:
         from overlapviz.ingest.rocprof_csv import read_v1_csv
 
-        return [read_v1_csv(path)]
+        return split_multi_gpu([read_v1_csv(path)])
 
     def companions(self, path: Path) -> list[Path]:
         base = _v1_base(path)
@@ -440,7 +480,7 @@ class RocprofV1JsonReader(_Reader):
     def read(self, path: Path) -> list[RankTrace]:
         from overlapviz.ingest.rocprof_json import read_v1_json
 
-        return [read_v1_json(path)]
+        return split_multi_gpu([read_v1_json(path)])
 
     def companions(self, path: Path) -> list[Path]:
         base = _v1_base(path)
@@ -466,7 +506,7 @@ class RocprofV3CsvReader(_Reader):
     def read(self, path: Path) -> list[RankTrace]:
         from overlapviz.ingest.rocprof_csv import read_v3_csv
 
-        return [read_v3_csv(path)]
+        return split_multi_gpu([read_v3_csv(path)])
 
     def companions(self, path: Path) -> list[Path]:
         from overlapviz.ingest.rocprof_csv import v3_group
@@ -485,7 +525,7 @@ class RocprofV3JsonReader(_Reader):
     def read(self, path: Path) -> list[RankTrace]:
         from overlapviz.ingest.rocprof_json import read_v3_json
 
-        return read_v3_json(path)
+        return split_multi_gpu(read_v3_json(path))
 
 
 class RocprofV2CliReader(_Reader):
@@ -499,7 +539,7 @@ class RocprofV2CliReader(_Reader):
     def read(self, path: Path) -> list[RankTrace]:
         from overlapviz.ingest.rocprof_csv import read_v2_cli
 
-        return [read_v2_cli(path)]
+        return split_multi_gpu([read_v2_cli(path)])
 
 
 def _v1_base(path: Path) -> str:
