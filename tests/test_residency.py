@@ -6,18 +6,18 @@ import gzip
 import json
 from pathlib import Path
 
+import importlib.util
+
 import numpy as np
-import orjson
 import pandas as pd
 import pytest
-from click.testing import CliRunner
 
 from overlapviz import schema
-from overlapviz.cli import main
 from overlapviz.devices import amd_arch, device_limits, nvidia_arch
 from overlapviz.residency import kernel_residency, occupancy, occupancy_table, profiler_estimated_occupancy
 
 DATA = Path(__file__).parent / "data"
+ROOT = Path(__file__).parent.parent
 SM80, SM86, SM90 = nvidia_arch(8, 0), nvidia_arch(8, 6), nvidia_arch(9, 0)
 GFX90A = amd_arch("gfx90a")
 
@@ -163,6 +163,11 @@ def test_kernel_residency_one_row_per_shape(tmp_path):
 
 
 def test_cli_json_has_the_documented_keys(tmp_path):
+    import orjson
+    from click.testing import CliRunner
+
+    from overlapviz.cli import main
+
     ds = _dataset(tmp_path / "ds", [_k("gemm", "compute", 0, 50, 256, 64, 0)],
                   [{"run_id": "r", "rank": 0, "device": 0, "name": "NVIDIA A100-SXM4-80GB", "compute_major": 8, "compute_minor": 0}])
     res = CliRunner().invoke(main, ["residency", str(ds), "--format", "json"])
@@ -196,3 +201,26 @@ def test_amd_kernels_without_registers_get_no_residency(tmp_path):
     assert r["residency_note"].notna().sum() == 1 and pd.isna(r.loc[r["regs_per_thread"].isna(), "blocks_per_sm"]).all()
     known = r[r["regs_per_thread"].notna()].iloc[0]
     assert (known["arch"], known["blocks_per_sm"], known["limiter"]) == ("gfx942", 4, "registers")
+
+
+@pytest.mark.gpu
+def test_calculator_matches_cuda_on_this_gpu(tmp_path):
+    """Re-measure the table on whatever NVIDIA GPU is here and compare every row (needs CuPy)."""
+    cupy = pytest.importorskip("cupy")
+    try:
+        n = cupy.cuda.runtime.getDeviceCount()
+    except Exception:  # no driver
+        n = 0
+    if n < 1:
+        pytest.skip("no CUDA device")
+    spec = importlib.util.spec_from_file_location("occupancy_h200", ROOT / "benchmarks" / "occupancy_h200.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    assert bench.main(["--out", str(tmp_path)]) == 0
+    dev = json.loads((tmp_path / "device.json").read_text())
+    limits = device_limits({k: v for k, v in dev.items() if k not in ("driver_version", "runtime_version", "cupy_version")})
+    table = pd.read_csv(tmp_path / "occupancy_h200.csv")
+    table = table[table["cuda_status"] == 0]
+    assert len(table) > 1000
+    ours = _cuda_rule(table.reset_index(drop=True), limits)
+    assert (ours == table["blocks_per_sm"].to_numpy()).all()

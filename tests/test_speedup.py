@@ -155,3 +155,29 @@ def test_compare_side_by_side(tmp_path):
     assert sp["a"] == 1.0 and sp["b"] == pytest.approx(9 / 8)
     with pytest.raises(ValueError, match="no run 'nope'"):
         compare(ds, "base", "nope")
+
+
+def test_compare_cli(tmp_path):
+    from click.testing import CliRunner
+    import orjson
+
+    from overlapviz.cli import main
+
+    runs = [run("seq", "sequential"), run("base", "baseline"), run("opt", "optimized", smem_pad_bytes=4096)]
+    ds = build(tmp_path / "ds", runs, {"seq": [10.0] * 5, "base": [9.0] * 5, "opt": [8.0] * 5})
+    table = CliRunner().invoke(main, ["compare", str(ds), "--format", "json"])
+    assert table.exit_code == 0, table.output
+    recs = orjson.loads(table.output)
+    assert [r["run_id"] for r in recs] == ["opt", "base", "seq"]
+    assert {"median_ms", "ci_low_ms", "ci_high_ms", "time_ratio", "time_ratio_ci_low", "time_ratio_ci_high", "speedup",
+            "speedup_ci_low", "speedup_ci_high", "overlap_fraction", "compute_slowdown", "level"} <= set(recs[0])
+    assert recs[0]["time_ratio"] == 0.8 and recs[0]["overlap_fraction"] is None
+    ab = CliRunner().invoke(main, ["compare", str(ds), "seq", "opt", "--format", "json"])
+    assert ab.exit_code == 0, ab.output
+    items = {r["item"]: r for r in orjson.loads(ab.output)}
+    assert items["median_ms"]["delta"] == -2.0 and items["smem_pad_bytes"]["b"] == 4096
+    one = CliRunner().invoke(main, ["compare", str(ds), "seq"])
+    assert one.exit_code != 0 and "two runs" in one.output
+    missing = CliRunner().invoke(main, ["compare", str(ds), "seq", "zzz"])
+    assert missing.exit_code != 0 and "no run 'zzz'" in missing.output
+    assert CliRunner().invoke(main, ["compare", str(ds)]).exit_code == 0
