@@ -322,7 +322,8 @@ def _v3_process(path: Path, tool: dict, index: int) -> RankTrace:
             if c not in disp:
                 raise ValueError(f"{where}: kernel_dispatch records lack {c}")
         _check(where, disp, "kernel dispatch")
-        symbols = pd.DataFrame(tool.get("kernel_symbols") or [])
+        symbols = tool.get("kernel_symbols") or []
+        symbols = pd.DataFrame(list(symbols.values()) if isinstance(symbols, dict) else symbols)
         if symbols.empty or "kernel_id" not in symbols:
             raise ValueError(f"{where}: kernel_dispatch records but no kernel_symbols")
         symbols = symbols.drop_duplicates("kernel_id").set_index("kernel_id")
