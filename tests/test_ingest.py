@@ -410,3 +410,10 @@ def test_collected_run_keeps_its_recorded_rules_unless_overridden(tmp_path):
     assert json.loads(schema.read_frame(out, "runs")["kind_rules"].iloc[0]) == recorded.to_dict()
     out2 = ingest([tmp_path / "run"], tmp_path / "ds2", rules=default_rules(), progress=False)
     assert (schema.read_frame(out2, "kernels")["kind"] == "compute").sum() == 4
+
+
+def test_directory_scan_skips_documentation(tmp_path):
+    write_trace(kineto_trace(kernel_event("k", 1_000, 1_000, correlation=1)), tmp_path / "job" / "rank0.json")
+    (tmp_path / "job" / "NOTES.md").write_text('{"traceEvents": [], "schemaVersion": 1}')
+    out = ingest([tmp_path / "job"], tmp_path / "ds", progress=False)
+    assert json.loads(schema.read_frame(out, "runs")["source_paths"].iloc[0]) == [str(tmp_path / "job" / "rank0.json")]

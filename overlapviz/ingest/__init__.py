@@ -54,6 +54,10 @@ MANIFEST_FORMAT = "overlapviz-run/1"
 _TIMINGS_RE = re.compile(r"^timings_rank(\d+)\.json$")
 _RANK_NAME_RES = (re.compile(r"rank[-_]?(\d+)", re.IGNORECASE), re.compile(r"[_-](\d+)\.json(?:\.gz)?$"))
 _SKIP_NAMES = {MANIFEST}
+# in a directory scan, files with these endings are documentation, code or outputs, never
+# traces (files named on the command line are always sniffed)
+_SKIP_SUFFIXES = (".md", ".rst", ".py", ".sh", ".slurm", ".log", ".png", ".svg", ".pdf", ".html", ".parquet",
+                  ".yaml", ".yml", ".toml", ".cu", ".cpp", ".h")
 
 
 # --- reader registry -----------------------------------------------------------------
@@ -179,7 +183,14 @@ def _describe(path: Path) -> str:
 def _discover_dir(d: Path, depth: int) -> list[RunSource]:
     manifest_path = d / MANIFEST
     entries = sorted(p for p in d.iterdir() if not p.name.startswith("."))
-    files = [p for p in entries if p.is_file() and p.name not in _SKIP_NAMES and not _TIMINGS_RE.match(p.name)]
+    files = [
+        p
+        for p in entries
+        if p.is_file()
+        and p.name not in _SKIP_NAMES
+        and not _TIMINGS_RE.match(p.name)
+        and not p.name.lower().endswith(_SKIP_SUFFIXES)
+    ]
     traces = []
     for p in files:
         reader = detect(p)
