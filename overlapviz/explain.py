@@ -193,7 +193,8 @@ def _summarise(resident: pd.DataFrame, compute: pd.DataFrame, n_comm: int) -> pd
         u_smem=r["resident_blocks_per_sm"] * r["smem_alloc_bytes"],
     )
     g = r.groupby("cid")
-    names = g["name"].agg(lambda s: "; ".join(sorted(set(s))))
+    uniq = r[["cid", "name"]].drop_duplicates().sort_values(["cid", "name"], kind="stable")
+    names = uniq.groupby("cid")["name"].agg("; ".join)
     out = pd.DataFrame(
         {
             "n": g.size(),
@@ -203,7 +204,7 @@ def _summarise(resident: pd.DataFrame, compute: pd.DataFrame, n_comm: int) -> pd
             "u_regs": g["u_regs"].sum(min_count=1),
             "u_smem": g["u_smem"].sum(min_count=1),
             "smem_config": g["smem_config_bytes"].max(),
-            "unknown": g["resident_blocks_per_sm"].apply(lambda s: s.isna().any()),
+            "unknown": r["resident_blocks_per_sm"].isna().groupby(r["cid"]).any(),
         }
     )
     return out.reindex(np.arange(n_comm))
@@ -364,7 +365,7 @@ def summarize_delays(delays: pd.DataFrame) -> pd.DataFrame:
             "median_start_delay_us": g["start_delay_us"].median(),
             "p95_start_delay_us": g["start_delay_us"].quantile(0.95),
             "max_start_delay_us": g["start_delay_us"].max(),
-            "n_blocked": g["comm_blocks_fit_per_sm"].apply(lambda s: int((s.dropna() == 0).sum())),
+            "n_blocked": delays["comm_blocks_fit_per_sm"].eq(0).fillna(False).groupby([delays["run_id"], delays["rank"]], dropna=False).sum().astype(int),
         }
     ).reset_index()
 
