@@ -417,3 +417,19 @@ def test_directory_scan_skips_documentation(tmp_path):
     (tmp_path / "job" / "NOTES.md").write_text('{"traceEvents": [], "schemaVersion": 1}')
     out = ingest([tmp_path / "job"], tmp_path / "ds", progress=False)
     assert json.loads(schema.read_frame(out, "runs")["source_paths"].iloc[0]) == [str(tmp_path / "job" / "rank0.json")]
+
+
+def test_cpu_only_labels_are_not_activities(tmp_path):
+    ev = [
+        step_event(0, 0, 10_000_000, cat="cpu_op"),  # older torch: the step range is a cpu_op
+        cpu_op_event("## forward ##", 100_000, 5_000_000, cat="user_annotation"),
+        cpu_op_event("aten::mm", 200_000, 1_000_000),
+        cpu_op_event("aten::addmm", 300_000, 100_000),  # inside aten::mm: not top-level
+        cpu_op_event("aten::mm", 1_200_000, 1_000_000),
+        cpu_op_event("gloo:all_reduce", 150_000, 3_000_000, cat="user_annotation", tid=77),
+        cpu_op_event("aten::mm", 150_000, 100_000, tid=78),  # not the main thread
+    ]
+    k = _one(tmp_path, ev, device_properties=[], backend="gloo")
+    assert k[["name", "kind", "stream"]].values.tolist() == [
+        ["gloo:all_reduce", "comm", 77], ["aten::mm", "compute", 4242], ["aten::mm", "compute", 4242]]
+    assert k["step"].tolist() == [0, 0, 0] and k["is_host"].all()

@@ -265,9 +265,23 @@ def assign_steps(launch_ns: pa.Array | pa.ChunkedArray, steps: pa.Table | None) 
 
 
 def finish_kernels(trace: RankTrace, rules: RuleSet) -> pa.Table:
-    """A reader's kernels with ``kind``, ``step`` and (comm only) ``collective`` filled in."""
+    """A reader's kernels with ``kind``, ``step`` and (comm only) ``collective`` filled in.
+
+    Host ``user_annotation`` ranges that the rules call ``other`` are dropped: in a
+    CPU-only trace they are labels (``## forward ##``, a user's ``record_function``), not
+    activities; the ones the rules make comm or compute (``gloo:all_reduce``) stay.
+    """
     k = trace.kernels
     kind = rules.classify(k.column("name"), k.column("category"))
+    if "is_host" in k.column_names and k.num_rows:
+        label = pc.and_(
+            pc.and_(pc.fill_null(k.column("is_host"), False), pc.equal(k.column("category"), "user_annotation")),
+            pc.equal(kind, "other"),
+        )
+        label = pc.fill_null(label, False)
+        if pc.any(label).as_py():
+            keep = pc.invert(label)
+            k, kind = k.filter(keep), kind.filter(keep)
     launch = k.column("launch_ns") if "launch_ns" in k.column_names else pa.nulls(k.num_rows, pa.int64())
     step = assign_steps(launch, trace.steps)
     k = _set(k, "kind", kind)

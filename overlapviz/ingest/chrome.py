@@ -592,7 +592,8 @@ def _py(v):
 
 
 def _host_stand_ins(host: pa.Table, main_tid, path: Path) -> pa.Table:
-    """CPU-only traces: top-level ``cpu_op``s of the main thread and every ``user_annotation``.
+    """CPU-only traces: top-level ``cpu_op``s of the main thread and every ``user_annotation``
+    (the driver drops those its rules call ``other``: labels, not activities).
 
     Top-level means not contained in another cpu_op of the same thread (ties: the first
     in (start, longest) order is the parent). Step ranges are not activities. gloo's
