@@ -14,6 +14,7 @@ import re
 import shutil
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from click.testing import CliRunner
 
@@ -148,6 +149,20 @@ def test_v1_results_json(tmp_path):
     assert set(kern["launch_ns"]) <= launches
     assert (kern["launch_ns"] <= kern["start_ns"]).all()
     assert len(set(kern["launch_ns"])) == 8
+    # a copy's launch: the last hipMemcpy*/hipMemset* call begun before it (rocprof draws the
+    # arrow at the copy itself); copies without an arrow have none
+    mem_calls = sorted(int(e["args"]["BeginNs"]) for e in x
+                       if lanes[e["pid"]] == "CPU HIP API" and re.search("Memcpy|Memset", e["name"]))  # fmt: skip
+    arrows = {int(e["ts"]) for e in doc["traceEvents"] if e.get("ph") == "t" and str(e.get("pid")) in
+              {p for p, n in lanes.items() if n == "COPY"}}  # fmt: skip
+    got = k[k["kind"] == "memory"].set_index("start_ns")["launch_ns"]
+    for e in copies:
+        begin = int(e["args"]["BeginNs"])
+        if int(e["ts"]) in arrows:
+            assert got[begin] == max(c for c in mem_calls if c <= begin)
+        else:
+            assert pd.isna(got[begin])
+    assert got.notna().sum() == 28
     # AQL barrier packets ("Unknown command type", zero length) stay as kind "other": they count
     # as GPU activities like in rocprof's own kernel stats, never as computation
     lane = [e for e in x if lanes[e["pid"]] == "GPU0"]

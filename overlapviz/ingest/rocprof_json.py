@@ -50,6 +50,7 @@ def us_to_ns(text) -> int:
 
 _V1_MEMSET = ("FillBuffer",)
 _V1_BARRIER = "Unknown command type"
+_V1_MEMORY_CALLS = r"(?i)memcpy|memset|copy|fill"
 
 
 def read_v1_json(path: Path) -> RankTrace:
@@ -61,8 +62,10 @@ def read_v1_json(path: Path) -> RankTrace:
     ``results.csv``); a file without them falls back to ``ts``/``dur`` µs strings,
     converted exactly. ``Unknown command type`` rows are AQL barrier packets (zero
     length; rocprof's own kernel stats list them): kept with category ``barrier``, so
-    the default rules make them ``other``, never compute. ``launch_ns`` follows the ``DataFlow`` arrows from
-    a HIP call (the arrow leaves at the call's end) to the activity. A
+    the default rules make them ``other``, never compute. ``launch_ns`` follows the
+    ``DataFlow`` arrows: for kernels the arrow leaves the HIP call at its end; for
+    copies rocprof draws it at the copy's own start, so the call is the last
+    ``hipMemcpy*``/``hipMemset*`` on the arrow's thread begun by then. A
     ``<base>.csv`` beside the file (rocprof writes both) adds grid, block, LDS and
     register counts to the kernels, matched by (begin, end). Devices come from the
     rocminfo dump in ``otherData``.
@@ -181,17 +184,19 @@ def _v1_flows(acts: pd.DataFrame, api: pd.DataFrame, events: list[dict]) -> pd.D
     calls = api.sort_values("start_ns")[["pid", "tid", "end_us", "ts_us", "start_ns"]]
     by_end = src.merge(calls.drop_duplicates(["pid", "tid", "end_us"], keep="last"),
                        left_on=["pid", "tid", "ts"], right_on=["pid", "tid", "end_us"], how="left")  # fmt: skip
-    # copies: the arrow leaves at the copy's own start, inside the (blocking) call: the latest call containing it
-    inside = pd.merge_asof(
+    # copies: rocprof draws their arrow at the copy's own start, so it names only the thread;
+    # the call is the latest memory call (hipMemcpy*, hipMemset*) on it that began by then
+    mem_calls = api[api["name"].str.contains(_V1_MEMORY_CALLS, regex=True, na=False)]
+    before = pd.merge_asof(
         src.reset_index(drop=True).sort_values("ts"),
-        calls.sort_values("ts_us"),
+        mem_calls[["pid", "tid", "ts_us", "start_ns"]].sort_values("ts_us"),
         left_on="ts",
         right_on="ts_us",
         by=["pid", "tid"],
         direction="backward",
-    )
-    inside = inside[inside["end_us"] >= inside["ts"]].set_index("id")["start_ns"]
-    src = src.assign(launch_ns=by_end["start_ns"].fillna(src["id"].map(inside)).to_numpy())
+    ).set_index("id")["start_ns"]
+    src = src.reset_index(drop=True)
+    src = src.assign(launch_ns=by_end["start_ns"].fillna(src["id"].map(before)).to_numpy())
     # the arrow lands on the activity's own ts; equal keys pair in order
     keyed = acts[["pid", "tid", "ts_us", "start_ns"]].assign(
         _k=acts.groupby(["pid", "tid", "ts_us"]).cumcount(), _row=acts.index
