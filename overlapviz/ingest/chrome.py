@@ -484,7 +484,6 @@ def _gpu_activities(gpu: pa.Table, runtime: pa.Table, host: pa.Table, main_pid, 
             "launch_ns": pa.array(launch, mask=launch < 0),
             "collective": collective,
             "source_format": pa.array(np.full(n, SOURCE_FORMAT, dtype=object), pa.string()),
-            "external_id": gpu.column("External id"),
         }
     )
 
