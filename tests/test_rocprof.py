@@ -376,6 +376,10 @@ def test_detection_by_content(tmp_path):
         other = tmp_path / f"x_{name}.dat"
         shutil.copy(src, other)
         assert detect(other).name == name
+    # text that merely mentions the formats' markers is not a trace, whatever its name
+    notes = tmp_path / "notes.json"
+    notes.write_bytes((DATA / "PROVENANCE.md").read_bytes() + b'\n{"rocprofiler-sdk-tool": [], "traceEvents", "BeginNs"}\n')
+    assert detect(notes) is None
 
 
 def assert_refused(tmp_path, source, *needles):

@@ -389,10 +389,10 @@ def _is_v3_csv(path: Path) -> bool:
 
 
 def _is_v1(path: Path) -> bool:
-    head = _head(path)
+    head = _head(path).lstrip(b"\xef\xbb\xbf")
     if path.suffix == ".csv":
-        return head.lstrip(b"\xef\xbb\xbf").startswith(b'"Index","KernelName"') or head.startswith(b"Index,KernelName")
-    return b'"traceEvents"' in head and b'"BeginNs"' in head
+        return head.startswith(b'"Index","KernelName"') or head.startswith(b"Index,KernelName")
+    return head.lstrip().startswith(b"{") and b'"traceEvents"' in head and b'"BeginNs"' in head
 
 
 def split_multi_gpu(traces: list[RankTrace]) -> list[RankTrace]:
@@ -475,7 +475,8 @@ class RocprofV1JsonReader(_Reader):
     name = "rocprof_v1_json"
 
     def sniff(self, path: Path, head: bytes) -> bool:
-        return b'"traceEvents"' in head and b'"BeginNs"' in head
+        doc = head.lstrip(b"\xef\xbb\xbf \t\r\n")
+        return doc.startswith(b"{") and b'"traceEvents"' in doc and b'"BeginNs"' in doc
 
     def read(self, path: Path) -> list[RankTrace]:
         from overlapviz.ingest.rocprof_json import read_v1_json
@@ -520,7 +521,8 @@ class RocprofV3JsonReader(_Reader):
     name = "rocprof_v3_json"
 
     def sniff(self, path: Path, head: bytes) -> bool:
-        return b'"rocprofiler-sdk-tool"' in head
+        # a JSON document whose (first) key is the tool's: not a text that merely mentions it
+        return re.match(rb'\s*\{\s*"rocprofiler-sdk-tool"\s*:', head.lstrip(b"\xef\xbb\xbf")) is not None
 
     def read(self, path: Path) -> list[RankTrace]:
         from overlapviz.ingest.rocprof_json import read_v3_json
