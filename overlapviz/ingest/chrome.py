@@ -67,31 +67,38 @@ _STEP_PATTERNS = (
     ("profiler_step", re.compile(r"^ProfilerStep#(\d+)$")),
 )
 
-_ARGS = pa.struct(
-    [
-        ("device", pa.int64()),
-        ("stream", pa.int64()),
-        ("correlation", pa.int64()),
-        ("grid", pa.list_(pa.int64())),
-        ("block", pa.list_(pa.int64())),
-        ("registers per thread", pa.int64()),
-        ("shared memory", pa.int64()),
-        ("bytes", pa.int64()),
-        ("External id", pa.int64()),
-        ("Collective name", pa.string()),
-    ]
-)
-_EVENT = pa.struct(
-    [
-        ("ph", pa.string()),
-        ("name", pa.string()),
-        ("pid", pa.int64()),
-        ("tid", pa.int64()),
-        ("ts", pa.float64()),
-        ("dur", pa.float64()),
-        ("args", _ARGS),
-    ]
-)
+_ARG_TYPES = {
+    "device": pa.int64(),
+    "stream": pa.int64(),
+    "correlation": pa.int64(),
+    "grid": pa.list_(pa.int64()),
+    "block": pa.list_(pa.int64()),
+    "registers per thread": pa.int64(),
+    "shared memory": pa.int64(),
+    "bytes": pa.int64(),
+    "External id": pa.int64(),
+    "Collective name": pa.string(),
+}
+_TOP_TYPES = {
+    "ph": pa.string(),
+    "name": pa.string(),
+    "pid": pa.int64(),
+    "tid": pa.int64(),
+    "ts": pa.float64(),
+    "dur": pa.float64(),
+}
+
+
+def _event_type(*args: str) -> pa.StructType:
+    """The struct of the top-level fields plus the named ``args`` fields; converting only
+    what a category needs keeps the bulk conversion cheap."""
+    arg_struct = pa.struct([(a, _ARG_TYPES[a]) for a in args])
+    return pa.struct([*_TOP_TYPES.items(), ("args", arg_struct)])
+
+
+_GPU_EVENT = _event_type(*_ARG_TYPES)
+_RUNTIME_EVENT = _event_type("correlation", "grid", "block", "shared memory")
+_HOST_EVENT = _event_type("External id", "Collective name")
 
 _AMD_NAME = re.compile(r"\bAMD\b|Radeon|Instinct", re.IGNORECASE)
 # marketing name -> gfx target, for the AMD GPUs whose name says it unambiguously
@@ -178,31 +185,33 @@ def load_document(path: Path) -> dict:
 # --- bulk column building ----------------------------------------------------------
 
 
-def _events_table(events: list, path: Path, what: str) -> pa.Table:
-    """The fields of ``_EVENT`` for a list of event dicts, as a flat table (args.* flattened)."""
+def _events_table(events: list, path: Path, what: str, type_: pa.StructType) -> pa.Table:
+    """The fields of ``type_`` for a list of event dicts, as a flat table (args.* flattened)."""
     try:
-        arr = pa.array(events, type=_EVENT)
+        arr = pa.array(events, type=type_)
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
-        arr = _events_lenient(events, path, what)
+        arr = _events_lenient(events, path, what, type_)
     top = arr.flatten()
-    cols = {f.name: top[i] for i, f in enumerate(_EVENT)}
+    cols = {f.name: top[i] for i, f in enumerate(type_)}
+    args_type = type_.field("args").type
     args = cols.pop("args").flatten()
-    for i, f in enumerate(_ARGS):
+    for i, f in enumerate(args_type):
         cols[f.name] = args[i]
     return pa.table(cols)
 
 
-def _events_lenient(events: list, path: Path, what: str) -> pa.StructArray:
+def _events_lenient(events: list, path: Path, what: str, type_: pa.StructType) -> pa.StructArray:
     """Slow path: field by field, accepting numbers written as strings; names the bad field."""
     fields = []
-    for f in _EVENT:
+    for f in type_:
         if f.name == "args":
             continue
         fields.append(_lenient_column([e.get(f.name) for e in events], f, path, what, f.name))
+    args_type = type_.field("args").type
     args = [e.get("args") if isinstance(e.get("args"), dict) else {} for e in events]
-    arg_cols = [_lenient_column([a.get(f.name) for a in args], f, path, what, f"args.{f.name}") for f in _ARGS]
-    fields.append(pa.StructArray.from_arrays(arg_cols, fields=list(_ARGS)))
-    return pa.StructArray.from_arrays(fields, fields=list(_EVENT))
+    arg_cols = [_lenient_column([a.get(f.name) for a in args], f, path, what, f"args.{f.name}") for f in args_type]
+    fields.append(pa.StructArray.from_arrays(arg_cols, fields=list(args_type)))
+    return pa.StructArray.from_arrays(fields, fields=list(type_))
 
 
 def _lenient_column(values: list, field: pa.Field, path: Path, what: str, label: str) -> pa.Array:
@@ -330,9 +339,9 @@ def parse_document(doc: dict, path: Path) -> RankTrace:
     n_events = len(events)
     del events
 
-    gpu = _with_category(_events_table(buckets.pop("gpu"), path, "GPU activity"), cats.pop("gpu"))
-    runtime = _with_category(_events_table(buckets.pop("runtime"), path, "runtime"), cats.pop("runtime"))
-    host = _with_category(_events_table(buckets.pop("host"), path, "host"), cats.pop("host"))
+    gpu = _with_category(_events_table(buckets.pop("gpu"), path, "GPU activity", _GPU_EVENT), cats.pop("gpu"))
+    runtime = _with_category(_events_table(buckets.pop("runtime"), path, "runtime", _RUNTIME_EVENT), cats.pop("runtime"))
+    host = _with_category(_events_table(buckets.pop("host"), path, "host", _HOST_EVENT), cats.pop("host"))
     gpu = _only_complete(gpu)
     runtime = _only_complete(runtime)
     host = _only_complete(host)
