@@ -1,0 +1,220 @@
+"""One configuration on one rank (the module torchrun starts): check, time with events, trace, write the run directory.
+
+    torchrun --nproc-per-node 8 -m overlapviz.collectors.run --preset cb_ar --out DIR [--setup optimized ...]
+    python -m overlapviz.collectors.run --preset cb_ar_standin --out DIR          # one GPU, stand-in
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from overlapviz.collectors import manifest as mf
+from overlapviz.collectors.config import CollectConfig, coerce, preset, run_id as make_run_id
+from overlapviz.collectors.profiler import Profiler, iteration
+
+CONFIDENCE = 0.95
+
+
+def median_ci(values: list[float], confidence: float = CONFIDENCE) -> tuple[float, float | None, float | None]:
+    """Median and a distribution-free confidence interval for it (binomial order statistics).
+
+    Returns (median, low, high); low/high are None with fewer than 6 values, where no pair
+    of order statistics reaches 95 %.
+    """
+    xs = sorted(values)
+    n = len(xs)
+    if n == 0:
+        raise ValueError("no measured iterations")
+    med = statistics.median(xs)
+    # the widest symmetric pair (x_(j), x_(n-j+1)) has coverage 1 - 2 P(B <= j-1), B ~ Bin(n, 1/2);
+    # take the narrowest pair that still covers `confidence`
+    best = None
+    for j in range(1, n // 2 + 1):
+        tail = sum(math.comb(n, i) for i in range(j)) / 2**n
+        if 1 - 2 * tail >= confidence:
+            best = j
+        else:
+            break
+    if best is None:
+        return med, None, None
+    return med, xs[best - 1], xs[n - best]
+
+
+def measure(workload, iterations: int) -> list[float]:
+    """Per-iteration time in ms: CUDA events on the main stream on a GPU, the host clock on CPU."""
+    import torch
+
+    if workload.dist.is_cuda:
+        main = torch.cuda.current_stream()
+        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iterations)]
+        for start, end in events:
+            start.record(main)
+            workload.step()
+            end.record(main)
+        torch.cuda.synchronize()
+        return [start.elapsed_time(end) for start, end in events]
+    times = []
+    for _ in range(iterations):
+        t0 = time.perf_counter_ns()
+        workload.step()
+        times.append((time.perf_counter_ns() - t0) / 1e6)
+    return times
+
+
+def _barrier(d) -> None:
+    import torch.distributed as dist
+
+    if d.initialized:
+        if d.is_cuda:
+            dist.barrier(device_ids=[d.local_rank])
+        else:
+            dist.barrier()
+
+
+def _gather(d, obj) -> list:
+    import torch.distributed as dist
+
+    if not d.initialized:
+        return [obj]
+    out = [None] * d.world_size
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def collect_run(config: CollectConfig, run_dir: Path, *, run_id: str | None = None) -> dict | None:
+    """Run ``config`` on this rank and write its files into ``run_dir``; rank 0 also writes the manifest.
+
+    Returns the manifest on rank 0, None elsewhere. Raises whatever the run raised, after
+    writing this rank's one-line error (and, on rank 0, a failed manifest).
+    """
+    import torch.distributed as dist
+
+    from overlapviz.collectors.workload import Workload, init_dist
+
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    rid = run_id or make_run_id(config)
+    start_time = mf.now_iso()
+    rank = int(os.environ.get("RANK", "0"))
+    known = {"start_time": start_time, **mf.versions()}
+    d = workload = None
+    try:
+        d = init_dist(config)
+        known.update(world_size=d.world_size, backend=d.backend)
+        workload = Workload(config, d)
+        checks = workload.check() if config.check else {}
+        times = measure(workload, config.iterations)
+        warm = config.warmup_iterations
+        mf.write_json_atomic(
+            run_dir / mf.TIMINGS.format(rank=d.rank),
+            {"rank": d.rank, "iterations": [
+                {"iteration": i, "time_ms": t, "measured": i >= warm} for i, t in enumerate(times)
+            ]},
+        )
+        _barrier(d)
+        with Profiler(run_dir, d.rank, cuda=d.is_cuda, enabled=config.profiler == "torch"):
+            for i in range(config.trace_iterations):
+                with iteration(i):
+                    workload.step()
+        med, lo, hi = median_ci(times[warm:])
+        mine = {"rank": d.rank, "median_ms": med, "ci_low_ms": lo, "ci_high_ms": hi, "n_measured": len(times) - warm,
+                "confidence": CONFIDENCE}
+        device = mf.device_row(d.device.index or 0, workload.ext) if d.is_cuda else None
+        if device is not None:
+            device["rank"] = d.rank
+        gathered = _gather(d, (mine, device, checks))
+        if d.rank != 0:
+            _barrier(d)  # stay until rank 0 has written the manifest: no teardown under its feet
+            return None
+        eff = dict(workload.effective, checks=[g[2] for g in gathered], dist=d.notes)
+        devices = [g[1] for g in gathered if g[1] is not None]
+        run = mf.run_record(
+            config, run_id=rid, status="ok",
+            comm_priority=eff.get("comm_priority_requested"),
+            comm_priority_effective=eff.get("comm_priority_effective"),
+            device_name=devices[0]["name"] if devices else None,
+            **known,
+        )
+        data = mf.manifest(config, run, devices=devices, effective=eff, measurement={"ranks": [g[0] for g in gathered]})
+        mf.write_manifest(run_dir, data)
+        _barrier(d)
+        return data
+    except BaseException as exc:  # also KeyboardInterrupt/SIGTERM: the run is recorded as failed
+        message = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}".strip()
+        (run_dir / mf.ERROR.format(rank=rank)).write_text(message + "\n")
+        if rank == 0:
+            run = mf.run_record(config, run_id=rid, status="failed", error=message, **known)
+            mf.write_manifest(run_dir, mf.manifest(config, run, effective=workload.effective if workload else None))
+        raise
+    finally:
+        if workload is not None:
+            workload.close()
+        if d is not None and d.initialized and dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _parser() -> argparse.ArgumentParser:
+    import dataclasses
+
+    p = argparse.ArgumentParser(prog="python -m overlapviz.collectors.run", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--preset", help="a preset name (cb_ar, cb_ar_standin, gloo_smoke, ...)")
+    src.add_argument("--config", help="a JSON file with configuration fields")
+    src.add_argument("--config-json", help="the configuration as a JSON object")
+    out = p.add_mutually_exclusive_group(required=True)
+    out.add_argument("--out", help="a sweep directory: the run goes to OUT/runs/<run_id>/")
+    out.add_argument("--run-dir", help="the run directory itself")
+    p.add_argument("--run-id", help="the run id (default: derived from the configuration)")
+    for f in dataclasses.fields(CollectConfig):
+        p.add_argument(f"--{f.name.replace('_', '-')}", dest=f"set_{f.name}", default=None, help=f.metadata["help"])
+    return p
+
+
+def config_from_args(args: argparse.Namespace) -> CollectConfig:
+    if args.preset:
+        base = preset(args.preset)
+    else:
+        where = args.config or "--config-json"
+        try:
+            data = json.loads(Path(args.config).read_text() if args.config else args.config_json)
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ValueError(f"{where}: cannot read the configuration: {exc}") from None
+        base = CollectConfig.from_dict(data, where=where)
+    changes = {k[4:]: coerce(k[4:], v, where="option") for k, v in vars(args).items() if k.startswith("set_") and v is not None}
+    try:
+        return base.replace(**changes)
+    except ValueError as exc:
+        raise ValueError(f"options: {exc}") from None
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        config = config_from_args(args)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    rid = args.run_id or make_run_id(config)
+    run_dir = Path(args.run_dir) if args.run_dir else Path(args.out) / "runs" / rid
+    try:
+        data = collect_run(config, run_dir, run_id=rid)
+    except Exception:
+        traceback.print_exc()
+        return 1
+    if data is not None:
+        ranks = data["measurement"]["ranks"]
+        print(f"{rid}: ok, rank 0 median {ranks[0]['median_ms']:.4f} ms -> {run_dir}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

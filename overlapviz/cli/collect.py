@@ -1,0 +1,104 @@
+"""``overlapviz collect``: run the overlap experiment (a preset, a config file or a sweep) and ingest it."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import click
+
+from overlapviz.collectors.config import PRESETS, CollectConfig, coerce, field_types, preset, run_id
+
+
+def _knob_options(fn):
+    """One ``--<field>`` option per configuration field, help from the field's metadata."""
+    types = field_types()
+    for f in reversed(dataclasses.fields(CollectConfig)):
+        t = types[f.name]
+        click_type = {int: str, float: str, bool: str}.get(t, str)  # parsed by config.coerce (accepts "none")
+        fn = click.option(
+            f"--{f.name.replace('_', '-')}", f"knob_{f.name}", type=click_type, default=None,
+            help=f"{f.metadata['help']} [default: the preset's]", show_envvar=False,
+        )(fn)
+    return fn
+
+
+@click.command("collect")
+@click.option("--preset", "preset_name", metavar="NAME", help=f"One configuration from a preset: {', '.join(PRESETS)}.")
+@click.option("--sweep", "sweep_file", type=click.Path(dir_okay=False, path_type=str), help="A TOML sweep file (see docs/collect.md).")
+@click.option("--config", "config_file", type=click.Path(dir_okay=False, path_type=str), help="One configuration from a JSON file of fields.")
+@click.option("-o", "--output", "out", required=True, type=click.Path(file_okay=False, path_type=str),
+              help="Sweep directory: runs go to DIR/runs/<run_id>/, the dataset to DIR/dataset.")
+@click.option("--launcher", default=None, metavar="CMD",
+              help="Command prefix that starts every rank, followed by '-m overlapviz.collectors.run ...' "
+                   "(e.g. 'srun torchrun --nnodes 2 --nproc-per-node 8 ...'). Default: python, or torchrun --standalone for --nproc > 1.")
+@click.option("--no-ingest", is_flag=True, help="Do not ingest the runs into DIR/dataset at the end.")
+@click.option("--list", "list_only", is_flag=True, help="Print the run ids (and whether finished) and run nothing.")
+@click.option("--progress/--no-progress", default=None, help="Progress bar (default: when stderr is a terminal).")
+@_knob_options
+def collect(preset_name, sweep_file, config_file, out, launcher, no_ingest, list_only, progress, **knobs) -> None:
+    """Run the computation-communication overlap experiment and ingest the traces.
+
+    Exactly one of --preset, --sweep or --config. Each configuration runs in its own
+    process (torchrun for several GPUs) with a timeout; a sweep that was interrupted is
+    resumed by running the same command again: finished runs (manifest ok or failed) are
+    kept, failed ones are not retried (delete their directory to retry).
+
+    \b
+    overlapviz collect --preset cb_ar_standin -o runs/one --setup optimized
+    overlapviz collect --sweep collectors/sweep_h200_standin.toml -o runs/h200
+    overlapviz collect --preset cb_ar --nproc 8 -o runs/nccl       # torchrun, NCCL
+    """
+    from overlapviz.collectors import manifest as mf
+    from overlapviz.collectors import sweep as sw
+
+    chosen = [x for x in (preset_name, sweep_file, config_file) if x]
+    if len(chosen) != 1:
+        raise click.UsageError("give exactly one of --preset, --sweep or --config")
+    overrides = {k[len("knob_"):]: v for k, v in knobs.items() if v is not None}
+    try:
+        if sweep_file:
+            sweep = sw.load_sweep(sweep_file, overrides=overrides)
+        else:
+            if preset_name:
+                base = preset(preset_name)
+                name = preset_name
+            else:
+                try:
+                    data = json.loads(Path(config_file).read_text())
+                except (OSError, json.JSONDecodeError) as exc:
+                    raise ValueError(f"{config_file}: cannot read the configuration: {exc}") from None
+                base = CollectConfig.from_dict(data, where=config_file)
+                name = Path(config_file).stem
+            values = {k: coerce(k, v, where="options") for k, v in overrides.items()}
+            try:
+                config = base.replace(**values)
+            except ValueError as exc:
+                raise ValueError(f"options: {exc}") from None
+            sweep = sw.sweep_of_one(config, name)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+
+    if list_only:
+        for cfg in sweep.configs:
+            rid = run_id(cfg)
+            status = mf.run_status(Path(out) / sw.RUNS_DIR / rid) or "todo"
+            click.echo(f"{rid}\t{status}")
+        return
+    outcomes = sw.run_sweep(sweep, out, launcher=launcher, progress=progress)
+    ran = [o for o in outcomes if not o.status.startswith("skipped")]
+    ok = sum(o.status in ("ok", "skipped-ok") for o in outcomes)
+    failed = [o for o in outcomes if o.status in ("failed", "skipped-failed")]
+    click.echo(f"{sweep.name}: {len(outcomes)} runs, {ok} ok, {len(failed)} failed, "
+               f"{len(outcomes) - len(ran)} finished before -> {Path(out) / sw.RUNS_DIR}")
+    for o in failed:
+        click.echo(f"  failed {o.run_id}: {o.error or mf.read_manifest(o.run_dir).get('run', {}).get('error')}")
+    if not no_ingest:
+        try:
+            path = sw.ingest_sweep(out, progress=progress)
+        except ValueError as exc:
+            raise click.ClickException(str(exc)) from None
+        click.echo(f"dataset: {path}")
+    if failed and not ok:
+        raise click.ClickException("every configuration failed")
