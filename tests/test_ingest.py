@@ -433,3 +433,15 @@ def test_cpu_only_labels_are_not_activities(tmp_path):
     assert k[["name", "kind", "stream"]].values.tolist() == [
         ["gloo:all_reduce", "comm", 77], ["aten::mm", "compute", 4242], ["aten::mm", "compute", 4242]]
     assert k["step"].tolist() == [0, 0, 0] and k["is_host"].all()
+
+
+def test_device_and_stream_fall_back_to_pid_tid_and_numbers_as_strings(tmp_path):
+    ev = [
+        {"ph": "X", "cat": "kernel", "name": "a", "pid": 3, "tid": 11, "ts": 10.0, "dur": 2.0, "args": {"correlation": 1}},
+        {"ph": "X", "cat": "kernel", "name": "b", "pid": 3, "tid": "stream 12", "ts": "20.5", "dur": 2.0,
+         "args": {"correlation": "2", "stream": 12, "device": 3}},
+        {"ph": "X", "cat": "Trace", "name": "PyTorch Profiler (0)", "pid": "Spans", "tid": "PyTorch Profiler", "ts": 0.0, "dur": 99.0},
+    ]
+    k = _one(tmp_path, ev).set_index("name")
+    assert k.loc["a", ["device", "stream"]].tolist() == [3, 11]
+    assert k.loc["b", ["device", "stream", "correlation", "start_ns"]].tolist() == [3, 12, 2, 20_500]
