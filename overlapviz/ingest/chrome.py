@@ -621,7 +621,10 @@ def _host_stand_ins(host: pa.Table, main_tid, path: Path) -> pa.Table:
     cat = host.column("category").to_numpy(zero_copy_only=False)
     tid = host.column("tid").to_numpy(zero_copy_only=False)
     is_op = cat == "cpu_op"
-    on_main = np.asarray(pc.fill_null(pc.equal(host.column("tid"), main_tid), False)) if main_tid is not None else is_op
+    if main_tid is not None:
+        on_main = np.asarray(pc.fill_null(pc.equal(host.column("tid"), main_tid), False))
+    else:
+        on_main = np.asarray(pc.is_valid(host.column("tid")))
     top = np.zeros(len(start), dtype=bool)
     ops = np.flatnonzero(is_op & on_main)
     if len(ops):
