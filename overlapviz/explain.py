@@ -7,7 +7,7 @@ import os
 import numpy as np
 import pandas as pd
 
-from overlapviz import schema
+from overlapviz import intervals, schema
 from overlapviz.residency import RESOURCES, _limits_for, device_table, kernel_shapes, occupancy_table
 
 FIT_RESOURCES = ("warps", "blocks", "registers", "shared_memory")
@@ -210,6 +210,61 @@ def _summarise(resident: pd.DataFrame, compute: pd.DataFrame, n_comm: int) -> pd
     return out.reindex(np.arange(n_comm))
 
 
+def _during_wait(comm: pd.DataFrame, compute: pd.DataFrame) -> pd.DataFrame:
+    """Per comm kernel: the computation that ran while it waited, i.e. in [ready, start).
+
+    Returns ``cid``-indexed ``n`` (compute kernels overlapping the window, any stream of
+    the device), ``blocker`` (the kernel with the longest overlap; its ``kid``) and
+    ``busy`` (the fraction of the window covered by the union of computation).
+    Kernels of one stream run one after another, so the kernels of a stream that overlap
+    a window are a contiguous run: the first ending after ready to the last starting
+    before start; two ``merge_asof`` calls find both ends.
+    """
+    keys = ["run_id", "rank", "device_key", "stream"]
+    n = len(comm)
+    empty = pd.DataFrame({"n": np.zeros(n), "blocker": np.full(n, -1), "busy": np.full(n, np.nan)})
+    win = comm.loc[comm["ready_ns"].notna(), ["cid", "run_id", "rank", "device_key", "ready_ns", "start_ns"]]
+    win = win.assign(t0=win["ready_ns"].astype(np.int64), t1=win["start_ns"].astype(np.int64))
+    win = win[win["t1"] > win["t0"]]
+    if win.empty or compute.empty:
+        return empty.assign(busy=np.where(comm["ready_ns"].notna().to_numpy(), np.nan, np.nan))
+    c = compute[keys + ["start_ns", "end_ns", "kid"]].assign(
+        start_ns=compute["start_ns"].astype(np.int64), end_ns=compute["end_ns"].astype(np.int64)
+    ).sort_values(keys + ["start_ns"], kind="stable").reset_index(drop=True)
+    c = c.assign(row=np.arange(len(c)), reach=c.groupby(keys, sort=False)["end_ns"].cummax())
+    pairs = win.merge(c[keys].drop_duplicates(), on=["run_id", "rank", "device_key"])
+    lo = pd.merge_asof(pairs.sort_values("t0", kind="stable"), c[keys + ["reach", "row"]].sort_values("reach", kind="stable"),
+                       left_on="t0", right_on="reach", by=keys, direction="forward", allow_exact_matches=False)
+    hi = pd.merge_asof(pairs.sort_values("t1", kind="stable"), c[keys + ["start_ns", "row"]].sort_values("start_ns", kind="stable"),
+                       left_on="t1", right_on="start_ns", by=keys, direction="backward", allow_exact_matches=False)
+    both = lo[["cid", "stream", "t0", "t1", "row"]].merge(hi[["cid", "stream", "row"]], on=["cid", "stream"], suffixes=("_lo", "_hi"))
+    both = both.dropna(subset=["row_lo", "row_hi"])
+    count = (both["row_hi"] - both["row_lo"] + 1).clip(lower=0).astype(np.int64).to_numpy()
+    rows = np.repeat(both["row_lo"].astype(np.int64).to_numpy(), count) + (
+        np.arange(count.sum()) - np.repeat(np.cumsum(count) - count, count)
+    )
+    ex = pd.DataFrame({"cid": np.repeat(both["cid"].to_numpy(), count), "t0": np.repeat(both["t0"].to_numpy(), count),
+                       "t1": np.repeat(both["t1"].to_numpy(), count), "row": rows})
+    ex = ex.assign(start=c["start_ns"].to_numpy()[rows], end=c["end_ns"].to_numpy()[rows], kid=c["kid"].to_numpy()[rows])
+    ex = ex.assign(overlap=np.minimum(ex["end"], ex["t1"]) - np.maximum(ex["start"], ex["t0"]))
+    ex = ex[ex["overlap"] > 0]
+    out = empty.copy()
+    if len(ex):
+        g = ex.groupby("cid")
+        out.loc[g.size().index, "n"] = g.size().to_numpy()
+        top = ex.loc[g["overlap"].idxmax()]
+        out.loc[top["cid"].to_numpy(), "blocker"] = top["kid"].to_numpy()
+        # union of the overlapping parts per comm kernel (intervals.merge keeps it exact)
+        u = intervals.merge(ex["cid"].to_numpy(), np.maximum(ex["start"], ex["t0"]).to_numpy(), np.minimum(ex["end"], ex["t1"]).to_numpy())
+        covered = intervals.measure(u, n)
+        w = win.set_index("cid")
+        out.loc[w.index, "busy"] = covered[w.index] / (w["t1"] - w["t0"]).to_numpy()
+    else:
+        out.loc[win["cid"].to_numpy(), "busy"] = 0.0
+    out.loc[win["cid"].to_numpy(), "busy"] = out.loc[win["cid"].to_numpy(), "busy"].fillna(0.0)
+    return out
+
+
 def _names(s: pd.Series) -> np.ndarray:
     return np.asarray([v if isinstance(v, str) else None for v in s.tolist()], dtype=object)
 
@@ -244,7 +299,9 @@ def comm_start_delays(dataset_path: str | os.PathLike, *, run_ids=None) -> pd.Da
         comm_blocks_per_sm_alone, comm_blocks_needed_per_sm, n_resident_compute_at_launch,
         resident_compute_at_launch, n_resident_compute, resident_compute,
         resident_compute_blocks_per_sm, comm_blocks_fit_per_sm, fit_limiter,
-        comm_blocks_fit_per_sm_at_launch, fit_limiter_at_launch, residency_note``; ``n_*``
+        comm_blocks_fit_per_sm_at_launch, fit_limiter_at_launch, n_compute_during_wait,
+        wait_blocker, wait_compute_busy_fraction, comm_blocks_fit_per_sm_beside_blocker,
+        fit_limiter_beside_blocker, residency_note`` (see :func:`_during_wait`); ``n_*``
         and ``resident_*`` are "at ready" unless the name says ``at_launch``. Sorted by
         run, rank, start. Fit columns are null where a launch shape or the device limits
         are unknown (``residency_note`` says which).
@@ -275,8 +332,18 @@ def comm_start_delays(dataset_path: str | os.PathLike, *, run_ids=None) -> pd.Da
     at_ready = _summarise(_resident_at(comm, compute, "ready_ns"), compute, len(comm))
     at_launch = _summarise(_resident_at(comm, compute, "launch_ns"), compute, len(comm))
 
+    wait = _during_wait(comm, compute)
     fit_cols = {}
-    for tag, s in (("", at_ready), ("_at_launch", at_launch)):
+    blocker = compute.set_index("kid").reindex(wait["blocker"].to_numpy())
+    bwarps = blocker["resident_blocks_per_sm"].to_numpy() * blocker["warps_per_block"].to_numpy()
+    at_blocker = pd.DataFrame(
+        {"u_warps": bwarps, "u_blocks": blocker["resident_blocks_per_sm"].to_numpy(),
+         "u_regs": bwarps * blocker["regs_per_warp"].to_numpy(),
+         "u_smem": blocker["resident_blocks_per_sm"].to_numpy() * blocker["smem_alloc_bytes"].to_numpy(),
+         "smem_config": blocker["smem_config_bytes"].to_numpy(),
+         "unknown": (wait["blocker"].to_numpy() >= 0) & np.isnan(blocker["resident_blocks_per_sm"].to_numpy())}
+    )
+    for tag, s in (("", at_ready), ("_at_launch", at_launch), ("_beside_blocker", at_blocker)):
         fit = np.full(len(comm), np.nan)
         lim = np.full(len(comm), None, dtype=object)
         for _, idx in comm.groupby(["run_id", "rank", "device_key"]).indices.items():
@@ -299,10 +366,14 @@ def comm_start_delays(dataset_path: str | os.PathLike, *, run_ids=None) -> pd.Da
         fit_cols[f"comm_blocks_fit_per_sm{tag}"] = pd.array(np.where(np.isnan(fit), np.nan, fit), dtype="Float64").astype("Int64")
         fit_cols[f"fit_limiter{tag}"] = lim
     host = comm["is_host"].fillna(False).to_numpy(bool)
-    for col in ("comm_blocks_fit_per_sm", "comm_blocks_fit_per_sm_at_launch"):
+    no_blocker = wait["blocker"].to_numpy() < 0
+    fit_cols["comm_blocks_fit_per_sm_beside_blocker"] = fit_cols["comm_blocks_fit_per_sm_beside_blocker"].copy()
+    fit_cols["comm_blocks_fit_per_sm_beside_blocker"][no_blocker] = pd.NA
+    fit_cols["fit_limiter_beside_blocker"] = np.where(no_blocker, None, fit_cols["fit_limiter_beside_blocker"])
+    for col in ("comm_blocks_fit_per_sm", "comm_blocks_fit_per_sm_at_launch", "comm_blocks_fit_per_sm_beside_blocker"):
         fit_cols[col] = fit_cols[col].copy()
         fit_cols[col][host] = pd.NA
-    for col in ("fit_limiter", "fit_limiter_at_launch"):
+    for col in ("fit_limiter", "fit_limiter_at_launch", "fit_limiter_beside_blocker"):
         fit_cols[col] = np.where(host, None, fit_cols[col])
     note = comm["residency_note"].to_numpy(object).copy()
     note[host] = "host activity (CPU-only trace): no SM residency"
@@ -349,6 +420,11 @@ def comm_start_delays(dataset_path: str | os.PathLike, *, run_ids=None) -> pd.Da
                 np.where(host, np.nan, at_ready["u_blocks"].to_numpy(np.float64)),
                 0.0,
             ),
+            "n_compute_during_wait": pd.array(
+                np.where(comm["ready_ns"].isna().to_numpy() | host, np.nan, wait["n"].to_numpy(np.float64)), dtype="Float64"
+            ).astype("Int64"),
+            "wait_blocker": _names(pd.Series(np.where(no_blocker, None, blocker["name"].to_numpy()), dtype=object)),
+            "wait_compute_busy_fraction": np.where(host, np.nan, wait["busy"].to_numpy(np.float64)),
             **fit_cols,
             "residency_note": note,
         }

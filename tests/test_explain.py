@@ -92,6 +92,21 @@ def test_fit_rules(delays):
     assert (g["comm_blocks_fit_per_sm"], g["fit_limiter"]) == (1, "registers")
 
 
+def test_computation_during_the_wait(delays):
+    # A waited from 5 to 40 µs: the GEMM covered all of it, "small" 20 µs of it
+    a = delays.loc["ncclDevKernel_A"]
+    assert (a["n_compute_during_wait"], a["wait_blocker"], a["wait_compute_busy_fraction"]) == (2, "gemm", 1.0)
+    assert (a["comm_blocks_fit_per_sm_beside_blocker"], a["fit_limiter_beside_blocker"]) == (0, "registers")
+    g = delays.loc["ncclDevKernel_G"]
+    assert (g["wait_blocker"], g["comm_blocks_fit_per_sm_beside_blocker"]) == ("gemm_padded", 1)
+    c = delays.loc["ncclDevKernel_C"]
+    assert c["n_compute_during_wait"] == 0 and pd.isna(c["wait_blocker"]) and c["wait_compute_busy_fraction"] == 0.0
+    assert pd.isna(c["comm_blocks_fit_per_sm_beside_blocker"])
+    d, e = delays.loc["ncclDevKernel_D"], delays.loc["ncclDevKernel_E"]
+    assert pd.isna(d["n_compute_during_wait"]) and pd.isna(d["wait_compute_busy_fraction"])
+    assert e["n_compute_during_wait"] == 0 and e["wait_compute_busy_fraction"] == 0.0
+
+
 def test_blocks_fit_reduces_to_the_occupancy_calculator_when_nothing_is_resident():
     cap = capacity(nvidia_arch(9, 0))
     fit, lim, by = blocks_fit(cap, 0, 0, 0, 0, 233472, 8, 2048, 1024)
@@ -120,6 +135,7 @@ def test_a100_trace_long_delays_are_the_blocked_collectives(tmp_path):
     blocked = d[d["comm_blocks_fit_per_sm"] == 0]
     assert len(blocked) == 3 and (blocked["start_delay_us"] > 400).all()
     assert (blocked["n_resident_compute"] == 1).all() and blocked["resident_compute"].str.contains("cudnn").all()
+    assert (blocked["wait_compute_busy_fraction"] > 0.9).all() and (blocked["comm_blocks_fit_per_sm_beside_blocker"] == 0).all()
     free = d[d["comm_blocks_fit_per_sm"] == 1]
     assert len(free) == 18 and (free["start_delay_us"] < 40).all() and (free["n_resident_compute"] == 0).all()
     s = summarize_delays(d).iloc[0]

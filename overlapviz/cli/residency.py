@@ -16,7 +16,8 @@ TABLE_COLUMNS = {
     "shapes": ["run_id", "name", "kind", "threads_per_block", "regs_per_thread", "shared_mem_bytes", "blocks_per_sm",
                "limiter", "occupancy", "n_launches", "total_us", "waves"],
     "delays": ["run_id", "rank", "stream", "name", "start_delay_us", "ready_from", "n_resident_compute",
-               "resident_compute", "comm_blocks_fit_per_sm", "fit_limiter", "comm_blocks_needed_per_sm"],
+               "comm_blocks_fit_per_sm", "fit_limiter", "wait_blocker", "wait_compute_busy_fraction",
+               "comm_blocks_fit_per_sm_beside_blocker", "fit_limiter_beside_blocker"],
 }
 
 
@@ -72,7 +73,7 @@ def json_value(v):
 def _cell(c: str, v) -> str:
     if v is None or (not isinstance(v, str) and pd.isna(v)):
         return "-"
-    if c in ("occupancy", "overlap_fraction") and isinstance(v, (float, int)):
+    if (c == "occupancy" or c.endswith("_fraction")) and isinstance(v, (float, int)):
         return f"{v:.1%}"
     if isinstance(v, float):
         return f"{v:,.3f}" if abs(v) < 10 else f"{v:,.1f}"
