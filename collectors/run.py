@@ -203,6 +203,10 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if "LOCAL_WORLD_SIZE" in os.environ and config.backend != "stand-in":
+        # under torchrun the launcher decides the processes per node (torchrun would take a
+        # --nproc option for its own --nproc-per-node, so run.sh cannot pass one)
+        config = config.replace(nproc=int(os.environ["LOCAL_WORLD_SIZE"]))
     rid = args.run_id or make_run_id(config)
     run_dir = Path(args.run_dir) if args.run_dir else Path(args.out) / "runs" / rid
     try:
