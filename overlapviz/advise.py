@@ -77,6 +77,10 @@ def advise(
     * ``carveout`` (NVIDIA): each shared-memory carve-out preference (percent); the
       recommended one is the smallest (most L1 left) that meets the target with the least
       loss of computation residency.
+    * ``sm_carveout`` (when ``comm.grid`` is known): leave the SMs the collective's whole
+      grid needs at its own occupancy to it (cuBLAS's SM carve-out, or a persistent
+      kernel's grid); the computation keeps its residency on the other SMs and pays in
+      waves.
 
     Parameters
     ----------
@@ -97,7 +101,8 @@ def advise(
         ``setting`` (pad bytes, shape, or carve-out percent), ``smem_pad_bytes``,
         ``carveout``, ``compute_threads``, ``compute_regs``, ``compute_smem_bytes``,
         ``compute_blocks_per_sm``, ``compute_limiter``, ``compute_occupancy``,
-        ``compute_waves`` (ceil(grid / (blocks per SM x SMs)); null without a grid),
+        ``compute_sms`` (SMs the computation runs on), ``compute_waves``
+        (ceil(grid / (blocks per SM x compute_sms)); null without a grid),
         ``comm_blocks_fit_per_sm``, ``fit_limiter``, ``meets_target``,
         ``residency_cost_blocks`` (computation blocks per SM lost against ``current``),
         ``occupancy_cost`` (occupancy points lost, 0..1), ``recommended``. For
@@ -132,10 +137,25 @@ def advise(
             ev = _evaluate(limits, [compute.threads], compute.regs, compute.smem, comm, carveout=p, grid=compute.grid)
             rows.append(_rows(ev, "carveout", [f"{p} %"], compute, pads=[0], carve=[p]))
 
+    num_sms = limits.get("num_sms")
+    sm_rows = None
+    if comm.grid and num_sms:
+        alone = occupancy_table(limits, [comm.threads], comm.regs, comm.smem)
+        per_sm = int(alone["blocks_per_sm"].iloc[0])
+        free = math.ceil(comm.grid / per_sm) if per_sm > 0 else None
+        if free is not None and free < num_sms:
+            sm_rows = _rows(cur.assign(comm_fit=per_sm, fit_limiter=alone["limiter"].iloc[0]), "sm_carveout",
+                            [f"{free} SMs left to communication"], compute, pads=[0], carve=[None])
+            sm_rows["compute_sms"] = num_sms - free
+            rows.append(sm_rows)
+
     out = pd.concat([r for r in rows if len(r)], ignore_index=True)
+    if "compute_sms" not in out:
+        out["compute_sms"] = np.nan
+    out["compute_sms"] = out["compute_sms"].fillna(num_sms if num_sms else np.nan).astype("Int64")
     base_blocks, base_occ = out.loc[0, "compute_blocks_per_sm"], out.loc[0, "compute_occupancy"]
-    if compute.grid and limits.get("num_sms"):
-        denom = out["compute_blocks_per_sm"].astype(float) * float(limits["num_sms"])
+    if compute.grid and num_sms:
+        denom = out["compute_blocks_per_sm"].astype(float) * out["compute_sms"].astype(float).to_numpy()
         out["compute_waves"] = np.where(denom > 0, np.ceil(compute.grid / denom.where(denom > 0, 1.0)), np.nan)
     else:
         out["compute_waves"] = np.nan
@@ -143,13 +163,13 @@ def advise(
     out["residency_cost_blocks"] = base_blocks - out["compute_blocks_per_sm"]
     out["occupancy_cost"] = base_occ - out["compute_occupancy"]
     out["recommended"] = False
-    for lever in ("smem_pad", "tile", "carveout"):
+    for lever in ("smem_pad", "tile", "carveout", "sm_carveout"):
         cand = out[(out["lever"] == lever) & out["meets_target"]]
         if lever == "smem_pad":
             cand = cand.sort_values("smem_pad_bytes", kind="stable")
         elif lever == "tile":
             cand = cand.sort_values(["residency_cost_blocks", "occupancy_cost"], kind="stable")
-        else:
+        elif lever == "carveout":
             cand = cand.sort_values(["residency_cost_blocks", "carveout"], kind="stable")
         if len(cand):
             out.loc[cand.index[0], "recommended"] = True

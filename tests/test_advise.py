@@ -54,6 +54,16 @@ def test_tiles_and_carveouts():
     assert list(rec.index) == [28]
 
 
+def test_sm_carveout_lever():
+    a = advise(H200, GEMM, Footprint(512, 32, 0, grid=16))
+    sm = a[a["lever"] == "sm_carveout"].iloc[0]
+    # 16 comm blocks at 4 per SM need 4 SMs; the GEMM keeps 4 blocks per SM on the other 128:
+    # ceil(4096 / (4 x 128)) = 8 waves, as before
+    assert (sm["compute_sms"], sm["comm_blocks_fit_per_sm"], sm["compute_waves"], sm["residency_cost_blocks"]) == (128, 4, 8, 0)
+    assert sm["recommended"] and sm["meets_target"]
+    assert not (advise(H200, GEMM, COMM)["lever"] == "sm_carveout").any()  # no comm grid, no SM count to leave
+
+
 def test_amd_lds_padding():
     mi300 = device_limits({"name": "AMD Instinct MI300X", "arch": "gfx942"})
     gemm, comm = Footprint(256, 128, 8192), Footprint(256, 64, 0)
@@ -88,9 +98,12 @@ def test_footprints_from_a_real_trace(tmp_path):
     assert res.exit_code == 0, res.output
     recs = orjson.loads(res.output)
     assert recs[0]["lever"] == "current" and recs[0]["comm_blocks_fit_per_sm"] == 0
-    # NCCL's block needs 17 warps x 3072 registers: it cannot fit beside even one batch-norm block
-    assert not any(r["meets_target"] for r in recs)
-    table = CliRunner().invoke(main, ["advise", str(ds), "--compute", "bn_bw_1C11_kernel_new"])
+    # NCCL's block needs 17 warps x 3072 registers: it cannot fit beside even one batch-norm block;
+    # only leaving its 8 blocks 8 SMs of their own works
+    assert [r["lever"] for r in recs if r["meets_target"]] == ["sm_carveout"]
+    sm = [r for r in recs if r["lever"] == "sm_carveout"][0]
+    assert (sm["compute_sms"], sm["setting"]) == (100, "8 SMs left to communication")
+    table = CliRunner().invoke(main, ["advise", str(ds), "--compute", "bn_bw_1C11_kernel_new", "--comm-shape", "544,96,87568"])
     assert table.exit_code == 0 and "no option lets 1 communication block" in table.output
 
 

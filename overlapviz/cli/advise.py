@@ -8,7 +8,7 @@ from overlapviz import advise as advise_lib
 from overlapviz.cli.residency import FORMATS, render
 from overlapviz.devices import device_limits
 
-TABLE_COLUMNS = ["lever", "setting", "compute_blocks_per_sm", "compute_limiter", "compute_occupancy", "compute_waves",
+TABLE_COLUMNS = ["lever", "setting", "compute_blocks_per_sm", "compute_limiter", "compute_occupancy", "compute_sms", "compute_waves",
                  "comm_blocks_fit_per_sm", "fit_limiter", "meets_target", "residency_cost_blocks", "recommended"]
 
 
@@ -34,7 +34,7 @@ def _shape(spec: str | None, flag: str) -> advise_lib.Footprint | None:
 @click.option("--comm", "comm_re", metavar="REGEX", default="nccl|rccl", show_default=True, help="Communication kernel: name regex in DATASET.")
 @click.option("--run", "run_id", metavar="RUN_ID", help="The run to take kernels and device from (needed when DATASET has several).")
 @click.option("--compute-shape", metavar="T,R[,S[,G]]", help="Computation footprint: threads, registers, shared memory bytes, grid blocks.")
-@click.option("--comm-shape", metavar="T,R[,S]", help="Communication footprint: threads, registers, shared memory bytes.")
+@click.option("--comm-shape", metavar="T,R[,S[,G]]", help="Communication footprint: threads, registers, shared memory bytes, grid blocks.")
 @click.option("--arch", help="Device without DATASET: sm_80, sm_90, gfx90a, gfx942, ...")
 @click.option("--device-name", help="Device product name without DATASET (fills the SM count), e.g. 'NVIDIA H200'.")
 @click.option("-k", "k", type=click.IntRange(min=1), default=1, show_default=True, help="Communication blocks wanted per SM.")
