@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import orjson
@@ -159,3 +160,22 @@ def test_cpu_only_gloo_trace_has_delays_but_no_residency(tmp_path):
     assert len(d) > 0 and d["name"].str.startswith("gloo:").all()
     assert d["comm_blocks_fit_per_sm"].isna().all() and d["n_resident_compute"].isna().all()
     assert d["residency_note"].str.contains("host activity").all()
+
+
+def test_every_output_key_is_documented(tmp_path, delays):
+    """docs/residency.md names every column the four commands print."""
+    from overlapviz.advise import Footprint, advise
+    from overlapviz.residency import kernel_residency
+    from overlapviz.speedup import compare, config_table
+
+    doc = (Path(__file__).parent.parent / "docs" / "residency.md").read_text()
+    ds = _dataset(tmp_path / "ds", KERNELS)
+    with schema.DatasetWriter(tmp_path / "it") as w:
+        w.add("runs", pd.DataFrame([{"run_id": "a", "setup": "sequential"}, {"run_id": "b", "setup": "baseline"}]))
+        w.add("iterations", pd.DataFrame([{"run_id": r, "rank": 0, "iteration": 0, "time_ms": 1.0, "measured": True} for r in "ab"]))
+        w.commit()
+    frames = [delays.reset_index(), kernel_residency(ds), config_table(tmp_path / "it"), compare(tmp_path / "it", "a", "b"),
+              advise(nvidia_arch(9, 0) | {"num_sms": 132}, Footprint(256, 64, 0, grid=999), Footprint(512, 32, 0, grid=8))]
+    words = set(re.findall(r"[a-z_]+", doc))
+    missing = sorted({c for f in frames for c in f.columns if c not in words})
+    assert not missing, missing
