@@ -83,7 +83,8 @@ def _nvidia(limits: dict, threads, regs, smem, *, carveout, optin) -> dict:
     smem_alloc = _round_up(smem + reserved, int(limits["shared_mem_alloc_unit"]))
     per_block = int(limits["shared_mem_per_block_optin"] if optin else limits["shared_mem_per_block"])
     sm_total = int(limits["shared_mem_per_sm"])
-    carve = tuple(limits.get("carveouts_bytes") or ())
+    # steps above what this SM reports do not exist on it; its own size is always a step
+    carve = tuple(sorted({c for c in (limits.get("carveouts_bytes") or ()) if c <= sm_total} | {sm_total}))
     if carveout is None or carveout < 0:
         preferred = _carveout_up(np.full(n, sm_total, np.int64), carve)
     else:
