@@ -123,9 +123,14 @@ def _is_reference(runs: pd.DataFrame, setup: str) -> pd.Series:
     return (runs["setup"] == setup) & pad & prio
 
 
-def _key_frame(runs: pd.DataFrame) -> pd.Series:
+# the computation's own configuration: a run's slowdown is measured against the sequential
+# run that ran the very same computation kernel
+COMPUTE_KEY = ("smem_pad_bytes", "sm_carveout")
+
+
+def _key_frame(runs: pd.DataFrame, columns=WORKLOAD_KEY) -> pd.Series:
     """One hashable key per run from its workload columns (nulls compare equal)."""
-    parts = [runs[c].astype("string").fillna("\x00null") for c in WORKLOAD_KEY]
+    parts = [runs[c].astype("string").fillna("\x00null") for c in columns]
     key = parts[0]
     for p in parts[1:]:
         key = key + "\x1f" + p
@@ -176,9 +181,11 @@ def config_table(
 
     ``overlap_fraction`` is overlapviz.metrics' overlap summed over the run's ranks
     (sum overlap_us / sum comm_us) over the whole trace; ``compute_slowdown`` is the
-    median per-step compute time (metrics, ``per="step"``) of the run over that of its
-    sequential reference: > 1 means computation ran slower beside communication. Both
-    are null where the run has no kernels (or no steps, for the slowdown).
+    median per-step compute time (metrics, ``per="step"``) of the run over that of the
+    sequential run of the same workload *and the same computation* (same
+    ``smem_pad_bytes`` and ``sm_carveout``, any priority; ``slowdown_run_id``): > 1 means
+    the same computation kernels ran slower beside communication. Both are null where the
+    run has no kernels (or no steps, or no such sequential run, for the slowdown).
 
     Returns
     -------
@@ -186,7 +193,7 @@ def config_table(
         ``run_id``, the ``CONFIG_COLUMNS``, ``n_iterations, median_ms, ci_low_ms,
         ci_high_ms, sequential_run_id, time_ratio, time_ratio_ci_low, time_ratio_ci_high,
         baseline_run_id, speedup, speedup_ci_low, speedup_ci_high, overlap_fraction,
-        compute_slowdown, level``; sorted by benefit (speedup, then TimeRatio, best first;
+        slowdown_run_id, compute_slowdown, level``; sorted by benefit (speedup, then TimeRatio, best first;
         nulls last).
     """
     _check_level(level)
@@ -197,6 +204,9 @@ def config_table(
     samples = {r: g["time_ms"].to_numpy(np.float64) for r, g in times.groupby("run_id")}
     key = _key_frame(runs)
     seq_refs, base_refs = _references(runs, "sequential"), _references(runs, "baseline")
+    same_compute = _key_frame(runs.assign(smem_pad_bytes=runs["smem_pad_bytes"].fillna(0)), WORKLOAD_KEY + COMPUTE_KEY)
+    seq = runs["setup"] == "sequential"
+    slow_refs = {k: sorted(g["run_id"].tolist()) for k, g in runs[seq].assign(_k=same_compute[seq]).groupby("_k")}
     try:
         overlap = _overlap_by_run(dataset_path, None)
     except ValueError:
@@ -227,7 +237,8 @@ def config_table(
             rec[name], rec[f"{name}_ci_low"], rec[f"{name}_ci_high"] = value
         ov = overlap.loc[run_id] if run_id in overlap.index else None
         rec["overlap_fraction"] = None if ov is None or pd.isna(ov["overlap_fraction"]) else float(ov["overlap_fraction"])
-        seq_ids = seq_refs.get(key[i], [])
+        seq_ids = slow_refs.get(same_compute[i], [])
+        rec["slowdown_run_id"] = ",".join(seq_ids) if seq_ids else None
         seq_compute = [overlap.loc[r, "step_compute_us"] for r in seq_ids if r in overlap.index]
         seq_compute = [v for v in seq_compute if pd.notna(v)]
         mine = None if ov is None else ov["step_compute_us"]
@@ -251,7 +262,7 @@ def _table_columns() -> list[str]:
         ["run_id", *CONFIG_COLUMNS, "n_iterations", "median_ms", "ci_low_ms", "ci_high_ms",
          "sequential_run_id", "time_ratio", "time_ratio_ci_low", "time_ratio_ci_high",
          "baseline_run_id", "speedup", "speedup_ci_low", "speedup_ci_high",
-         "overlap_fraction", "compute_slowdown", "level"]
+         "overlap_fraction", "slowdown_run_id", "compute_slowdown", "level"]
     )
 
 

@@ -141,6 +141,22 @@ def test_overlap_and_compute_slowdown_come_from_metrics(tmp_path):
     assert t.loc["base", "compute_slowdown"] == pytest.approx(1.2)
 
 
+def test_slowdown_compares_the_same_computation(tmp_path):
+    runs = [run("seq", "sequential"), run("seq-pad", "sequential", smem_pad_bytes=65536),
+            run("opt-pad", "optimized", smem_pad_bytes=65536, comm_priority=-1), run("opt-pad2", "optimized", smem_pad_bytes=4096)]
+    kernels = {("seq", 0): _kernels("seq", 0, 100_000, 40_000, False),
+               ("seq-pad", 0): _kernels("seq-pad", 0, 110_000, 40_000, False),
+               ("opt-pad", 0): _kernels("opt-pad", 0, 132_000, 40_000, True),
+               ("opt-pad2", 0): _kernels("opt-pad2", 0, 132_000, 40_000, True)}
+    ds = build(tmp_path / "ds", runs, {r["run_id"]: [10.0] * 3 for r in runs}, kernels)
+    t = config_table(ds).set_index("run_id")
+    # padding alone cost 10 %; beside communication the padded GEMM ran another 20 % slower
+    assert t.loc["opt-pad", "slowdown_run_id"] == "seq-pad"
+    assert t.loc["opt-pad", "compute_slowdown"] == pytest.approx(1.2)
+    assert t.loc["opt-pad", "sequential_run_id"] == "seq"  # TimeRatio still against the unpadded sequential run
+    assert pd.isna(t.loc["opt-pad2", "compute_slowdown"]) and pd.isna(t.loc["opt-pad2", "slowdown_run_id"])
+
+
 def test_compare_side_by_side(tmp_path):
     runs = [run("seq", "sequential"), run("base", "baseline", comm_priority=0), run("opt", "optimized", smem_pad_bytes=4096, comm_priority=-1)]
     ds = build(tmp_path / "ds", runs, {"seq": [10.0] * 5, "base": [9.0] * 5, "opt": [8.0] * 5})
