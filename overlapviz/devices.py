@@ -120,7 +120,9 @@ def nvidia_arch(major: int, minor: int) -> dict:
 # (getTotalNumVGPRs), VGPR allocation granule (getVGPRAllocGranule); LDS per CU.
 _AMD = {
     # gfx: (family, waves/SIMD, VGPRs/SIMD, VGPR granule, wave size, LDS/CU KB, max LDS/block KB, SIMDs/CU)
-    "gfx908": ("cdna1", 10, 256, 8, 64, 64, 64, 4),  # separate 256 ArchVGPR + 256 AccVGPR files
+    "gfx900": ("gcn5", 10, 256, 4, 64, 64, 64, 4),
+    "gfx906": ("gcn5", 10, 256, 4, 64, 64, 64, 4),
+    "gfx908": ("cdna1", 10, 256, 4, 64, 64, 64, 4),  # separate 256 ArchVGPR + 256 AccVGPR files
     "gfx90a": ("cdna2", 8, 512, 8, 64, 64, 64, 4),  # unified 512: ArchVGPRs then AccVGPRs
     "gfx940": ("cdna3", 8, 512, 8, 64, 64, 64, 4),
     "gfx941": ("cdna3", 8, 512, 8, 64, 64, 64, 4),
@@ -132,6 +134,7 @@ _AMD = {
     "gfx1101": ("rdna3", 16, 1536, 24, 32, 128, 64, 4),
     "gfx1102": ("rdna3", 16, 1024, 16, 32, 128, 64, 4),
     "gfx1103": ("rdna3", 16, 1024, 16, 32, 128, 64, 4),
+    "gfx1151": ("rdna3.5", 16, 1536, 24, 32, 128, 64, 4),
     "gfx1200": ("rdna4", 16, 1536, 24, 32, 128, 64, 4),
     "gfx1201": ("rdna4", 16, 1536, 24, 32, 128, 64, 4),
 }
@@ -143,6 +146,8 @@ _AMD_NAME = (
     (r"MI250X", "gfx90a", 110),
     (r"MI250|MI210", "gfx90a", 104),
     (r"MI100", "gfx908", 120),
+    (r"MI60\b", "gfx906", 64),
+    (r"MI50\b|Radeon VII", "gfx906", 60),
     (r"7900 XTX", "gfx1100", 48),
     (r"9070", "gfx1201", 32),
 )

@@ -56,6 +56,8 @@ CASES = [
     ("gfx90a agpr", GFX90A, 512, 96, 0, {"accum_vgprs": 64}, 1, "registers", 8 / 32),
     # gfx90a: 104 SGPRs -> 7 waves/SIMD -> 28 // 2 = 14 (VGPRs and barriers allow 16)
     ("gfx90a sgpr", GFX90A, 128, 32, 0, {"sgprs": 104}, 14, "sgprs", 28 / 32),
+    # gfx906 (MI50/MI60): 256 VGPRs per lane, granule 4: 84 -> 256 // 84 = 3 waves/SIMD -> 12 // 4 = 3 (of 40 wave slots)
+    ("gfx906 vgpr", amd_arch("gfx906"), 256, 84, 0, {}, 3, "registers", 12 / 40),
 ]
 
 
