@@ -159,7 +159,9 @@ def ensure_hta(python: Path, setup: bool) -> tuple[Path | None, str]:
     if not python.exists() and setup:
         print(f"creating {HTA_VENV} and installing holistictraceanalysis ...", file=sys.stderr)
         subprocess.run([sys.executable, "-m", "venv", str(HTA_VENV)], check=False)
-        r = subprocess.run([str(python), "-m", "pip", "install", "-q", "holistictraceanalysis"],
+        # HTA 0.5.0 (2025-05) predates pandas 3: under pandas 3.1 its parser fails on ROCm traces
+        # ("TypeError: Invalid value ... for dtype"), so its venv gets the pandas 2 it was built on
+        r = subprocess.run([str(python), "-m", "pip", "install", "-q", "holistictraceanalysis", "pandas<3"],
                            capture_output=True, text=True)  # fmt: skip
         if r.returncode:
             return None, f"pip install holistictraceanalysis failed: {r.stderr.strip().splitlines()[-1:]}"
@@ -190,7 +192,7 @@ def generate(out: Path, n_kernels: int, ranks: int) -> Path:
     """Generated trace set (cached: regenerated only when the stamp differs)."""
     d = out / "traces" / f"generated_{n_kernels // 1000}k_{ranks}r"
     stamp = d.with_name(d.name + ".stamp")  # beside, not inside: HTA reads every file in the dir
-    want = json.dumps({"n_kernels": n_kernels, "ranks": ranks, "seed": 0, "v": 1})
+    want = json.dumps({"n_kernels": n_kernels, "ranks": ranks, "seed": 0, "v": 2})
     if stamp.exists() and stamp.read_text() == want:
         return d
     from overlapviz.testing import generate_trace, write_trace
@@ -201,7 +203,9 @@ def generate(out: Path, n_kernels: int, ranks: int) -> Path:
     per = n_kernels // ranks
     t0 = time.perf_counter()
     for r in range(ranks):
-        write_trace(generate_trace(per, rank=r, world_size=ranks, seed=0), d / f"rank{r}.json.gz")
+        # indented like torch's export_chrome_trace; HTA finds a file's rank with the regex
+        # '"rank":\\s+(\\d+)', which compact JSON does not match (every file would be rank 0)
+        write_trace(generate_trace(per, rank=r, world_size=ranks, seed=0), d / f"rank{r}.json.gz", pretty=True)
     print(f"generated {d.name} in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
     stamp.write_text(want)
     return d
@@ -351,7 +355,8 @@ def report(rows: list[dict], info: dict) -> str:
         "# overlapviz vs HTA: ingest + overlap",
         "",
         f"Machine: {info['machine']}. {info['hta']}.",
-        f"Command: `{info['command']}` ({info['date']}).",
+        f"Command: `{info['command']}` ({info['date']}; load average {info['load_before']} before, "
+        f"{info['load_after']} after: the 2 cores are shared, so times vary with the load).",
         "",
         "Each measurement is a fresh process (median of the repeats). *wall*: the whole process, start-up and",
         "imports included. *calls*: inside the process, overlapviz `ingest()` + `analyze()` against HTA",
@@ -392,8 +397,16 @@ def report(rows: list[dict], info: dict) -> str:
     for r in rows:
         if "ours_error" in r:
             continue
+        hta_nan = r.get("hta_pctg") and all(p != p for p in r["hta_pctg"].values())
+        ref_null = all(v["overlap_fraction"] is None for v in r["reference"].values())
+        if hta_nan and ref_null:
+            hta_err = "both null (no comm)"
+        elif hta_nan:
+            hta_err = "no result (NaN)"
+        else:
+            hta_err = _fmt(r.get("hta_rel_err"), ".1e")
         lines.append(
-            f"| {r['set']} | {_fmt(r['ours_max_rel_err'], '.1e')} | {_fmt(r.get('hta_rel_err'), '.1e')} |"
+            f"| {r['set']} | {_fmt(r['ours_max_rel_err'], '.1e')} | {hta_err} |"
             f" {_fmt(r.get('hta_vs_hta_rules_abs_err'), '.1e')} | {_fmt(r.get('hta_noround_vs_hta_rules_abs_err'), '.1e')} |"
         )
     lines += ["", "overlap_fraction per rank (reference / ours / HTA):", ""]
@@ -454,6 +467,7 @@ def main() -> None:
         "hta": hta_info,
         "command": ".venv/bin/python benchmarks/bench_ingest.py " + " ".join(sys.argv[1:]),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "load_before": "%.1f" % os.getloadavg()[0],
     }
     rows = []
     for name, files in REAL_SETS.items():
@@ -468,6 +482,7 @@ def main() -> None:
         row = bench_set(src.name, src, out, hta_python, 1, big=True)
         row["big"] = True
         rows.append(row)
+    info["load_after"] = "%.1f" % os.getloadavg()[0]
     text = report(rows, info)
     (out / "results.md").write_text(text)
     (out / "results.json").write_text(json.dumps({"info": info, "rows": rows}, indent=1, default=str))
