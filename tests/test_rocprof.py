@@ -213,6 +213,20 @@ def test_v1_json_and_csv_side_by_side_read_once(tmp_path):
     assert set(kern["shared_mem_bytes"]) == {512}
 
 
+def test_files_named_together_read_each_process_once(tmp_path):
+    """`ingest out/*.csv` names a process's companion files too: they are read with their primary."""
+    whole, _ = ingest(tmp_path, V3_CSV, name="whole")
+    each, _ = ingest(tmp_path, *sorted(V3_CSV.glob("*.csv")), name="each")
+    a, b = read_frame(whole, "kernels"), read_frame(each, "kernels")
+    assert len(a) == len(b) == 9 + len(rows(V3_CSV / "memory_copy_trace.csv"))
+    assert sorted(a["start_ns"]) == sorted(b["start_ns"])
+    # the stats file beside rocprof v1's results.json is claimed by it, not refused
+    out, _ = ingest(tmp_path, V1_JSON / "results.json", V1_JSON / "results.stats.csv", name="v1")
+    assert len(read_frame(out, "ranks")) == 1
+    _, result = ingest(tmp_path, V1_JSON / "results.stats.csv", name="alone", ok=False)
+    assert result.exit_code != 0 and "results.stats.csv" in result.output
+
+
 # --- rocprofv2 cli text ---------------------------------------------------------------------
 
 

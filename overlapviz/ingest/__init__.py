@@ -18,7 +18,7 @@ How sources become runs (first match wins for each source):
 form one run whatever their directories.
 
 A file's rank is ``distributedInfo.rank``; else the number in its name (``rank3``,
-``rank-3``, ``trace_rank3``, ``..._3.json``); else its position among the run's files
+``rank-3``, ``trace_rank3``; never a bare number); else its position among the run's files
 sorted by name. Two files with one rank in one run are an error.
 """
 
@@ -43,7 +43,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from overlapviz import schema
-from overlapviz.ingest.base import RankTrace, Reader
+from overlapviz.ingest.base import RankTrace, Reader, companions, rank_from_name
 from overlapviz.rules import RuleSet, default_rules
 
 __all__ = ["ingest", "readers", "detect", "discover", "assign_steps", "read_source", "RunSource"]
@@ -52,7 +52,6 @@ SNIFF_BYTES = 64 * 1024
 MANIFEST = "manifest.json"
 MANIFEST_FORMAT = "overlapviz-run/1"
 _TIMINGS_RE = re.compile(r"^timings_rank(\d+)\.json$")
-_RANK_NAME_RES = (re.compile(r"rank[-_]?(\d+)", re.IGNORECASE), re.compile(r"[_-](\d+)\.json(?:\.gz)?$"))
 _SKIP_NAMES = {MANIFEST}
 # in a directory scan, files with these endings are documentation, code or outputs, never
 # traces (files named on the command line are always sniffed)
@@ -136,6 +135,7 @@ def discover(sources: Sequence[str | os.PathLike], *, run_id: str | None = None)
         raise ValueError("no sources given")
     runs: list[RunSource] = []
     loose: list[tuple[Path, str]] = []
+    unknown: list[Path] = []
     for src in map(Path, sources):
         if not src.exists():
             raise ValueError(f"{src}: no such file or directory")
@@ -147,8 +147,16 @@ def discover(sources: Sequence[str | os.PathLike], *, run_id: str | None = None)
         else:
             reader = detect(src)
             if reader is None:
-                raise ValueError(f"{src}: not a recognised trace format ({_describe(src)})")
-            loose.append((src, reader.name))
+                unknown.append(src)
+            else:
+                loose.append((src, reader.name))
+    # a file another file's reader reads along with it (rocprof's per-process CSVs) is not
+    # a source of its own: `ingest out/*.csv` names them all
+    claimed = _claimed(loose)
+    loose = [f for f in loose if f[0].resolve() not in claimed]
+    for src in unknown:
+        if src.resolve() not in claimed:
+            raise ValueError(f"{src}: not a recognised trace format ({_describe(src)})")
     if loose:
         # files named together: one run per parent directory, named after it (one run in
         # all when --run-id names it)
@@ -168,6 +176,14 @@ def discover(sources: Sequence[str | os.PathLike], *, run_id: str | None = None)
             raise ValueError(f"{where}: run id {r.run_id!r} appears twice (use --run-id or rename)")
         seen[r.run_id] = r
     return runs
+
+
+def _claimed(files: list[tuple[Path, str]]) -> set[Path]:
+    """Files that the readers of ``files`` read along with their own (see base.companions)."""
+    claimed = set()
+    for path, name in files:
+        claimed.update(c.resolve() for c in companions(_reader(name), path) if c.resolve() != path.resolve())
+    return claimed
 
 
 def _describe(path: Path) -> str:
@@ -196,6 +212,8 @@ def _discover_dir(d: Path, depth: int) -> list[RunSource]:
         reader = detect(p)
         if reader is not None:
             traces.append((p, reader.name))
+    claimed = _claimed(traces)
+    traces = [t for t in traces if t[0].resolve() not in claimed]
     if manifest_path.exists():
         manifest = _read_manifest(manifest_path)
         run = manifest.get("run") or {}
@@ -349,14 +367,6 @@ def read_source(path: str, reader_name: str, rules_json: str) -> list[RankTrace]
     return traces
 
 
-def _rank_from_name(path: Path) -> int | None:
-    for pattern in _RANK_NAME_RES:
-        m = pattern.search(path.name)
-        if m:
-            return int(m.group(1))
-    return None
-
-
 # --- the driver --------------------------------------------------------------------------
 
 
@@ -486,7 +496,7 @@ def _add_traces(writer, run: RunSource, st: _RunState, file_index: int, path: Pa
     for ti, t in enumerate(traces):
         rank = t.rank
         if rank is None:
-            rank = _rank_from_name(path) if len(traces) == 1 else None
+            rank = rank_from_name(path.name) if len(traces) == 1 else None
         if rank is None:
             rank = file_index if len(traces) == 1 else ti
         rank = int(rank)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -74,3 +75,17 @@ def companions(reader: Reader, path: Path) -> list[Path]:
     """
     fn = getattr(reader, "companions", None)
     return list(fn(path)) if fn is not None else []
+
+
+# only an explicit rank marker: a bare trailing number is as often a job id or a pid
+# (``bert__1016001.json.gz``) as a rank
+_RANK_IN_NAME = re.compile(r"(?:^|[^a-z])rank[_-]?(\d+)", re.IGNORECASE)
+
+
+def rank_from_name(*names: str) -> int | None:
+    """Rank spelled in a file or directory name (``rank3``, ``rank_3``, ``rank-3``), else None."""
+    for name in names:
+        m = _RANK_IN_NAME.search(name)
+        if m:
+            return int(m.group(1))
+    return None

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from overlapviz.ingest.base import RankTrace
+from overlapviz.ingest.base import RankTrace, rank_from_name
 from overlapviz.schema import DEVICES, KERNELS, conform
 
 # columns a reader fills (the driver adds run_id, rank, kind and step)
@@ -337,18 +337,6 @@ def parse_rocminfo(text: str) -> dict[str, str]:
 
 
 # --- ranks ------------------------------------------------------------------------
-
-_RANK_IN_NAME = re.compile(r"(?:^|[^a-z])rank[_-]?(\d+)", re.IGNORECASE)
-
-
-def rank_from_name(*names: str) -> int | None:
-    """Rank spelled in a file or directory name (``rank3``, ``rank_3``, ``rank-3``), else None."""
-    for name in names:
-        m = _RANK_IN_NAME.search(name)
-        if m:
-            return int(m.group(1))
-    return None
-
 
 def check_one_generation(path: Path) -> None:
     """Refuse a directory holding both legacy rocprof (v1) and rocprofv3 CSV output.
