@@ -204,3 +204,54 @@ def hta_rules_fraction(doc: dict, *, round_to_us: bool = True) -> float | None:
         acts.append((kind, ns(ts), ns(end)))
     comm = _covered(acts, {"comm"})
     return _both(acts) / comm if comm else None
+
+
+# --- per step ------------------------------------------------------------------------------
+
+RUNTIME_CATS = {"cuda_runtime", "Runtime", "cuda_driver", "Driver"}
+STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
+
+
+def step_metrics(doc: dict) -> dict[int, dict]:
+    """DESIGN.md's metrics per profiler step of one rank.
+
+    A GPU activity belongs to the ``ProfilerStep#N`` whose host range ``[ts, ts + dur)``
+    contains the start of its launch call (the runtime/driver event with the same
+    correlation id; the earliest when several); where steps nest, the latest-starting
+    one. A host stand-in (CPU-only trace) is its own launch. Activities with no launch or
+    outside every step belong to no step and are left out.
+    """
+    events = [e for e in doc.get("traceEvents", []) if isinstance(e, dict) and e.get("ph") == "X"]
+    steps = sorted(
+        (ns(e["ts"]), ns(e["ts"]) + ns(e["dur"]), int(m.group(1)))
+        for e in events
+        if (m := STEP_RE.match(str(e.get("name", ""))))
+    )
+    launch: dict = {}
+    for e in events:
+        if e.get("cat") in RUNTIME_CATS and isinstance(e.get("args"), dict) and "correlation" in e["args"]:
+            c, t = e["args"]["correlation"], ns(e["ts"])
+            launch[c] = min(t, launch.get(c, t))
+    gpu = [e for e in events if e.get("cat") in GPU_CATS]
+
+    def step_of(t):
+        found = None
+        for s, end, n in steps:  # sorted by start: the last match is the latest-starting
+            if s <= t < end:
+                found = n
+        return found
+
+    per: dict[int, list] = {}
+    if gpu:
+        for e, act in zip(gpu, activities(doc)):
+            c = (e.get("args") or {}).get("correlation")
+            t = launch.get(c) if c is not None else None
+            n = step_of(t) if t is not None else None
+            if n is not None:
+                per.setdefault(n, []).append(act)
+    else:
+        for act in _host_activities(events):
+            n = step_of(act[1])
+            if n is not None:
+                per.setdefault(n, []).append(act)
+    return {n: metrics(acts) for n, acts in sorted(per.items())}

@@ -360,3 +360,29 @@ def test_real_trace_equals_independent_computation(tmp_path, name):
                 assert math.isnan(g), (rec["rank"], col)
             else:
                 assert math.isclose(g, v, rel_tol=1e-9, abs_tol=1e-12), (rec["rank"], col, g, v)
+
+
+@pytest.mark.parametrize("name", sorted(REAL_TRACES))
+def test_real_trace_per_step_equals_independent_computation(tmp_path, name):
+    """Step membership (launch call inside a ProfilerStep range, by correlation) and the metrics per step."""
+    from overlapviz.ingest import ingest
+
+    files = REAL_TRACES[name]
+    ingest(files, tmp_path / "ds", progress=False)
+    got = analyze(tmp_path / "ds", per="step")
+    reference = _reference_module()
+    want = {}
+    for i, f in enumerate(files):
+        doc = reference.load(f)
+        rank = int((doc.get("distributedInfo") or {}).get("rank", i))
+        for step, m in reference.step_metrics(doc).items():
+            want[(rank, step)] = m
+    assert sorted(zip(got["rank"], got["step"])) == sorted(want)
+    for rec in got.to_dict("records"):
+        ref = want[(rec["rank"], rec["step"])]
+        for col, v in ref.items():
+            g = rec[col]
+            if v is None:
+                assert math.isnan(g), (rec["rank"], rec["step"], col)
+            else:
+                assert math.isclose(g, v, rel_tol=1e-9, abs_tol=1e-12), (rec["rank"], rec["step"], col, g, v)
