@@ -52,6 +52,7 @@ class CollectConfig:
     tile_n: int = _help("tiled GEMM: columns of C per block", 64)
     tile_k: int = _help("tiled GEMM: depth of one shared-memory stage", 32)
     smem_pad_bytes: int = _help("occupancy shaping: extra dynamic shared memory per GEMM block, unused, so fewer blocks fit per SM (tiled only)", 0)
+    smem_carveout_percent: typing.Optional[int] = _help("preferred shared-memory share of the SM's L1/shared split for our GEMM and stand-in kernels (0-100, cudaFuncAttributePreferredSharedMemoryCarveout); None: the driver's choice", None)
     comm_priority: typing.Optional[int] = _help("requested priority of the comm stream (lower = higher); None: 0, or the highest for optimized", None)
     message_bytes: int = _help("bytes of the collective's buffer per rank (the paper used 896 MiB)", 64 << 20)
     sm_carveout: typing.Optional[int] = _help("vendor GEMM: SMs left free for communication, via torch._C._set_sm_carveout_experimental where this torch has it", None)
@@ -66,7 +67,7 @@ class CollectConfig:
     trace_iterations: int = _help("iterations in the separate traced pass (torch.profiler)", 5)
     nproc: int = _help("processes (one per GPU) the local launcher starts; torchrun/SLURM may override through WORLD_SIZE", 1)
     timeout_s: float = _help("seconds before a configuration is killed and recorded as failed (timeout)", 600.0)
-    profiler: str = _help("torch (torch.profiler writes trace_rank<N>.json.gz) | none (only the iteration ranges, for running under rocprofv3 or nsys)", "torch")
+    profiler: str = _help("torch (torch.profiler writes trace_rank<N>.json.gz) | none (no torch.profiler: for running under rocprofv3 or nsys, whose output is ingested instead)", "torch")
     check: bool = _help("check the tiled GEMM against torch.matmul and the collective's result before timing", True)
     seed: int = _help("random seed of the inputs", 0)
 
@@ -94,6 +95,8 @@ class CollectConfig:
             raise bad("message_bytes", "must be a multiple of 16")
         if self.smem_pad_bytes < 0:
             raise bad("smem_pad_bytes", "must be >= 0")
+        if self.smem_carveout_percent is not None and not 0 <= self.smem_carveout_percent <= 100:
+            raise bad("smem_carveout_percent", "must be in [0, 100]")
         if self.timeout_s <= 0:
             raise bad("timeout_s", "must be > 0")
         if self.compute_impl == "tiled":
@@ -230,9 +233,13 @@ def coerce(name: str, value: Any, *, where: str = "config") -> Any:
 def run_id(config: CollectConfig) -> str:
     """A readable id that is a function of the whole configuration (so a sweep can resume).
 
-    The readable part names the knobs a reader compares; the hash covers every field.
+    The readable part names the knobs a reader compares; the hash covers every field set
+    away from its default, so adding a field (with a default) keeps existing ids, and a
+    resumed sweep still finds its runs.
     """
-    digest = hashlib.sha1(json.dumps(config.to_dict(), sort_keys=True).encode()).hexdigest()[:8]
+    defaults = CollectConfig().to_dict()
+    changed = {k: v for k, v in config.to_dict().items() if v != defaults[k]}
+    digest = hashlib.sha1(json.dumps(changed, sort_keys=True).encode()).hexdigest()[:8]
     gemm = (
         f"tiled{config.tile_m}x{config.tile_n}x{config.tile_k}-pad{config.smem_pad_bytes // 1024}k"
         if config.compute_impl == "tiled"

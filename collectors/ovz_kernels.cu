@@ -331,6 +331,19 @@ int64_t blocks_per_sm(const std::string& name, int64_t threads, int64_t dynamic_
   return blocks;
 }
 
+// The SM's L1/shared-memory split is chosen per launch; by default the driver may size it
+// for the launching kernel alone, which can leave no shared memory for another kernel's
+// blocks beside it. Asking for the maximum split (100) lets blocks of two kernels share an SM.
+bool set_smem_carveout(const std::string& name, int64_t percent) {
+  const cudaError_t err =
+      cudaFuncSetAttribute(find_kernel(name), cudaFuncAttributePreferredSharedMemoryCarveout, (int)percent);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();  // unsupported here (e.g. fixed LDS on AMD): report, do not fail
+    return false;
+  }
+  return true;
+}
+
 pybind11::dict device_attributes(int64_t device) {
   struct Item {
     const char* key;
@@ -369,6 +382,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("standin", &standin, "stand-in collective kernel on the current stream");
   m.def("kernel_attributes", &kernel_attributes, "cudaFuncGetAttributes of one of this module's kernels");
   m.def("blocks_per_sm", &blocks_per_sm, "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+  m.def("set_smem_carveout", &set_smem_carveout, "cudaFuncAttributePreferredSharedMemoryCarveout; false if refused");
   m.def("device_attributes", &device_attributes, "cudaDeviceGetAttribute values of one device");
   m.def("gemm_smem_bytes", &gemm_smem_bytes, "dynamic shared memory of one tiled GEMM block");
 }

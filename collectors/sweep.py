@@ -285,12 +285,18 @@ def finished_run_dirs(out: str | os.PathLike) -> list[Path]:
 
 
 def ingest_sweep(out: str | os.PathLike, *, progress: bool | None = None) -> Path:
-    """Ingest every finished run of ``out`` into ``out/dataset`` (replacing an older one)."""
+    """Ingest every finished run of ``out`` into ``out/dataset`` (replacing an older one).
+
+    Runs collected with ``profiler = "none"`` have no torch.profiler trace (an external
+    profiler such as rocprofv3 recorded them) and are left to ``overlapviz ingest`` of that
+    profiler's output.
+    """
     from overlapviz.ingest import ingest
 
-    runs = finished_run_dirs(out)
+    runs = [d for d in finished_run_dirs(out)
+            if ((mf.read_manifest(d) or {}).get("config") or {}).get("profiler", "torch") == "torch"]
     if not runs:
-        raise ValueError(f"{out}: no finished runs to ingest")
+        raise ValueError(f"{out}: no finished runs with torch.profiler traces to ingest")
     return ingest([str(d) for d in runs], Path(out) / DATASET_DIR, overwrite=True, progress=progress)
 
 

@@ -192,6 +192,19 @@ class Workload:
                     f"smem_pad_bytes: {cfg.smem_pad_bytes} bytes of padding + the tiles make {smem} bytes of shared "
                     f"memory per block, above this device's opt-in limit of {optin}"
                 )
+        eff["smem_carveout_applied"] = False
+        if cfg.smem_carveout_percent is not None and self.ext is not None:
+            from overlapviz.collectors import extension
+
+            names = []
+            if cfg.compute_impl == "tiled":
+                names.append(extension.gemm_kernel_name(cfg.tile_m, cfg.tile_n, cfg.tile_k))
+            if self.dist.backend == "stand-in":
+                names.append(extension.STANDIN_KERNELS[cfg.collective])
+            accepted = [bool(self.ext.set_smem_carveout(n, cfg.smem_carveout_percent)) for n in names]
+            eff["smem_carveout_applied"] = bool(names) and all(accepted)
+            if not names:
+                eff["smem_carveout_note"] = "no kernel of ours runs in this configuration"
         if self.ext is not None:
             eff["kernels"] = self.kernel_facts()
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -293,3 +294,23 @@ def test_resume_skips_finished_runs_and_reruns_interrupted_ones(gloo_sweep, tmp_
     assert (ok_dir / "manifest.json").stat().st_mtime_ns == before
     assert not (interrupted / "trace_rank0.json.gz").exists()  # the partial attempt was cleared
     assert mf.run_status(interrupted) == "failed"
+
+
+@needs_gloo
+@pytest.mark.slow
+def test_run_sh_runs_one_configuration_through_torchrun(tmp_path):
+    import subprocess
+    import sys
+
+    script = Path(sw.__file__).with_name("run.sh")
+    env = dict(os.environ, NGPU="2", CONFIG="gloo_smoke", OUT=str(tmp_path),
+               PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    done = subprocess.run(["bash", str(script), "--setup", "sequential", "--iterations", "3", "--trace-iterations", "1"],
+                          env=env, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    (rd,) = (tmp_path / "runs").iterdir()
+    m = json.loads((rd / "manifest.json").read_text())
+    assert (m["run"]["status"], m["run"]["setup"], m["run"]["world_size"]) == ("ok", "sequential", 2)
+    assert m["config"]["nproc"] == 2  # from torchrun's LOCAL_WORLD_SIZE
+    assert rd.name == m["run"]["run_id"]
+    assert sorted(p.name for p in rd.glob("trace_rank*")) == ["trace_rank0.json.gz", "trace_rank1.json.gz"]
