@@ -60,7 +60,7 @@ def merge(group, start, end) -> IntervalSet:
         group, start, end = group[keep], start[keep], end[keep]
     if len(start) == 0:
         return IntervalSet.empty()
-    order = _order(group, start)
+    order = sort_order(group, start)
     if order is None:  # already sorted: the common case (the dataset stores rows by start)
         g, s, e = group, start, end
     else:
@@ -79,12 +79,22 @@ def merge(group, start, end) -> IntervalSet:
     return IntervalSet(g[first], s[first], reach[last])
 
 
-def _order(group: np.ndarray, key: np.ndarray) -> np.ndarray | None:
-    """Stable permutation sorting by ``(group, key)``; None when already sorted.
+def sort_order(group: np.ndarray, key: np.ndarray) -> np.ndarray | None:
+    """Stable permutation that sorts rows by ``(group, key)``.
 
     Sorted or nearly sorted input is the rule here (rows come by start time, and
     ``segments`` concatenates sorted runs), so a stable sort on one combined int64 key
     (timsort: linear on sorted runs) beats ``lexsort``, which always does two passes.
+
+    Parameters
+    ----------
+    group, key : numpy.ndarray of int64
+        Parallel arrays.
+
+    Returns
+    -------
+    numpy.ndarray or None
+        Row indices in sorted order, or None when the rows are already sorted.
     """
     n = len(key)
     if n < 2:
@@ -144,7 +154,7 @@ def segments(*sets: IntervalSet) -> tuple[np.ndarray, np.ndarray, np.ndarray, np
     if len(t) == 0:
         z = np.empty(0, _I64)
         return z, z, z, z
-    order = _order(g, t)
+    order = sort_order(g, t)
     if order is not None:
         g, t, w = g[order], t[order], w[order]
     # each set is disjoint per group, so the running sum of +bit/-bit is the cover mask;

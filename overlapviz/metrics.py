@@ -99,7 +99,7 @@ def overlap_metrics(kernels: pa.Table | pd.DataFrame, *, per: str = "rank") -> p
     is_comm, is_compute, is_memory = _is(kind, "comm"), _is(kind, "compute"), _is(kind, "memory")
     # one sort by (group, start); every kind's subset below is then already sorted, so
     # each intervals.merge skips its own sort
-    order = intervals._order(code, start)
+    order = intervals.sort_order(code, start)
     if order is not None:
         code, start, end = code[order], start[order], end[order]
         is_comm, is_compute, is_memory = is_comm[order], is_compute[order], is_memory[order]

@@ -177,3 +177,15 @@ def test_many_groups_sorted_and_unsorted_agree():
 def test_too_many_sets():
     with pytest.raises(ValueError, match="at most 62"):
         intervals.segments(*([IntervalSet.empty()] * 63))
+
+
+@settings(max_examples=200, deadline=None)
+@given(interval_rows)
+def test_sort_order_sorts_stably(rows):
+    g, s, _ = _arrays(rows)
+    order = intervals.sort_order(g, s)
+    expected = np.lexsort((s, g))  # stable too
+    if order is None:
+        assert np.array_equal(expected, np.arange(len(rows)))
+    else:
+        assert np.array_equal(order, expected)
