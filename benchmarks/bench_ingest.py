@@ -138,6 +138,31 @@ def worker_ours_analyze(dataset: str) -> None:
     print(json.dumps({"import_s": t1 - t0, "analyze_s": t2 - t1, "rows": len(frame)}))
 
 
+def worker_profile(src: str, dataset: str) -> None:
+    """cProfile of ``ingest`` (one worker, so the parse shows up) and of ``analyze``: the top functions by own time."""
+    import cProfile
+    import io
+    import pstats
+
+    from overlapviz.ingest import ingest
+    from overlapviz.metrics import analyze
+
+    for label, call in (
+        ("ingest(workers=1)", lambda: ingest([src], dataset, overwrite=True, progress=False, workers=1)),
+        ("analyze", lambda: analyze(dataset)),
+    ):
+        prof = cProfile.Profile()
+        t0 = time.perf_counter()
+        prof.enable()
+        call()
+        prof.disable()
+        buf = io.StringIO()
+        pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(12)
+        body = buf.getvalue()
+        body = body[body.index("   ncalls"):] if "   ncalls" in body else body
+        print(f"### {label}: {time.perf_counter() - t0:.2f} s (under the profiler)\n\n```\n{body.rstrip()}\n```\n")
+
+
 def worker_hta(src: str) -> None:
     t0 = time.perf_counter()
     from hta.trace_analysis import TraceAnalysis
@@ -448,7 +473,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3, help="repeats per measurement on the real traces (median)")
     ap.add_argument("--quick", action="store_true", help="real traces only (no generated set)")
     ap.add_argument("--sets", nargs="*", help="only these real trace sets")
-    ap.add_argument("--worker", choices=["ours", "ours-analyze", "hta"], help=argparse.SUPPRESS)
+    ap.add_argument("--profile", action="store_true", help="append a cProfile of ingest/analyze of one generated rank")
+    ap.add_argument("--worker", choices=["ours", "ours-analyze", "hta", "profile"], help=argparse.SUPPRESS)
     ap.add_argument("--src", help=argparse.SUPPRESS)
     ap.add_argument("--dataset", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -458,6 +484,8 @@ def main() -> None:
         return worker_ours_analyze(args.dataset)
     if args.worker == "hta":
         return worker_hta(args.src)
+    if args.worker == "profile":
+        return worker_profile(args.src, args.dataset)
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -484,6 +512,13 @@ def main() -> None:
         rows.append(row)
     info["load_after"] = "%.1f" % os.getloadavg()[0]
     text = report(rows, info)
+    if args.profile:
+        src = generate(out, args.n_kernels, args.ranks)
+        one = out / "traces" / "profile_one_rank"
+        stage("profile_one_rank", [sorted(src.glob("*.json*"))[0]], out)
+        r = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--worker", "profile", "--src", str(one),
+                            "--dataset", str(out / "datasets" / "profile_one_rank")], capture_output=True, text=True)  # fmt: skip
+        text += f"\n## Profile: one generated rank ({args.n_kernels // args.ranks:,} kernels)\n\n" + (r.stdout or r.stderr[-2000:])
     (out / "results.md").write_text(text)
     (out / "results.json").write_text(json.dumps({"info": info, "rows": rows}, indent=1, default=str))
     print(text)
