@@ -18,7 +18,13 @@ import pandas as pd
 def sweep_table(dataset_path) -> pd.DataFrame:
     """One row per run: configuration, median [CI] ms, TimeRatio [CI], overlap fraction, comm start delay, blocks/SM.
 
-    ``comm_start_delay_us`` is the median over the run's comm kernels (traced pass);
+    ``comm_start_delay_us`` is the median over the run's comm kernels (traced pass) whose
+    ready time is their launch call, where a run has any: a comm kernel queued behind an
+    earlier one on its stream in an overlapped setup also waited, through an event, for
+    the previous iteration's GEMM on another stream, which the start-delay definition
+    (launch or previous activity on the same stream) does not see. Runs without such
+    kernels (sequential: comm behind the GEMM on one stream) use all their comm kernels;
+    ``n_delay_kernels`` says how many were used.
     ``gemm_blocks_per_sm`` is the tiled GEMM's resident blocks per SM from the run's
     manifest (cudaOccupancyMaxActiveBlocksPerMultiprocessor), null for the vendor GEMM.
     """
@@ -27,7 +33,11 @@ def sweep_table(dataset_path) -> pd.DataFrame:
     from overlapviz.speedup import config_table
 
     table = config_table(dataset_path)
-    delays = comm_start_delays(dataset_path).groupby("run_id")["start_delay_us"].median().rename("comm_start_delay_us")
+    d = comm_start_delays(dataset_path)
+    at_launch = d["ready_from"].eq("launch")
+    use = at_launch | ~at_launch.groupby(d["run_id"]).transform("any")
+    g = d[use].groupby("run_id")["start_delay_us"]
+    delays = pd.DataFrame({"comm_start_delay_us": g.median(), "n_delay_kernels": g.size()})
     runs = schema.read_frame(dataset_path, "runs")
 
     def blocks(config_json):

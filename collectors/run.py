@@ -124,6 +124,10 @@ def collect_run(config: CollectConfig, run_dir: Path, *, run_id: str | None = No
             for i in range(config.trace_iterations):
                 with iteration(i):
                     workload.step()
+                # each traced iteration starts on an idle device, so a comm kernel's ready time
+                # is its launch: otherwise it also waits, through an event, for the previous
+                # iteration's GEMM on another stream, which start-delay analysis cannot see
+                workload.synchronize()
         med, lo, hi = median_ci(times[warm:])
         mine = {"rank": d.rank, "median_ms": med, "ci_low_ms": lo, "ci_high_ms": hi, "n_measured": len(times) - warm,
                 "confidence": CONFIDENCE}
