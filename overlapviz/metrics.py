@@ -184,7 +184,10 @@ def _as_table(kernels, columns: list[str]) -> pa.Table:
     missing = [c for c in columns if c not in names]
     if missing:
         raise ValueError(f"kernels: missing column(s) {', '.join(missing)}")
-    table = pa.Table.from_pandas(kernels[columns], preserve_index=False) if isinstance(kernels, pd.DataFrame) else kernels
+    if isinstance(kernels, pd.DataFrame):
+        table = pa.Table.from_pandas(kernels[columns], preserve_index=False)
+    else:
+        table = kernels
     if len(table) == 0:  # an empty frame's object columns come as null/double: give them their types
         return pa.schema([schema.KERNELS.field(c) for c in columns]).empty_table()
     return table.select(columns)

@@ -55,7 +55,8 @@ def dataset(tmp_path_factory) -> Path:
     big = root / "big"
     big.mkdir()
     for r in range(2):
-        testing.write_trace(testing.generate_trace(2_000, rank=r, world_size=2, seed=3), big / f"rank{r}.json.gz")
+        doc = testing.generate_trace(2_000, rank=r, world_size=2, seed=3, comm_every=10)
+        testing.write_trace(doc, big / f"rank{r}.json.gz")
     out = root / "ds"
     ingest([hand, big], out, progress=False)
     return out
@@ -148,3 +149,20 @@ def test_errors_are_one_line(tmp_path, setup, message):
 def test_unknown_run_is_one_line(dataset):
     result = CliRunner().invoke(main, ["analyze", str(dataset), "--run", "nope"])
     assert result.exit_code != 0 and "no run 'nope'" in result.output and result.output.count("\n") == 1
+
+
+def test_table_per_step_has_step_column(dataset):
+    lines = run(dataset, "--per", "step", "--run", "hand").rstrip("\n").split("\n")
+    assert lines[0].split()[:3] == ["run_id", "rank", "step"]
+    assert [line.split()[2] for line in lines[1:]] == ["0", "1"]
+    assert lines[2].split()[6] == "-"  # step 1 has no comm: overlap is null
+
+
+def test_empty_selection_prints_no_rows(tmp_path):
+    from overlapviz import schema
+
+    with schema.DatasetWriter(tmp_path / "empty") as w:
+        w.commit()
+    assert json.loads(run(tmp_path / "empty", "--format", "json")) == []
+    assert run(tmp_path / "empty", "--format", "csv").strip() == ",".join(metric_columns("rank"))
+    assert "no kernels" in run(tmp_path / "empty")

@@ -80,10 +80,9 @@ def _table(frame: pd.DataFrame) -> str:
             cells[c] = ["-" if pd.isna(v) else str(v) for v in col]
     headers = {c: ("overlap" if c == "overlap_fraction" else c) for c in frame.columns}
     widths = {c: max(len(headers[c]), *(len(s) for s in cells[c])) for c in frame.columns}
-    left = {"run_id"}
-    lines = ["  ".join(headers[c].ljust(widths[c]) if c in left else headers[c].rjust(widths[c]) for c in frame.columns)]
-    for i in range(len(frame)):
-        lines.append(
-            "  ".join(cells[c][i].ljust(widths[c]) if c in left else cells[c][i].rjust(widths[c]) for c in frame.columns)
-        )
-    return "\n".join(lines)
+
+    def line(texts: dict) -> str:
+        return "  ".join(texts[c].ljust(widths[c]) if c == "run_id" else texts[c].rjust(widths[c]) for c in frame.columns)
+
+    rows = [line({c: cells[c][i] for c in frame.columns}) for i in range(len(frame))]
+    return "\n".join([line(headers)] + rows)
