@@ -314,3 +314,62 @@ def test_run_sh_runs_one_configuration_through_torchrun(tmp_path):
     assert m["config"]["nproc"] == 2  # from torchrun's LOCAL_WORLD_SIZE
     assert rd.name == m["run"]["run_id"]
     assert sorted(p.name for p in rd.glob("trace_rank*")) == ["trace_rank0.json.gz", "trace_rank1.json.gz"]
+
+
+# --- pieces that run anywhere -------------------------------------------------------------
+
+
+def test_standin_reference_is_a_ring_all_reduce_seen_from_rank_0():
+    from overlapviz.collectors.workload import _standin_expected
+
+    data = torch.arange(24, dtype=torch.float32)  # 6 float4 vectors -> chunks of 2 vectors for n = 3
+    peer = torch.full((24,), 100.0)
+    out = _standin_expected(data, peer, 3, "all_reduce")
+    assert torch.equal(out[:8], peer[:8])  # chunk 0: all-gather only
+    assert torch.equal(out[8:16], data[8:16] + 100)  # chunk 1: reduce-scatter only
+    assert torch.equal(out[16:], peer[16:])  # chunk 2: reduced, then overwritten by the all-gather
+    a2a = _standin_expected(data, peer, 3, "all_to_all")
+    assert torch.equal(a2a[:8], data[:8]) and torch.equal(a2a[8:], peer[8:])
+    assert torch.equal(data, torch.arange(24, dtype=torch.float32))  # the argument is left alone
+
+
+def test_standin_moves_what_the_collective_receives_per_rank():
+    from overlapviz.collectors.workload import Workload
+
+    class Fake:  # only the fields standin_bytes reads
+        pass
+
+    w = Fake()
+    for workload, n, expect in (("cb-ar", 8, 2 * 7 * (64 << 20) // 8), ("cb-a2a", 4, 3 * (64 << 20) // 4)):
+        w.config = cb_ar().replace(workload=workload, standin_ranks=n, message_bytes=64 << 20)
+        assert Workload.standin_bytes(w) == expect
+
+
+def test_collect_accepts_a_json_config_and_per_knob_options(tmp_path):
+    cfg = tmp_path / "mine.json"
+    cfg.write_text(json.dumps({"workload": "mb-a2a", "compute_impl": "vendor", "backend": "gloo", "nproc": 2}))
+    r = CliRunner().invoke(main, ["collect", "--config", str(cfg), "-o", str(tmp_path / "o"), "--list",
+                                  "--iterations", "12", "--comm-priority", "none"])
+    assert r.exit_code == 0, r.output
+    expect = CollectConfig(workload="mb-a2a", compute_impl="vendor", backend="gloo", nproc=2, iterations=12)
+    assert r.output.split("\t")[0] == run_id(expect)
+    cfg.write_text(json.dumps({"workload": "mb-a2a", "tile": 3}))
+    r = CliRunner().invoke(main, ["collect", "--config", str(cfg), "-o", str(tmp_path / "o"), "--list"])
+    assert r.exit_code != 0 and f"{cfg}: unknown key 'tile'" in r.output
+
+
+def test_profiler_writes_no_trace_when_the_traced_pass_fails(tmp_path):
+    from overlapviz.collectors.profiler import Profiler, iteration
+
+    with pytest.raises(RuntimeError, match="boom"):
+        with Profiler(tmp_path, 3, cuda=False):
+            with iteration(0):
+                raise RuntimeError("boom")
+    assert list(tmp_path.iterdir()) == []
+    with Profiler(tmp_path, 3, cuda=False):
+        with iteration(0):
+            torch.mm(torch.ones(4, 4), torch.ones(4, 4))
+    (trace,) = tmp_path.iterdir()
+    assert trace.name == "trace_rank3.json.gz"
+    names = {e.get("name") for e in json.load(gzip.open(trace))["traceEvents"]}
+    assert {"ovz_iter#0", "aten::mm"} <= names
