@@ -190,9 +190,36 @@ def union(a: IntervalSet, b: IntervalSet) -> IntervalSet:
 
 
 def intersect_measure(a: IntervalSet, b: IntervalSet, n_groups: int) -> np.ndarray:
-    """``measure(intersect(a, b))`` without building the intersection."""
-    g, s, e, m = segments(a, b)
-    keep = m == 3
+    """``measure(intersect(a, b))`` without building the intersection.
+
+    Each interval of ``a`` looks up, by binary search, how much of ``b`` lies before its
+    start and before its end (prefix sums of ``b``'s lengths); the difference is the part
+    of ``b`` inside it. No sort: ``O(len(a) log len(b))``, where the sweep would sort both.
+    """
     out = np.zeros(n_groups, _I64)
-    np.add.at(out, g[keep], e[keep] - s[keep])
+    if len(a) == 0 or len(b) == 0:
+        return out
+    lo = min(int(a.start.min()), int(b.start.min()))
+    hi = max(int(a.end.max()), int(b.end.max()))
+    span = hi - lo + 1
+    gmax = max(int(a.group.max()), int(b.group.max()))
+    if (gmax + 1) * span >= np.iinfo(_I64).max // 2:  # keys would overflow: sweep instead
+        g, st, en, m = segments(a, b)
+        keep = m == 3
+        np.add.at(out, g[keep], en[keep] - st[keep])
+        return out
+    # one int64 key per (group, time): groups never interleave, so a difference of two
+    # positions inside one group only ever counts that group's intervals of b
+    b_start = b.group * _I64(span) + (b.start - lo)
+    b_len = b.end - b.start
+    before = np.concatenate(([0], np.cumsum(b_len)))  # b's length before interval i
+
+    def covered_before(group, t):
+        key = group * _I64(span) + (t - lo)
+        i = np.searchsorted(b_start, key, side="right") - 1  # last b interval starting at or before t
+        inside = np.clip(key - b_start[np.maximum(i, 0)], 0, b_len[np.maximum(i, 0)])
+        return np.where(i >= 0, before[np.maximum(i, 0)] + inside, 0)
+
+    part = covered_before(a.group, a.end) - covered_before(a.group, a.start)
+    np.add.at(out, a.group, part)
     return out

@@ -208,6 +208,15 @@ def _dense_codes(col: pa.ChunkedArray, name: str) -> tuple[np.ndarray, pa.Array]
     """``(codes, sorted distinct values)`` of a non-null column; codes follow the sort order."""
     if col.null_count:
         raise ValueError(f"kernels.{name}: {col.null_count} null values")
+    if pa.types.is_integer(col.type) and len(col):
+        # ranks and steps: a presence table over the value range beats hashing
+        v = np.asarray(col.to_numpy(), dtype=np.int64)
+        lo, hi = int(v.min()), int(v.max())
+        if hi - lo < 4 * len(v) + (1 << 20):
+            present = np.zeros(hi - lo + 1, bool)
+            present[v - lo] = True
+            values = np.flatnonzero(present) + lo
+            return (np.cumsum(present) - 1)[v - lo], pa.array(values, col.type)
     encoded = pc.dictionary_encode(col).combine_chunks()
     dictionary = encoded.dictionary
     rank_of = np.empty(len(dictionary), np.int64)

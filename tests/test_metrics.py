@@ -386,3 +386,12 @@ def test_real_trace_per_step_equals_independent_computation(tmp_path, name):
                 assert math.isnan(g), (rec["rank"], rec["step"], col)
             else:
                 assert math.isclose(g, v, rel_tol=1e-9, abs_tol=1e-12), (rec["rank"], rec["step"], col, g, v)
+
+
+def test_wide_key_ranges_and_negative_times():
+    # steps far apart take the hashing path of the group codes; negative ns are legal times
+    rows = [("comm", -100, 0, 10**15), ("compute", -50, 50, 10**15), ("comm", 0, 10, -3), ("compute", 5, 20, -3)]
+    out = overlap_metrics(frame(rows), per="step")
+    assert out["step"].tolist() == [-3, 10**15]
+    assert out["overlap_us"].tolist() == [0.005, 0.05]
+    assert out["span_us"].tolist() == [0.02, 0.15]
