@@ -189,3 +189,12 @@ def test_sort_order_sorts_stably(rows):
         assert np.array_equal(expected, np.arange(len(rows)))
     else:
         assert np.array_equal(order, expected)
+
+
+def test_intersect_measure_with_keys_too_wide_to_combine():
+    # spans near the int64 limit cannot share one (group, time) key: the sweep path answers
+    big = np.iinfo(np.int64).max // 2
+    a = intervals.merge([0, 1], [-big, 0], [-big + 100, 10])
+    b = intervals.merge([0, 1], [-big + 50, 5], [big, 7])
+    assert intervals.intersect_measure(a, b, 2).tolist() == [50, 2]
+    assert intervals.measure(intervals.intersect(a, b), 2).tolist() == [50, 2]
