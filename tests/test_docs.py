@@ -1,0 +1,67 @@
+"""The documentation covers what users rely on: every subcommand, dataset column and JSON key."""
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from overlapviz import schema
+from overlapviz.cli import COMMANDS, main
+
+ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text()
+DOCS = ROOT / "docs"
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_subcommand_is_in_the_readme_and_has_help(command):
+    assert re.search(rf"overlapviz {command}\b", README), f"README.md does not show `overlapviz {command}`"
+    result = CliRunner().invoke(main, [command, "--help"])
+    assert result.exit_code == 0, result.output
+    assert "Usage:" in result.output
+
+
+def _table_section(text: str, table: str) -> str:
+    start = text.index(f"### `{table}`")
+    end = text.find("\n### ", start + 1)
+    return text[start : end if end > 0 else None]
+
+
+@pytest.mark.parametrize("table", ["kernels", *schema.TABLES])
+def test_every_dataset_column_is_documented(table):
+    section = _table_section((DOCS / "dataset.md").read_text(), table)
+    fields = schema.KERNELS if table == "kernels" else schema.TABLES[table]
+    for field in fields:
+        row = re.search(rf"^\| `{field.name}` \| [^|]+ \| *([^|]*?) *\|$", section, re.MULTILINE)
+        assert row, f"docs/dataset.md: column {table}.{field.name} is not documented"
+        assert row.group(1).strip(), f"docs/dataset.md: column {table}.{field.name} has no meaning"
+
+
+def test_every_analyze_json_key_is_documented(tmp_path):
+    from overlapviz.ingest import ingest
+    from overlapviz.testing import kernel_event, kineto_trace, runtime_event, step_event, write_trace
+
+    write_trace(
+        kineto_trace(
+            step_event(1, 0, 10_000),
+            runtime_event(1, 100),
+            runtime_event(2, 200),
+            kernel_event("gemm", 1_000, 5_000, correlation=1),
+            kernel_event("ncclDevKernel_AllReduce", 2_000, 3_000, correlation=2, stream=9),
+            rank=0,
+        ),
+        tmp_path / "run" / "rank0.json.gz",
+    )
+    ds = ingest([tmp_path / "run"], tmp_path / "ds", progress=False)
+    analysis = (DOCS / "analysis.md").read_text()
+    for per in ("rank", "step"):
+        result = CliRunner().invoke(main, ["analyze", str(ds), "--per", per, "--format", "json"])
+        assert result.exit_code == 0, result.output
+        records = json.loads(result.output)
+        assert len(records) == 1, records
+        keys = set(records[0])
+        assert ("step" in keys) == (per == "step")
+        for key in keys:
+            assert f"`{key}`" in analysis, f"docs/analysis.md does not document the analyze key {key!r}"
