@@ -11,6 +11,8 @@ workgroup barrier limit), ``registers`` (VGPRs on AMD), ``sgprs`` (AMD gfx9 only
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pandas as pd
 
@@ -63,6 +65,11 @@ def _nvidia(limits: dict, threads, regs, smem, *, carveout, optin) -> dict:
       rounded up to a configurable step, or, when one block needs more than that, the
       smallest step that holds one block. Above ``shared_mem_per_block`` (48 KB) a block
       needs the per-function opt-in (``optin=True``), up to ``shared_mem_per_block_optin``.
+    * the configuration the SM is left in (``shared_mem_config``): with a preference, the
+      carve-out above; with none, occupancy is counted with the largest carve-out but the
+      driver configures the smallest step >= resident blocks x allocation per block
+      (the kernel's maximum occupancy at the least shared memory), so a kernel launched
+      later fits beside it only within what remains of that step.
     * blocks: ``max_blocks_per_sm``.
     """
     n = len(threads)
@@ -85,7 +92,8 @@ def _nvidia(limits: dict, threads, regs, smem, *, carveout, optin) -> dict:
     sm_total = int(limits["shared_mem_per_sm"])
     # steps above what this SM reports do not exist on it; its own size is always a step
     carve = tuple(sorted({c for c in (limits.get("carveouts_bytes") or ()) if c <= sm_total} | {sm_total}))
-    if carveout is None or carveout < 0:
+    no_preference = carveout is None or carveout < 0
+    if no_preference:
         preferred = _carveout_up(np.full(n, sm_total, np.int64), carve)
     else:
         preferred = _carveout_up(np.full(n, int(carveout) * sm_total // 100, np.int64), carve)
@@ -95,6 +103,15 @@ def _nvidia(limits: dict, threads, regs, smem, *, carveout, optin) -> dict:
         0,
         np.where(smem_alloc > 0, config // np.maximum(smem_alloc, 1), UNLIMITED),
     )
+    if no_preference:
+        # Occupancy is counted with the largest carve-out (what cudaOccupancy* report), but the
+        # driver then configures the SM with the smallest step that still holds the kernel's
+        # resident blocks (CUDA C Programming Guide, "Shared Memory" of compute capability
+        # 7.x-9.0: it sizes the carve-out "to avoid shared memory occupancy bottlenecks");
+        # evidence on an H200: tests/data/h200_carveout_check.
+        resident = np.minimum.reduce([by_warps, by_blocks, by_regs, by_smem])
+        config = np.where(smem_alloc > 0, _carveout_up(np.maximum(resident, 1) * smem_alloc, carve), config)
+        config = np.minimum(config, sm_total)
     return {
         "warps_per_block": warps_per_block,
         "max_warps_per_sm": np.full(n, max_warps, np.int64),
@@ -349,6 +366,43 @@ def device_table(dataset_path) -> dict:
     return out
 
 
+UNKNOWN_CARVEOUT_NOTE = "carve-out preference unknown (imported trace): no preference assumed"
+
+
+def _carveout_entry(config_json) -> tuple[int | None, str]:
+    if not isinstance(config_json, str) or not config_json:
+        return None, UNKNOWN_CARVEOUT_NOTE
+    try:
+        doc = json.loads(config_json)
+    except ValueError:
+        return None, UNKNOWN_CARVEOUT_NOTE
+    config = doc.get("config", doc) if isinstance(doc, dict) else None
+    if not isinstance(config, dict) or "smem_carveout_percent" not in config:
+        return None, UNKNOWN_CARVEOUT_NOTE
+    value = config["smem_carveout_percent"]
+    if value is None or int(value) < 0:
+        return None, "no carve-out preference (run config): the driver's default"
+    return int(value), f"preferred carve-out {int(value)} % (run config)"
+
+
+def run_carveouts(dataset_path) -> dict:
+    """The shared-memory carve-out preference of each run, from its manifest.
+
+    Collected runs record ``config.smem_carveout_percent`` in ``runs.config_json`` (null:
+    no preference, the driver's default); imported traces do not say, and no preference is
+    assumed.
+
+    Returns
+    -------
+    dict
+        ``{run_id: (percent or None, note)}``; ``note`` says where the value came from.
+    """
+    runs = schema.read_frame(dataset_path, "runs")
+    if "config_json" not in runs:
+        return {r: (None, UNKNOWN_CARVEOUT_NOTE) for r in runs["run_id"]}
+    return {r: _carveout_entry(c) for r, c in zip(runs["run_id"], runs["config_json"])}  # one per run
+
+
 def kernel_shapes(kernels: pd.DataFrame) -> pd.DataFrame:
     """``kernels`` with ``threads_per_block`` and ``grid_blocks`` (null where the trace lacks them)."""
     k = kernels
@@ -365,17 +419,22 @@ def _limits_for(dev_limits: dict, run_id, rank, device):
     return hit
 
 
-def attach_occupancy(kernels: pd.DataFrame, dev_limits: dict, *, prefix: str = "") -> pd.DataFrame:
+def attach_occupancy(kernels: pd.DataFrame, dev_limits: dict, *, prefix: str = "", carveouts: dict | None = None) -> pd.DataFrame:
     """Add occupancy columns to a kernels frame (with ``threads_per_block``), per device.
 
-    Rows whose device has no limits, or whose shape lacks threads or registers, get null
-    occupancy and a ``residency_note`` saying why.
+    ``carveouts`` maps run ids to their carve-out preference (:func:`run_carveouts`; missing:
+    none). Adds ``blocks_per_sm``, ``limiter``, ``occupancy``, ``smem_config_bytes`` (the
+    SM's shared memory as the driver configures it for the kernel) and
+    ``residency_note``. Rows whose device has no limits, or whose shape lacks threads or
+    registers, get null occupancy and a ``residency_note`` saying why.
     """
     n = len(kernels)
     blocks = pd.array([pd.NA] * n, dtype="Int64")
     limiter = np.full(n, None, dtype=object)
     occ = np.full(n, np.nan)
+    config = np.full(n, np.nan)
     note = np.full(n, None, dtype=object)
+    carveouts = carveouts or {}
     shape_cols = ["run_id", "rank", "device"]
     if n:
         dev = kernels["device"].astype("Int64")
@@ -400,16 +459,19 @@ def attach_occupancy(kernels: pd.DataFrame, dev_limits: dict, *, prefix: str = "
                 sel["shared_mem_bytes"].fillna(0).to_numpy(np.int64),
                 sgprs=sel["sgprs"].fillna(0).to_numpy(np.int64) if "sgprs" in sel else None,
                 accum_vgprs=sel["accum_vgprs"].fillna(0).to_numpy(np.int64) if "accum_vgprs" in sel else None,
+                carveout=carveouts.get(run_id, (None, None))[0],
             )
             where = idx[ok]
             blocks[where] = table["blocks_per_sm"].to_numpy()
             limiter[where] = table["limiter"].to_numpy()
             occ[where] = table["occupancy"].to_numpy()
+            config[where] = table["shared_mem_config"].to_numpy()
     return kernels.assign(
         **{
             f"{prefix}blocks_per_sm": blocks,
             f"{prefix}limiter": limiter,
             f"{prefix}occupancy": occ,
+            f"{prefix}smem_config_bytes": pd.array(config, dtype="Float64").astype("Int64"),
             f"{prefix}residency_note": note,
         }
     )
@@ -431,8 +493,11 @@ def kernel_residency(dataset_path, *, run_ids=None) -> pd.DataFrame:
         Columns ``run_id, device_name, arch, name, kind, threads_per_block,
         regs_per_thread, shared_mem_bytes, blocks_per_sm, limiter, occupancy,
         n_launches, total_us, grid_blocks_median, waves`` (grid blocks over
-        ``blocks_per_sm * num_sms``: how many full rounds the grid needs) and
-        ``residency_note``, sorted by ``total_us`` descending. Host activities and
+        ``blocks_per_sm * num_sms``: how many full rounds the grid needs),
+        ``smem_config_bytes`` (NVIDIA: the shared memory the driver configures the SM
+        with for this kernel, under the run's carve-out preference; AMD: the CU's LDS),
+        ``carveout_note`` (NVIDIA: where the preference came from; null on AMD, which has
+        no carve-out) and ``residency_note``, sorted by ``total_us`` descending. Host activities and
         memcpy/memset are left out. ``blocks_per_sm`` is null where the trace lacks the
         launch shape or the device's limits (``residency_note`` says which).
     """
@@ -449,7 +514,8 @@ def kernel_residency(dataset_path, *, run_ids=None) -> pd.DataFrame:
         .agg(n_launches=("dur_ns", "size"), total_ns=("dur_ns", "sum"), grid_blocks_median=("grid_blocks", "median"))
         .reset_index()
     )
-    g = attach_occupancy(g, dev_limits)
+    carveouts = run_carveouts(dataset_path)
+    g = attach_occupancy(g, dev_limits, carveouts=carveouts)
     names, archs, sms = [], [], []
     for rec in g[["run_id", "rank", "device"]].itertuples(index=False):  # per distinct shape
         lim = _limits_for(dev_limits, rec.run_id, int(rec.rank), None if pd.isna(rec.device) else int(rec.device))
@@ -466,6 +532,7 @@ def kernel_residency(dataset_path, *, run_ids=None) -> pd.DataFrame:
             blocks_per_sm=("blocks_per_sm", "first"),
             limiter=("limiter", "first"),
             occupancy=("occupancy", "first"),
+            smem_config_bytes=("smem_config_bytes", "first"),
             n_launches=("n_launches", "sum"),
             total_ns=("total_ns", "sum"),
             grid_blocks_median=("grid_blocks_median", "median"),
@@ -476,7 +543,11 @@ def kernel_residency(dataset_path, *, run_ids=None) -> pd.DataFrame:
     )
     denom = out["blocks_per_sm"].astype("Float64") * out["num_sms"].astype("Float64")
     waves = out["grid_blocks_median"].astype("Float64") / denom.where(denom > 0)
-    out = out.assign(total_us=out["total_ns"] / 1000.0, waves=waves).drop(columns=["total_ns", "num_sms"])
+    vendor_nv = out["arch"].astype(str).str.startswith("sm_").to_numpy()
+    notes = out["run_id"].map({r: v[1] for r, v in carveouts.items()}).fillna(UNKNOWN_CARVEOUT_NOTE)
+    carve_note = np.where(vendor_nv, notes.to_numpy(object), None)
+    out = out.assign(total_us=out["total_ns"] / 1000.0, waves=waves, carveout_note=carve_note).drop(columns=["total_ns", "num_sms"])
     order = ["run_id", "device_name", "arch", "name", "kind", "threads_per_block", "regs_per_thread", "shared_mem_bytes",
-             "blocks_per_sm", "limiter", "occupancy", "n_launches", "total_us", "grid_blocks_median", "waves", "residency_note"]
+             "blocks_per_sm", "limiter", "occupancy", "n_launches", "total_us", "grid_blocks_median", "waves",
+             "smem_config_bytes", "carveout_note", "residency_note"]
     return out[order].sort_values(["run_id", "total_us"], ascending=[True, False], kind="stable").reset_index(drop=True)

@@ -226,3 +226,75 @@ def test_calculator_matches_cuda_on_this_gpu(tmp_path):
     assert len(table) > 1000
     ours = _cuda_rule(table.reset_index(drop=True), limits)
     assert (ours == table["blocks_per_sm"].to_numpy()).all()
+
+
+# The SM's shared-memory configuration the driver leaves: with no preference, the smallest carve-out step
+# >= resident blocks x allocation; with one, the preferred step (at least one block's allocation).
+CONFIG_CASES = [
+    # sm_90: 5 blocks (registers: 48 x 32 = 1536/warp -> 10 warps/part -> 40 // 8) x 17408 = 87040 -> 100 KB step
+    ("sm90 gemm pad0", SM90, 256, 48, 16384, None, 5, 100 * 1024),
+    # sm_90: 1 block (131072 + 1024 = 132096; 233472 // 132096 = 1) -> the 132 KB step
+    ("sm90 gemm pad112k", SM90, 256, 48, 131072, None, 1, 132 * 1024),
+    ("sm90 gemm pad112k 100%", SM90, 256, 48, 131072, 100, 1, 228 * 1024),
+    # sm_90: 2 blocks x 82944 = 165888 -> the 164 KB step
+    ("sm90 gemm pad64k", SM90, 256, 48, 81920, None, 2, 164 * 1024),
+    # sm_90: the stand-in comm kernel, 1 block (registers) x 24576 -> 32 KB
+    ("sm90 standin", SM90, 512, 96, 23552, None, 1, 32 * 1024),
+    # sm_80: 3 blocks (50176 each) = 150528 -> the 164 KB step (the largest on sm_80)
+    ("sm80 smem", SM80, 128, 32, 49152, None, 3, 164 * 1024),
+    # sm_80: 8 blocks (warps and registers) x 9216 = 73728 -> 100 KB
+    ("sm80 8 blocks", SM80, 256, 32, 8192, None, 8, 100 * 1024),
+    # sm_80: only the 1 KB reservation, 4 blocks (registers) -> 4096 B -> the 8 KB step
+    ("sm80 no smem", SM80, 256, 64, 0, None, 4, 8 * 1024),
+    # sm_80, 50 %: 83968 B rounds up to 100 KB, 11 blocks fit by memory, 8 by warps
+    ("sm80 50%", SM80, 256, 32, 8192, 50, 8, 100 * 1024),
+    # sm_80, 0 %: at least one block: 9216 -> the 16 KB step, 1 block
+    ("sm80 0%", SM80, 256, 32, 8192, 0, 1, 16 * 1024),
+    # AMD has no carve-out: the CU's LDS
+    ("gfx90a", GFX90A, 256, 64, 16384, None, 4, 64 * 1024),
+]
+
+
+@pytest.mark.parametrize("label, limits, threads, regs, smem, carve, blocks, config", CONFIG_CASES, ids=[c[0] for c in CONFIG_CASES])
+def test_shared_memory_configuration(label, limits, threads, regs, smem, carve, blocks, config):
+    r = occupancy(limits, threads, regs, smem, carveout=carve)
+    assert (r["blocks_per_sm"], r["shared_mem_config"]) == (blocks, config)
+
+
+def test_default_configuration_never_changes_occupancy():
+    """The default configuration holds exactly the blocks counted with the largest carve-out."""
+    table = pd.read_csv(DATA / "occupancy_h200" / "occupancy_h200.csv.gz")
+    t = occupancy_table(_h200_limits(), table["threads"], table["regs"], table["smem_static"] + table["smem_dynamic"])
+    launchable = t["blocks_per_sm"] > 0
+    held = t["shared_mem_config"] // t["shared_mem_per_block_allocated"]
+    assert (held[launchable] >= t["blocks_per_sm"][launchable]).all()
+    assert (t["shared_mem_config"] <= 228 * 1024).all()
+
+
+def test_collected_runs_carry_their_carveout_preference(tmp_path):
+    from overlapviz.ingest import ingest
+    from overlapviz.residency import run_carveouts
+
+    ds = ingest([DATA / "h200_carveout_check" / "runs"], tmp_path / "ds", progress=False)
+    pref = run_carveouts(ds)
+    assert sorted(p for p, _ in pref.values() if p is not None) == [100, 100, 100]
+    r = kernel_residency(ds).set_index(["run_id", "name"])
+    gemm = "ovz_gemm_tiled_64x64x32"
+    default = r.loc[("cb-ar_optimized_tiled64x64x32-pad112k_phigh_standin_ca2155fe", gemm)]
+    forced = r.loc[("cb-ar_optimized_tiled64x64x32-pad112k_phigh_standin_41a177af", gemm)]
+    assert (default["blocks_per_sm"], default["smem_config_bytes"]) == (1, 132 * 1024)
+    assert (forced["blocks_per_sm"], forced["smem_config_bytes"]) == (1, 228 * 1024)
+    assert "run config" in default["carveout_note"] and "100 %" in forced["carveout_note"]
+    imported = kernel_residency(ingest([DATA / "occupancy_h200" / "h200_torch_trace.json.gz"], tmp_path / "imp", progress=False))
+    assert imported["carveout_note"].str.contains("unknown").all()
+
+
+def test_gcn5_kokkos_trace_has_limits(tmp_path):
+    """The AMD engineer's gfx906 (MI50/MI60) Kokkos trace: device_limits must know GCN5."""
+    from overlapviz.ingest import ingest
+    from overlapviz.residency import device_table
+
+    ds = ingest([DATA / "rocprof" / "v1" / "kokkos_gfx906_hiptrace"], tmp_path / "ds", progress=False)
+    limits = list(device_table(ds).values())
+    assert limits and all(isinstance(v, dict) for v in limits), limits
+    assert {(v["arch"], v["simds_per_cu"], v["max_waves_per_simd"], v["lds_per_cu"]) for v in limits} == {("gfx906", 4, 10, 65536)}
