@@ -8,7 +8,15 @@ import numpy as np
 import pandas as pd
 
 from overlapviz import intervals, schema
-from overlapviz.residency import RESOURCES, _limits_for, device_table, kernel_shapes, occupancy_table
+from overlapviz.residency import (
+    RESOURCES,
+    UNKNOWN_CARVEOUT_NOTE,
+    _limits_for,
+    device_table,
+    kernel_shapes,
+    occupancy_table,
+    run_carveouts,
+)
 
 FIT_RESOURCES = ("warps", "blocks", "registers", "shared_memory")
 _COLUMNS = [
@@ -18,13 +26,16 @@ _COLUMNS = [
 ]
 
 
-def footprints(kernels: pd.DataFrame, dev_limits: dict) -> pd.DataFrame:
+def footprints(kernels: pd.DataFrame, dev_limits: dict, carveouts: dict | None = None) -> pd.DataFrame:
     """Per-block resource costs and resident blocks per SM of each kernel (rows with ``threads_per_block``).
 
     Adds ``blocks_per_sm`` (occupancy alone), ``limiter``, ``warps_per_block``,
     ``regs_per_warp`` (registers a warp is allocated; AMD: VGPRs a wave is allocated),
     ``smem_alloc_bytes`` (per block, with reservation and rounding), ``smem_config_bytes``
-    (the SM's shared memory under the kernel's carve-out), ``num_sms`` and
+    (the SM's shared memory as the driver configures it for the kernel: under the run's
+    carve-out preference from ``carveouts`` = :func:`overlapviz.residency.run_carveouts`,
+    or with none, the smallest carve-out step that holds the kernel's resident blocks),
+    ``num_sms`` and
     ``resident_blocks_per_sm`` = min(``blocks_per_sm``, ceil(grid blocks / SMs)): the
     blocks it keeps on a busy SM while its full waves run (its last, partial wave holds
     fewer). Columns are null where the shape or the device's limits are unknown;
@@ -67,6 +78,7 @@ def footprints(kernels: pd.DataFrame, dev_limits: dict) -> pd.DataFrame:
                 sel["shared_mem_bytes"].fillna(0).to_numpy(np.int64),
                 sgprs=sel["sgprs"].fillna(0).to_numpy(np.int64),
                 accum_vgprs=sel["accum_vgprs"].fillna(0).to_numpy(np.int64),
+                carveout=(carveouts or {}).get(run_id, (None, None))[0],
             )
             where = idx[ok]
             cols["blocks_per_sm"][where] = t["blocks_per_sm"]
@@ -89,7 +101,8 @@ def capacity(limits: dict) -> dict:
 
     ``warps`` (warp / wave slots), ``blocks`` (block slots; AMD: workgroup barriers),
     ``reg_parts`` and ``regs_per_part`` (NVIDIA: 4 register-file sub-partitions of
-    ``regs_per_sm / 4``; AMD: one VGPR file of ``vgprs_per_simd`` per SIMD).
+    ``regs_per_sm / 4``; AMD: one VGPR file of ``vgprs_per_simd`` per SIMD), and
+    ``shared_mem_per_sm`` (NVIDIA: the largest carve-out; AMD: the LDS).
     """
     if limits["vendor"] == "nvidia":
         parts, per_part = int(limits["sub_partitions"]), int(limits["regs_per_sm"]) // int(limits["sub_partitions"])
@@ -99,7 +112,8 @@ def capacity(limits: dict) -> dict:
         parts, per_part = int(limits["simds_per_cu"]), int(limits["vgprs_per_simd"])
         warps = int(limits["max_waves_per_simd"]) * parts
         blocks = 16 if str(limits.get("arch", "")).startswith("gfx9") else 32
-    return {"warps": warps, "blocks": blocks, "reg_parts": parts, "regs_per_part": per_part}
+    smem = int(limits.get("lds_per_cu") or limits["shared_mem_per_sm"]) if limits["vendor"] != "nvidia" else int(limits["shared_mem_per_sm"])
+    return {"warps": warps, "blocks": blocks, "reg_parts": parts, "regs_per_part": per_part, "shared_mem_per_sm": smem}
 
 
 def blocks_fit(cap: dict, used_warps, used_blocks, used_regs, used_smem, smem_config, warps_per_block, regs_per_warp, smem_alloc):
@@ -121,7 +135,10 @@ def blocks_fit(cap: dict, used_warps, used_blocks, used_regs, used_smem, smem_co
     -------
     (numpy.ndarray, numpy.ndarray, dict)
         Blocks that fit (>= 0), the limiting resource (``warps``, ``blocks``,
-        ``registers``, ``shared_memory``; ties to the first), and the per-resource counts.
+        ``registers``, ``shared_memory``; ties to the first; ``shared_memory_carveout``
+        where shared memory limits and the SM's largest carve-out would hold more: the
+        configuration the resident kernel left, not the hardware, stops the blocks), and
+        the per-resource counts.
 
     Notes
     -----
@@ -148,6 +165,10 @@ def blocks_fit(cap: dict, used_warps, used_blocks, used_regs, used_smem, smem_co
     nan = np.isnan(stack).any(axis=0)
     fit = np.where(nan, np.nan, np.nanmin(np.where(np.isnan(stack), np.inf, stack), axis=0))
     limiter = np.asarray(FIT_RESOURCES, dtype=object)[np.argmin(np.where(np.isnan(stack), np.inf, stack), axis=0)]
+    largest = cap.get("shared_mem_per_sm")
+    if largest is not None:
+        by_largest = np.where(salloc > 0, np.floor((largest - f(used_smem)) / np.where(salloc > 0, salloc, 1)), np.inf)
+        limiter = np.where((limiter == "shared_memory") & (by_largest > by["shared_memory"]), "shared_memory_carveout", limiter)
     limiter = np.where(nan, None, limiter)
     return fit, limiter, by
 
@@ -301,10 +322,15 @@ def comm_start_delays(dataset_path: str | os.PathLike, *, run_ids=None) -> pd.Da
         resident_compute_blocks_per_sm, comm_blocks_fit_per_sm, fit_limiter,
         comm_blocks_fit_per_sm_at_launch, fit_limiter_at_launch, n_compute_during_wait,
         wait_blocker, wait_compute_busy_fraction, comm_blocks_fit_per_sm_beside_blocker,
-        fit_limiter_beside_blocker, residency_note`` (see :func:`_during_wait`); ``n_*``
+        fit_limiter_beside_blocker, sm_smem_config_bytes, smem_carveout_percent,
+        carveout_note, residency_note`` (see :func:`_during_wait`); ``n_*``
         and ``resident_*`` are "at ready" unless the name says ``at_launch``. Sorted by
         run, rank, start. Fit columns are null where a launch shape or the device limits
-        are unknown (``residency_note`` says which).
+        are unknown (``residency_note`` says which). ``sm_smem_config_bytes`` is the SM's
+        shared memory the fit at ready used: the configuration the resident computation
+        left (the largest when several), else the communication kernel's own;
+        ``smem_carveout_percent`` the run's preference (null: none, or unknown for an
+        imported trace: ``carveout_note`` says which). NVIDIA only; null on AMD.
     """
     k = schema.read_frame(dataset_path, "kernels", columns=_COLUMNS, run_ids=run_ids)
     k = kernel_shapes(k).reset_index(drop=True)
@@ -324,16 +350,18 @@ def comm_start_delays(dataset_path: str | os.PathLike, *, run_ids=None) -> pd.Da
     comm = comm.assign(ready_ns=pd.array(ready, dtype="Float64").astype("Int64"), ready_from=ready_from)
 
     dev_limits = device_table(dataset_path)
+    carveouts = run_carveouts(dataset_path)
     gpu = ~k["is_host"].fillna(False)
     compute = k[(k["kind"] == "compute") & gpu].reset_index(drop=True)
-    compute = footprints(compute.assign(kid=np.arange(len(compute))), dev_limits)
-    comm = footprints(comm, dev_limits)
+    compute = footprints(compute.assign(kid=np.arange(len(compute))), dev_limits, carveouts)
+    comm = footprints(comm, dev_limits, carveouts)
 
     at_ready = _summarise(_resident_at(comm, compute, "ready_ns"), compute, len(comm))
     at_launch = _summarise(_resident_at(comm, compute, "launch_ns"), compute, len(comm))
 
     wait = _during_wait(comm, compute)
     fit_cols = {}
+    sm_config = np.full(len(comm), np.nan)
     blocker = compute.set_index("kid").reindex(wait["blocker"].to_numpy())
     bwarps = blocker["resident_blocks_per_sm"].to_numpy() * blocker["warps_per_block"].to_numpy()
     at_blocker = pd.DataFrame(
@@ -363,6 +391,8 @@ def comm_start_delays(dataset_path: str | os.PathLike, *, run_ids=None) -> pd.Da
             unknown = ss["unknown"].eq(True).to_numpy(bool)
             fit[idx] = np.where(unknown, np.nan, f)
             lim[idx] = np.where(unknown, None, lm)
+            if tag == "" and limits["vendor"] == "nvidia":
+                sm_config[idx] = np.where(unknown, np.nan, config)
         fit_cols[f"comm_blocks_fit_per_sm{tag}"] = pd.array(np.where(np.isnan(fit), np.nan, fit), dtype="Float64").astype("Int64")
         fit_cols[f"fit_limiter{tag}"] = lim
     host = comm["is_host"].fillna(False).to_numpy(bool)
@@ -379,6 +409,10 @@ def comm_start_delays(dataset_path: str | os.PathLike, *, run_ids=None) -> pd.Da
     note[host] = "host activity (CPU-only trace): no SM residency"
     unknown_res = at_ready["unknown"].eq(True).to_numpy(bool)
     note = np.where(note == None, np.where(unknown_res, "a resident compute kernel's launch shape is unknown", None), note)  # noqa: E711
+    sm_config[host] = np.nan
+    nvidia = np.isfinite(sm_config)
+    pref = comm["run_id"].map({r: v[0] for r, v in carveouts.items()}).astype("Float64").to_numpy(np.float64, na_value=np.nan)
+    carve_note = comm["run_id"].map({r: v[1] for r, v in carveouts.items()}).fillna(UNKNOWN_CARVEOUT_NOTE).to_numpy(object)
 
     out = pd.DataFrame(
         {
@@ -426,6 +460,9 @@ def comm_start_delays(dataset_path: str | os.PathLike, *, run_ids=None) -> pd.Da
             "wait_blocker": _names(pd.Series(np.where(no_blocker, None, blocker["name"].to_numpy()), dtype=object)),
             "wait_compute_busy_fraction": np.where(host, np.nan, wait["busy"].to_numpy(np.float64)),
             **fit_cols,
+            "sm_smem_config_bytes": pd.array(sm_config, dtype="Float64").astype("Int64"),
+            "smem_carveout_percent": pd.array(np.where(nvidia, pref, np.nan), dtype="Float64").astype("Int64"),
+            "carveout_note": np.where(nvidia, carve_note, None),
             "residency_note": note,
         }
     )
