@@ -63,6 +63,7 @@ def advise(
     *,
     k: int = 1,
     alternatives: list[Footprint] | None = None,
+    carveout: int | None = None,
 ) -> pd.DataFrame:
     """What to change so that ``k`` communication blocks fit beside the computation on one SM.
 
@@ -71,7 +72,11 @@ def advise(
 
     * ``smem_pad``: extra shared memory per computation block (occupancy shaping), in
       steps of the allocation unit (128 B NVIDIA, 512 B AMD LDS) up to the per-block
-      limit; the smallest pad that meets the target is recommended.
+      limit; the smallest pad that meets the target is recommended. With no carve-out
+      preference the driver configures the SM with the smallest carve-out step that holds
+      the padded blocks, which can leave no room for the communication block
+      (``fit_limiter`` ``shared_memory_carveout``); such a pad is listed again with the
+      smallest carve-out preference (percent) that makes room at the same residency.
     * ``tile``: other launch shapes of the computation (``alternatives``, e.g. the other
       tiles of the same GEMM found in a trace), unpadded.
     * ``carveout`` (NVIDIA): each shared-memory carve-out preference (percent); the
@@ -93,6 +98,10 @@ def advise(
         Communication blocks wanted per SM (>= 1).
     alternatives
         Other launch shapes of the computation to consider.
+    carveout
+        NVIDIA: the computation's current shared-memory carve-out preference, percent
+        (``cudaFuncAttributePreferredSharedMemoryCarveout``); None: none (the driver's
+        default). Applies to ``current``, ``smem_pad`` and ``tile``.
 
     Returns
     -------
@@ -111,29 +120,29 @@ def advise(
     if int(k) < 1:
         raise ValueError(f"k must be at least 1, not {k!r}")
     rows = []
-    cur = _evaluate(limits, [compute.threads], compute.regs, compute.smem, comm, grid=compute.grid)
-    rows.append(_rows(cur, "current", ["as is"], compute, pads=[0], carve=[None]))
+    cur = _evaluate(limits, [compute.threads], compute.regs, compute.smem, comm, carveout=carveout, grid=compute.grid)
+    rows.append(_rows(cur, "current", ["as is"], compute, pads=[0], carve=[carveout]))
 
     unit = int(limits.get("shared_mem_alloc_unit") or limits.get("lds_alloc_unit") or 128)
     top = int(limits.get("shared_mem_per_block_optin") or limits["shared_mem_per_block"])
     pads = np.arange(unit, max(top - compute.smem, 0) + unit, unit, dtype=np.int64)
     if len(pads):
-        ev = _evaluate(limits, np.full(len(pads), compute.threads), compute.regs, compute.smem + pads, comm, grid=compute.grid)
+        ev = _evaluate(limits, np.full(len(pads), compute.threads), compute.regs, compute.smem + pads, comm,
+                       carveout=carveout, grid=compute.grid)
         ev = ev.assign(pad=pads)
         ev = ev[ev["blocks_per_sm"] > 0]
         first = ev.drop_duplicates(subset=["blocks_per_sm"], keep="first")  # smallest pad per residency
         first = first[first["blocks_per_sm"] < cur["blocks_per_sm"].iloc[0]]
-        rows.append(_rows(first, "smem_pad", [f"+{p} B" for p in first["pad"]], compute, pads=first["pad"].tolist(), carve=[None] * len(first)))
+        rows.append(_rows(first, "smem_pad", [f"+{p} B" for p in first["pad"]], compute, pads=first["pad"].tolist(),
+                          carve=[carveout] * len(first)))
+        rows.append(_pad_with_carveout(limits, compute, comm, first, k))
 
     for alt in alternatives or []:
-        ev = _evaluate(limits, [alt.threads], alt.regs, alt.smem, comm, grid=alt.grid or compute.grid)
-        rows.append(_rows(ev, "tile", [alt.name or alt.describe()], alt, pads=[0], carve=[None]))
+        ev = _evaluate(limits, [alt.threads], alt.regs, alt.smem, comm, carveout=carveout, grid=alt.grid or compute.grid)
+        rows.append(_rows(ev, "tile", [alt.name or alt.describe()], alt, pads=[0], carve=[carveout]))
 
     if limits["vendor"] == "nvidia" and limits.get("carveouts_bytes"):
-        total = int(limits["shared_mem_per_sm"])
-        # the smallest whole percent whose share of the SM rounds up to each carve-out step
-        percents = sorted({100 * c // total for c in limits["carveouts_bytes"] if c <= total})
-        for p in percents:
+        for p in _carveout_percents(limits):
             ev = _evaluate(limits, [compute.threads], compute.regs, compute.smem, comm, carveout=p, grid=compute.grid)
             rows.append(_rows(ev, "carveout", [f"{p} %"], compute, pads=[0], carve=[p]))
 
@@ -165,8 +174,8 @@ def advise(
     out["recommended"] = False
     for lever in ("smem_pad", "tile", "carveout", "sm_carveout"):
         cand = out[(out["lever"] == lever) & out["meets_target"]]
-        if lever == "smem_pad":
-            cand = cand.sort_values("smem_pad_bytes", kind="stable")
+        if lever == "smem_pad":  # at one pad, no preference before one
+            cand = cand.sort_values(["smem_pad_bytes", "carveout"], kind="stable", na_position="first")
         elif lever == "tile":
             cand = cand.sort_values(["residency_cost_blocks", "occupancy_cost"], kind="stable")
         elif lever == "carveout":
@@ -176,6 +185,39 @@ def advise(
     if out.loc[0, "meets_target"]:
         out.loc[0, "recommended"] = True
     return out
+
+
+def _carveout_percents(limits: dict) -> list[int]:
+    """The smallest whole percent whose share of the SM rounds up to each carve-out step, ascending."""
+    total = int(limits["shared_mem_per_sm"])
+    return sorted({100 * c // total for c in limits.get("carveouts_bytes") or () if c <= total})
+
+
+def _pad_with_carveout(limits: dict, compute: Footprint, comm: Footprint, padded: pd.DataFrame, k: int) -> pd.DataFrame:
+    """Padded rows that the default carve-out alone keeps from meeting ``k``, with the smallest preference that does.
+
+    The preference must keep the computation's residency (a smaller carve-out could lower
+    it further); one evaluation per carve-out step, over all such pads at once.
+    """
+    short = padded[(padded["fit_limiter"] == "shared_memory_carveout") & (padded["comm_fit"] < k)]
+    if short.empty or limits["vendor"] != "nvidia":
+        return short.iloc[:0]
+    pads = short["pad"].to_numpy(np.int64)
+    percents = _carveout_percents(limits)
+    evs = [
+        _evaluate(limits, np.full(len(pads), compute.threads), compute.regs, compute.smem + pads, comm, carveout=p, grid=compute.grid)
+        for p in percents  # one vectorized evaluation per carve-out step
+    ]
+    meets = np.vstack([(e["comm_fit"].to_numpy() >= k) & (e["resident"].to_numpy() == short["resident"].to_numpy()) for e in evs])
+    keep = meets.any(axis=0)
+    if not keep.any():
+        return short.iloc[:0]
+    which = meets.argmax(axis=0)[keep]  # the first (smallest) percent that meets the target
+    rows = np.flatnonzero(keep)
+    ev = pd.concat(evs, keys=range(len(evs))).loc[list(zip(which, rows))]
+    chosen = np.asarray(percents)[which]
+    return _rows(ev, "smem_pad", [f"+{q} B, carve-out {p} %" for q, p in zip(pads[keep], chosen)], compute,
+                 pads=pads[keep].tolist(), carve=chosen.tolist())
 
 
 def _rows(ev: pd.DataFrame, lever: str, settings, shape: Footprint, *, pads, carve) -> pd.DataFrame:

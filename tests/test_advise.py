@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import orjson
+import pandas as pd
 import pytest
 from click.testing import CliRunner
 
@@ -117,3 +118,26 @@ def test_cli_with_shapes_only():
     assert bad.exit_code != 0 and "--arch" in bad.output
     worse = CliRunner().invoke(main, ["advise", "--arch", "sm_90", "--compute-shape", "x", "--comm-shape", "512,32"])
     assert worse.exit_code != 0 and "THREADS,REGS" in worse.output
+
+
+def test_padding_that_needs_a_carveout_preference():
+    """The H200 carve-out check (tests/data/h200_carveout_check): tiled GEMM 256 threads x 48 regs, 16 KB;
+    stand-in 512 x 96 regs, 23552 B. Only 1 GEMM block per SM leaves registers for a comm block, and then
+    the default carve-out (the 132 KB step) leaves 3 KB of shared memory: padding alone does not do it."""
+    gemm, comm = Footprint(256, 48, 16384, grid=1024), Footprint(512, 96, 23552)
+    a = advise(H200, gemm, comm)
+    pad = a[a["lever"] == "smem_pad"].set_index("setting")
+    # 1 block needs > 233472 / 2 B: 116864 - 17408 = 99456 B of padding
+    alone = pad.loc["+99456 B"]
+    assert (alone["compute_blocks_per_sm"], alone["comm_blocks_fit_per_sm"], alone["fit_limiter"]) == (1, 0, "shared_memory_carveout")
+    assert not alone["meets_target"] and pd.isna(alone["carveout"])
+    # 116864 + 24576 = 141440 B needs the 164 KB step: 71 % of 233472 = 165765 B rounds up to it (57 % gives 132 KB)
+    both = pad.loc["+99456 B, carve-out 71 %"]
+    assert (both["carveout"], both["compute_blocks_per_sm"], both["comm_blocks_fit_per_sm"], both["fit_limiter"]) == (71, 1, 1, "registers")
+    assert both["recommended"] and both["meets_target"]
+    assert (pad["recommended"]).sum() == 1
+    # with the preference already set (the collector's smem_carveout_percent = 100) the pad alone does it
+    forced = advise(H200, gemm, comm, carveout=100)
+    best = forced[(forced["lever"] == "smem_pad") & forced["recommended"]].iloc[0]
+    assert (best["setting"], best["carveout"], best["comm_blocks_fit_per_sm"]) == ("+99456 B", 100, 1)
+    assert forced.iloc[0]["carveout"] == 100
