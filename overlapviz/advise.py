@@ -40,7 +40,8 @@ class Footprint:
 def _evaluate(limits: dict, compute_threads, compute_regs, compute_smem, comm: Footprint, *, carveout=None, grid=None):
     """Compute residency and comm fit for arrays of compute shapes (vectorized)."""
     c = occupancy_table(limits, compute_threads, compute_regs, compute_smem, carveout=carveout)
-    m = occupancy_table(limits, [comm.threads], comm.regs, comm.smem, carveout=carveout)
+    # the preference is the computation's: a collective library's kernel keeps the driver's default
+    m = occupancy_table(limits, [comm.threads], comm.regs, comm.smem)
     n = c["blocks_per_sm"].to_numpy(np.float64)
     if grid and limits.get("num_sms"):
         n = np.minimum(n, math.ceil(grid / limits["num_sms"]))
@@ -51,7 +52,7 @@ def _evaluate(limits: dict, compute_threads, compute_regs, compute_smem, comm: F
     fit, limiter, _ = blocks_fit(
         capacity(limits), n * wpb, n, n * wpb * rpw, n * c["shared_mem_per_block_allocated"].to_numpy(np.float64), config,
         float(m["warps_per_block"].iloc[0]), float(m["regs_per_block_allocated"].iloc[0]) / float(m["warps_per_block"].iloc[0]),
-        float(m["shared_mem_per_block_allocated"].iloc[0]),
+        float(m["shared_mem_per_block_allocated"].iloc[0]), own_config=float(m["shared_mem_config"].iloc[0]),
     )
     return c.assign(resident=n, comm_fit=fit, fit_limiter=limiter)
 

@@ -116,7 +116,8 @@ def capacity(limits: dict) -> dict:
     return {"warps": warps, "blocks": blocks, "reg_parts": parts, "regs_per_part": per_part, "shared_mem_per_sm": smem}
 
 
-def blocks_fit(cap: dict, used_warps, used_blocks, used_regs, used_smem, smem_config, warps_per_block, regs_per_warp, smem_alloc):
+def blocks_fit(cap: dict, used_warps, used_blocks, used_regs, used_smem, smem_config, warps_per_block, regs_per_warp, smem_alloc,
+               own_config=None):
     """How many blocks of one kernel fit on an SM beside resident blocks of others (vectorized).
 
     Parameters
@@ -130,6 +131,12 @@ def blocks_fit(cap: dict, used_warps, used_blocks, used_regs, used_smem, smem_co
         The SM's shared memory under its current carve-out, bytes.
     warps_per_block, regs_per_warp, smem_alloc
         The newcomer's footprint per block.
+    own_config
+        NVIDIA: the shared-memory configuration the driver picks for the newcomer itself
+        (``shared_mem_config`` of :func:`overlapviz.residency.occupancy`). None: not
+        checked. Where it exceeds ``smem_config`` no block fits: the SM cannot grow its
+        carve-out while the resident blocks run (measured on an H200:
+        tests/data/carveout_coresidency_h200).
 
     Returns
     -------
@@ -165,6 +172,10 @@ def blocks_fit(cap: dict, used_warps, used_blocks, used_regs, used_smem, smem_co
     nan = np.isnan(stack).any(axis=0)
     fit = np.where(nan, np.nan, np.nanmin(np.where(np.isnan(stack), np.inf, stack), axis=0))
     limiter = np.asarray(FIT_RESOURCES, dtype=object)[np.argmin(np.where(np.isnan(stack), np.inf, stack), axis=0)]
+    if own_config is not None:  # a resource that already stops every block keeps its name (ties to the first)
+        above = (f(own_config) > f(smem_config)) & ~nan & (fit > 0)
+        fit = np.where(above, 0.0, fit)
+        limiter = np.where(above, "shared_memory_carveout", limiter)
     largest = cap.get("shared_mem_per_sm")
     if largest is not None:
         by_largest = np.where(salloc > 0, np.floor((largest - f(used_smem)) / np.where(salloc > 0, salloc, 1)), np.inf)
@@ -387,6 +398,7 @@ def comm_start_delays(dataset_path: str | os.PathLike, *, run_ids=None) -> pd.Da
             f, lm, _ = blocks_fit(
                 capacity(limits), used("u_warps"), used("u_blocks"), used("u_regs"), used("u_smem"), config,
                 part["warps_per_block"], part["regs_per_warp"], part["smem_alloc_bytes"],
+                own_config=part["smem_config_bytes"],
             )
             unknown = ss["unknown"].eq(True).to_numpy(bool)
             fit[idx] = np.where(unknown, np.nan, f)
