@@ -14,7 +14,7 @@ from overlapviz.residency import (
     _limits_for,
     device_table,
     kernel_shapes,
-    occupancy_table,
+    occupancy_with_preference,
     run_carveouts,
 )
 
@@ -71,14 +71,15 @@ def footprints(kernels: pd.DataFrame, dev_limits: dict, carveouts: dict | None =
             if not ok.any():
                 continue
             sel = part[ok]
-            t = occupancy_table(
+            t = occupancy_with_preference(
                 lim,
+                sel["name"].to_numpy(object),
                 threads[ok],
                 sel["regs_per_thread"].fillna(0).to_numpy(np.int64),
                 sel["shared_mem_bytes"].fillna(0).to_numpy(np.int64),
                 sgprs=sel["sgprs"].fillna(0).to_numpy(np.int64),
                 accum_vgprs=sel["accum_vgprs"].fillna(0).to_numpy(np.int64),
-                carveout=(carveouts or {}).get(run_id, (None, None))[0],
+                preference=(carveouts or {}).get(run_id),
             )
             where = idx[ok]
             cols["blocks_per_sm"][where] = t["blocks_per_sm"]

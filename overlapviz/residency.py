@@ -369,38 +369,71 @@ def device_table(dataset_path) -> dict:
 UNKNOWN_CARVEOUT_NOTE = "carve-out preference unknown (imported trace): no preference assumed"
 
 
-def _carveout_entry(config_json) -> tuple[int | None, str]:
+def _carveout_entry(config_json) -> tuple[int | None, str, frozenset]:
+    unknown = (None, UNKNOWN_CARVEOUT_NOTE, frozenset())
     if not isinstance(config_json, str) or not config_json:
-        return None, UNKNOWN_CARVEOUT_NOTE
+        return unknown
     try:
         doc = json.loads(config_json)
     except ValueError:
-        return None, UNKNOWN_CARVEOUT_NOTE
-    config = doc.get("config", doc) if isinstance(doc, dict) else None
+        return unknown
+    config = doc.get("config") if isinstance(doc, dict) else None
     if not isinstance(config, dict) or "smem_carveout_percent" not in config:
-        return None, UNKNOWN_CARVEOUT_NOTE
+        return unknown
     value = config["smem_carveout_percent"]
     if value is None or int(value) < 0:
-        return None, "no carve-out preference (run config): the driver's default"
-    return int(value), f"preferred carve-out {int(value)} % (run config)"
+        return None, "no carve-out preference (run config): the driver's default", frozenset()
+    effective = doc.get("effective") or {}
+    if not effective.get("smem_carveout_applied"):
+        return None, f"carve-out preference {int(value)} % requested but not applied (run config): the driver's default", frozenset()
+    # the collector sets it on its own tiled GEMM and on the stand-in (collectors/workload.py), never on library kernels
+    facts = effective.get("kernels") or {}
+    names = set()
+    if config.get("compute_impl") == "tiled" and (facts.get("gemm") or {}).get("name"):
+        names.add(facts["gemm"]["name"])
+    if config.get("backend") == "stand-in" and (facts.get("comm") or {}).get("name"):
+        names.add(facts["comm"]["name"])
+    if not names:
+        return None, f"carve-out preference {int(value)} % applied to kernels the manifest does not name: the driver's default assumed", frozenset()
+    return int(value), f"preferred carve-out {int(value)} % on {', '.join(sorted(names))} (run config)", frozenset(names)
 
 
 def run_carveouts(dataset_path) -> dict:
     """The shared-memory carve-out preference of each run, from its manifest.
 
     Collected runs record ``config.smem_carveout_percent`` in ``runs.config_json`` (null:
-    no preference, the driver's default); imported traces do not say, and no preference is
-    assumed.
+    no preference, the driver's default) and, under ``effective``, whether it was applied
+    and to which of the collector's kernels (its tiled GEMM, the stand-in); imported traces
+    do not say, and no preference is assumed.
 
     Returns
     -------
     dict
-        ``{run_id: (percent or None, note)}``; ``note`` says where the value came from.
+        ``{run_id: (percent or None, note, kernel names)}``: the preference, a sentence
+        saying where it came from, and the names of the kernels it applies to (other
+        kernels of the run have none).
     """
     runs = schema.read_frame(dataset_path, "runs")
     if "config_json" not in runs:
-        return {r: (None, UNKNOWN_CARVEOUT_NOTE) for r in runs["run_id"]}
+        return {r: (None, UNKNOWN_CARVEOUT_NOTE, frozenset()) for r in runs["run_id"]}
     return {r: _carveout_entry(c) for r, c in zip(runs["run_id"], runs["config_json"])}  # one per run
+
+
+def occupancy_with_preference(limits: dict, names, threads, regs, smem, preference: tuple | None = None, **kw) -> pd.DataFrame:
+    """:func:`occupancy_table` for kernels of one run, the run's carve-out preference applied to the kernels it names.
+
+    ``preference`` is one value of :func:`run_carveouts` (None: no preference anywhere);
+    ``names`` the kernels' names, row by row.
+    """
+    table = occupancy_table(limits, threads, regs, smem, **kw)
+    pref, _note, applies = preference or (None, None, frozenset())
+    if pref is None or not applies:
+        return table
+    use = pd.Series(names).isin(applies).to_numpy(bool)
+    if not use.any():
+        return table
+    preferred = occupancy_table(limits, threads, regs, smem, carveout=pref, **kw)
+    return table.mask(np.broadcast_to(use[:, None], table.shape), preferred)
 
 
 def kernel_shapes(kernels: pd.DataFrame) -> pd.DataFrame:
@@ -423,7 +456,7 @@ def attach_occupancy(kernels: pd.DataFrame, dev_limits: dict, *, prefix: str = "
     """Add occupancy columns to a kernels frame (with ``threads_per_block``), per device.
 
     ``carveouts`` maps run ids to their carve-out preference (:func:`run_carveouts`; missing:
-    none). Adds ``blocks_per_sm``, ``limiter``, ``occupancy``, ``smem_config_bytes`` (the
+    none), applied to the kernels it names (``kernels`` needs ``name`` then). Adds ``blocks_per_sm``, ``limiter``, ``occupancy``, ``smem_config_bytes`` (the
     SM's shared memory as the driver configures it for the kernel) and
     ``residency_note``. Rows whose device has no limits, or whose shape lacks threads or
     registers, get null occupancy and a ``residency_note`` saying why.
@@ -452,14 +485,15 @@ def attach_occupancy(kernels: pd.DataFrame, dev_limits: dict, *, prefix: str = "
             if not ok.any():
                 continue
             sel = part[ok]
-            table = occupancy_table(
+            table = occupancy_with_preference(
                 lim,
+                sel["name"].to_numpy(object),
                 sel["threads_per_block"].to_numpy(np.int64),
                 sel["regs_per_thread"].fillna(0).to_numpy(np.int64),
                 sel["shared_mem_bytes"].fillna(0).to_numpy(np.int64),
                 sgprs=sel["sgprs"].fillna(0).to_numpy(np.int64) if "sgprs" in sel else None,
                 accum_vgprs=sel["accum_vgprs"].fillna(0).to_numpy(np.int64) if "accum_vgprs" in sel else None,
-                carveout=carveouts.get(run_id, (None, None))[0],
+                preference=carveouts.get(run_id),
             )
             where = idx[ok]
             blocks[where] = table["blocks_per_sm"].to_numpy()

@@ -277,7 +277,7 @@ def test_collected_runs_carry_their_carveout_preference(tmp_path):
 
     ds = ingest([DATA / "h200_carveout_check" / "runs"], tmp_path / "ds", progress=False)
     pref = run_carveouts(ds)
-    assert sorted(p for p, _ in pref.values() if p is not None) == [100, 100, 100]
+    assert sorted(p for p, _note, _names in pref.values() if p is not None) == [100, 100, 100]
     r = kernel_residency(ds).set_index(["run_id", "name"])
     gemm = "ovz_gemm_tiled_64x64x32"
     default = r.loc[("cb-ar_optimized_tiled64x64x32-pad112k_phigh_standin_ca2155fe", gemm)]
@@ -298,3 +298,31 @@ def test_gcn5_kokkos_trace_has_limits(tmp_path):
     limits = list(device_table(ds).values())
     assert limits and all(isinstance(v, dict) for v in limits), limits
     assert {(v["arch"], v["simds_per_cu"], v["max_waves_per_simd"], v["lds_per_cu"]) for v in limits} == {("gfx906", 4, 10, 65536)}
+
+
+def _manifest(pref, *, impl="tiled", backend="stand-in", applied=True):
+    return json.dumps({"config": {"smem_carveout_percent": pref, "compute_impl": impl, "backend": backend},
+                       "effective": {"smem_carveout_applied": applied,
+                                     "kernels": {"gemm": {"name": "ovz_gemm_tiled_64x64x32"}, "comm": {"name": "ovz_comm_allreduce_standin"}}}})
+
+
+def test_carveout_preference_applies_to_the_kernels_the_collector_set_it_on(tmp_path):
+    from overlapviz.residency import occupancy_with_preference, run_carveouts
+
+    runs = pd.DataFrame({"run_id": ["imported", "none", "both", "standin_only", "refused"],
+                         "config_json": [None, _manifest(None), _manifest(100), _manifest(32, impl="torch"), _manifest(50, applied=False)]})
+    with schema.DatasetWriter(tmp_path / "ds") as w:
+        w.add("runs", runs)
+        w.commit()
+    pref = run_carveouts(tmp_path / "ds")
+    assert pref["imported"][0] is None and "unknown" in pref["imported"][1]
+    assert pref["none"][:1] == (None,) and "no carve-out preference" in pref["none"][1]
+    assert pref["both"][0] == 100 and pref["both"][2] == {"ovz_gemm_tiled_64x64x32", "ovz_comm_allreduce_standin"}
+    # torch.matmul's cuBLAS kernels never get the collector's preference: only the stand-in does
+    assert pref["standin_only"][0] == 32 and pref["standin_only"][2] == {"ovz_comm_allreduce_standin"}
+    assert pref["refused"][0] is None and "not applied" in pref["refused"][1]
+    t = occupancy_with_preference(SM90, ["sm90_xmma_gemm", "ovz_comm_allreduce_standin"], [256, 512], [48, 96], [131072, 23552],
+                                  preference=pref["standin_only"])
+    # the library GEMM keeps the default (1 block -> 132 KB); the stand-in at 32 % gets 74711 B -> the 100 KB step
+    assert list(t["shared_mem_config"]) == [132 * 1024, 100 * 1024]
+    assert list(t["blocks_per_sm"]) == [1, 1]
