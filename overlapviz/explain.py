@@ -109,11 +109,12 @@ def capacity(limits: dict) -> dict:
         parts, per_part = int(limits["sub_partitions"]), int(limits["regs_per_sm"]) // int(limits["sub_partitions"])
         warps = int(limits["max_threads_per_sm"]) // int(limits["warp_size"])
         blocks = int(limits["max_blocks_per_sm"])
+        smem = int(limits["shared_mem_per_sm"])
     else:
         parts, per_part = int(limits["simds_per_cu"]), int(limits["vgprs_per_simd"])
         warps = int(limits["max_waves_per_simd"]) * parts
         blocks = 16 if str(limits.get("arch", "")).startswith("gfx9") else 32
-    smem = int(limits.get("lds_per_cu") or limits["shared_mem_per_sm"]) if limits["vendor"] != "nvidia" else int(limits["shared_mem_per_sm"])
+        smem = int(limits.get("lds_per_cu") or limits["shared_mem_per_sm"])
     return {"warps": warps, "blocks": blocks, "reg_parts": parts, "regs_per_part": per_part, "shared_mem_per_sm": smem}
 
 
@@ -145,8 +146,8 @@ def blocks_fit(cap: dict, used_warps, used_blocks, used_regs, used_smem, smem_co
         Blocks that fit (>= 0), the limiting resource (``warps``, ``blocks``,
         ``registers``, ``shared_memory``; ties to the first; ``shared_memory_carveout``
         where shared memory limits and the SM's largest carve-out would hold more: the
-        configuration the resident kernel left, not the hardware, stops the blocks), and
-        the per-resource counts.
+        configuration the resident kernel left, not the hardware, stops the blocks, or
+        where ``own_config`` exceeds it), and the per-resource counts.
 
     Notes
     -----
