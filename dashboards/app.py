@@ -7,6 +7,7 @@ import threading
 import urllib.request
 from pathlib import Path
 
+import holoviews as hv
 import panel as pn
 from panel.viewable import Viewer
 
@@ -20,6 +21,9 @@ DATASET_ENV = "OVERLAPVIZ_DATASET"  # how `panel serve dashboards/app.py` finds 
 # Offline: every JS/CSS resource inlined into the page or served by this server, never a CDN
 pn.config.inline = True
 pn.extension("tabulator", inline=True, notifications=False)
+# Canvas, not WebGL: our glyph budget (figures.MAX_GLYPHS) is small enough for canvas, and browsers
+# without a GPU (headless chromium, remote desktops) fall back to a software WebGL that stalls for seconds
+hv.renderer("bokeh").webgl = False
 
 
 class Dashboard(Viewer):
@@ -39,7 +43,6 @@ class Dashboard(Viewer):
     def __init__(self, dataset: str | os.PathLike, **params):
         super().__init__(**params)
         self.store = DataStore(dataset)
-        self.tabs = pn.Tabs(dynamic=True, sizing_mode="stretch_width")
         self.pages = [
             OverviewPage(self.store, on_open=self.open_timeline),
             TimelinePage(self.store),
@@ -47,8 +50,17 @@ class Dashboard(Viewer):
             ResidencyPage(self.store),
             RanksPage(self.store),
         ]
-        for name, page in zip(PAGES, self.pages):
-            self.tabs.append((name, page))
+        # pages are built on first visit: Panel's own Tabs(dynamic=True) left switched-to tabs
+        # empty in the browser (Panel 1.9), and building every page up front slows the first render
+        self.holders = [pn.Column(sizing_mode="stretch_width") for _ in PAGES]
+        self.tabs = pn.Tabs(*zip(PAGES, self.holders), sizing_mode="stretch_width")
+        self.tabs.param.watch(self._fill, "active")
+        self._fill()
+
+    def _fill(self, *_) -> None:
+        holder = self.holders[self.tabs.active]
+        if not holder.objects:
+            holder.objects = [self.pages[self.tabs.active]]
 
     def open_timeline(self, run_id: str) -> None:
         self.tabs.active = PAGES.index("Timeline")

@@ -89,14 +89,22 @@ class OverviewPage(Viewer):
             tap.add_subscriber(lambda x, y, facet=facet: self._open(facet, grid, x, y))
         return pn.pane.HoloViews(layout, backend="bokeh", linked_axes=False)
 
-    def _speedup(self):
+    def _table(self):
+        """The configuration table (TimeRatio, speedup with its interval, overlap) under the heatmaps.
+
+        The speedup forest plot is offered by the export button rather than drawn here: a second
+        HoloViews pane on this page kept BokehJS from ever reaching idle in chromium (Panel 1.9.4),
+        which stopped every later server update from being applied.
+        """
         try:
             table = self.store.config_table()
         except Unavailable:
             return pn.Spacer()
-        if "speedup" not in table or table["speedup"].isna().all():
-            return pn.Spacer()
-        return pn.pane.HoloViews(figures.speedup_bars(table.loc[table["speedup"].notna()]), backend="bokeh")
+        cols = [c for c in ("run_id", "workload", "setup", "smem_pad_bytes", "comm_priority", "median_ms",
+                            "time_ratio", "speedup", "speedup_ci_low", "speedup_ci_high", "overlap_fraction",
+                            "compute_slowdown", "stand_in") if c in table]  # fmt: skip
+        return pn.widgets.Tabulator(table[cols].round(4), disabled=True, pagination="local", page_size=12,
+                                    show_index=False, sizing_mode="stretch_width")  # fmt: skip
 
     def __panel__(self):
         header = pn.Row(
@@ -104,7 +112,9 @@ class OverviewPage(Viewer):
             export_button(self.store, "heatmap", lambda: {"value": self.value}),
         )
         hint = pn.pane.Markdown("Click a cell to open that configuration on the **Timeline** page.")
-        return pn.Column(header, hint, self._heatmaps, self._speedup(), export_button(self.store, "speedup", dict),
+        return pn.Column(header, hint, self._heatmaps, pn.Row(export_button(self.store, "speedup", dict),
+                         pn.pane.Markdown("Speedup per configuration with 95% CI (forest plot)", align="center")),
+                         self._table(),
                          sizing_mode="stretch_width", name="Overview")  # fmt: skip
 
 

@@ -387,7 +387,7 @@ def heatmap(table: pd.DataFrame, *, value: str = "time_ratio", **opts) -> hv.Lay
 
 
 def speedup_bars(table: pd.DataFrame, **opts) -> hv.Overlay:
-    """Speedup over baseline per configuration with its confidence interval, per workload.
+    """Speedup over baseline per configuration with its confidence interval (a forest plot), per workload.
 
     Parameters
     ----------
@@ -397,30 +397,26 @@ def speedup_bars(table: pd.DataFrame, **opts) -> hv.Overlay:
 
     Returns
     -------
-    hv.Overlay of ``hv.Bars`` (and ``hv.ErrorBars`` when the interval is known) and a line at 1.
+    hv.Overlay of ``hv.Scatter`` (one point per configuration, configurations on y), the
+    interval as horizontal ``hv.ErrorBars`` when known, and a line at 1 (no change).
     """
-    grid = config_grid(table)
+    grid = config_grid(table).sort_values(["facet", "pad_sort", "prio_sort"], ascending=[True, True, False], kind="stable")
     label = grid["facet"] + " · pad " + grid["shaping"] + " · prio " + grid["priority"]
-    frame = pd.DataFrame(
-        {"configuration": label, "speedup": pd.to_numeric(grid["speedup"], errors="coerce"), "setup": grid.get("setup", "")}
-    ).assign(run_id=grid["run_id"].astype(str))
-    frame = frame.sort_values("configuration", kind="stable").reset_index(drop=True)
+    value = pd.to_numeric(grid["speedup"], errors="coerce")
+    frame = _plain(pd.DataFrame({"configuration": label, "speedup": value, "run_id": grid["run_id"].astype(str)}))
     stand_in = bool(grid.get("stand_in", pd.Series(False, index=grid.index)).fillna(False).astype(bool).any())
-    width = opts.get("width", max(500, 26 * len(frame) + 160))
-    frame = _plain(frame)
-    bars = hv.Bars(frame, kdims=[hv.Dimension("configuration", label="Configuration")],
-                   vdims=[hv.Dimension("speedup", label="Speedup vs baseline (×)"), "setup", "run_id"]).opts(
-        color="#0072B2", tools=["hover"], xrotation=60, width=width, height=opts.get("height", 420))  # fmt: skip
-    overlay = bars * hv.HLine(1.0).opts(color="black", line_dash="dashed", line_width=1)
+    height = opts.get("height", max(260, 28 * len(frame) + 110))
+    ydim = hv.Dimension("configuration", label="Configuration")
+    points = hv.Scatter(frame, kdims=[ydim], vdims=[hv.Dimension("speedup", label="Speedup vs baseline (×)"), "run_id"]).opts(
+        color="#0072B2", size=9, tools=["hover"], invert_axes=True, width=opts.get("width", 760), height=height,
+        show_grid=True)  # fmt: skip
+    overlay = points * hv.VLine(1.0).opts(color="black", line_dash="dashed", line_width=1)
     lo, hi = _ci_columns(grid, "speedup")
     if lo and hi:
-        ci = pd.DataFrame({"configuration": label, "speedup": frame.set_index(frame.index)["speedup"]})
-        ci = pd.DataFrame(
-            {"configuration": label, "y": pd.to_numeric(grid["speedup"], errors="coerce"),
-             "neg": pd.to_numeric(grid["speedup"], errors="coerce") - pd.to_numeric(grid[lo], errors="coerce"),
-             "pos": pd.to_numeric(grid[hi], errors="coerce") - pd.to_numeric(grid["speedup"], errors="coerce")}
-        ).sort_values("configuration", kind="stable")  # fmt: skip
-        overlay = overlay * hv.ErrorBars(_plain(ci), kdims=["configuration"], vdims=["y", "neg", "pos"]).opts(color="black")
+        ci = _plain(pd.DataFrame({"configuration": label, "y": value, "neg": value - pd.to_numeric(grid[lo], errors="coerce"),
+                                  "pos": pd.to_numeric(grid[hi], errors="coerce") - value}))  # fmt: skip
+        overlay = overlay * hv.ErrorBars(ci, kdims=[ydim], vdims=["y", "neg", "pos"]).opts(
+            color="black", invert_axes=True)
     return overlay.opts(title=_title("Speedup over baseline overlap (median iteration, 95% CI)", stand_in))
 
 
