@@ -330,10 +330,22 @@ def config_grid(table: pd.DataFrame) -> pd.DataFrame:
         priority=prio.map(lambda p: "0 (default)" if pd.isna(p) or p == 0 else f"{int(p)} ({'higher' if p < 0 else 'lower'})"),
         pad_sort=pd.to_numeric(table["smem_pad_bytes"], errors="coerce") if "smem_pad_bytes" in table else 0,
         prio_sort=prio.fillna(0),
-        facet=table.get("workload", pd.Series("", index=table.index)).fillna("imported").astype(str)
-        + " · "
-        + table.get("setup", pd.Series("", index=table.index)).fillna("?").astype(str),
+        facet=_facet(table),
     )
+
+
+def _facet(table: pd.DataFrame) -> pd.Series:
+    """Panel name per row: workload · setup, then the GEMM implementation and SM carve-out where given
+    (runs differing only in those must not share a heatmap cell)."""
+
+    def col(name: str, default: str = "") -> pd.Series:
+        return table[name].astype(object).where(table[name].notna(), default) if name in table else pd.Series(default, index=table.index)
+
+    facet = col("workload", "imported").astype(str) + " · " + col("setup", "?").astype(str)
+    impl = col("compute_impl").astype(str)
+    facet = facet + np.where(impl != "", " · " + impl, "")
+    carve = pd.to_numeric(col("sm_carveout", 0), errors="coerce").fillna(0)
+    return facet + np.where(carve > 0, " · carve-out " + carve.astype(int).astype(str) + " SMs", "")
 
 
 def heatmap(table: pd.DataFrame, *, value: str = "time_ratio", **opts) -> hv.Layout:
@@ -485,7 +497,7 @@ def residency(table: pd.DataFrame, delays: pd.DataFrame | None = None, **opts) -
         Optional ``overlapviz.explain.comm_start_delays`` rows (``start_delay_us``,
         ``n_resident_compute``).
     """
-    width, height = opts.get("width", 620), opts.get("height", 380)
+    width, height = opts.get("width", 1000), opts.get("height", 380)
     shapes = table.assign(
         kernel=_short(table["name"].astype(str))
         + " ["
