@@ -4,11 +4,17 @@ Every real Kineto trace in tests/data must take the fast path and give exactly w
 dict path gives; a document the fast path cannot type must still read (or fail) the same.
 """
 
+import gzip
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
 
-from overlapviz.ingest import chrome
+import overlapviz.ingest as ingest_mod
+from overlapviz import schema
+from overlapviz.ingest import chrome, ingest
+from overlapviz.testing import generate_trace, kernel_event, kineto_trace, runtime_event, write_trace
 
 DATA = Path(__file__).parent / "data"
 REAL = sorted(
@@ -43,3 +49,83 @@ def test_real_traces_found():
 def test_fast_path_equals_dict_path(path):
     assert chrome.decode_typed(chrome.read_bytes(path)) is not None, "fell back to the dict path"
     _same(_fast(path), _slow(path))
+
+
+def test_typed_timestamps_parse_like_python_floats():
+    """msgspec's float parsing gives the float Python's does, so us_to_ns stays exact."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    @settings(max_examples=200, deadline=None)
+    @given(st.lists(st.integers(min_value=0, max_value=(1 << 43) * 1000 - 1), min_size=1, max_size=50))
+    def check(ns):
+        text = [f"{n // 1000}.{n % 1000:03d}" for n in ns]
+        body = ",".join(f'{{"ph":"X","cat":"kernel","ts":{t},"dur":{t}}}' for t in text)
+        events, _ = chrome.decode_typed(f"[{body}]".encode())
+        assert [e.ts for e in events] == [float(t) for t in text]
+        assert chrome.us_to_ns(np.array([e.ts for e in events])).tolist() == ns
+
+    check()
+    events, _ = chrome.decode_typed(b'{"traceEvents": [{"ts": 1682725898082228, "dur": 3}]}')
+    assert events[0].ts == 1682725898082228.0 and isinstance(events[0].ts, float)
+
+
+def test_untypable_documents_fall_back_to_the_dict_path(tmp_path):
+    # an object where a number belongs, an event that is not an object, no traceEvents
+    assert chrome.decode_typed(b'{"traceEvents": [{"ts": {"a": 1}}]}') is None
+    assert chrome.decode_typed(b'{"traceEvents": [3]}') is None
+    assert chrome.decode_typed(b'{"foo": []}') is None
+    assert chrome.decode_typed(b'{"traceEvents": [') is None
+    doc = kineto_trace(kernel_event("k", 10_000, 2_000, correlation=1), runtime_event(1, 9_000, 500))
+    doc["traceEvents"].append({"ph": "i", "cat": "cpu_instant_event", "name": "odd", "ts": 1.0, "args": {"grid": "none"}})
+    path = write_trace(doc, tmp_path / "rank0.json")
+    assert chrome.decode_typed(chrome.read_bytes(path)) is None
+    (trace,) = chrome.ChromeReader().read(path)
+    assert trace.kernels.column("start_ns").to_pylist() == [10_000] and trace.kernels.column("launch_ns").to_pylist() == [9_000]
+
+
+def _generated(tmp_path, n_ranks=3):
+    for r in range(n_ranks):
+        write_trace(generate_trace(2_000, rank=r, world_size=n_ranks, seed=r, n_steps=4), tmp_path / "gen" / f"rank{r}.json.gz")
+    return tmp_path / "gen"
+
+
+def test_worker_pool_gives_what_one_process_gives(tmp_path, monkeypatch):
+    src = _generated(tmp_path)
+    one = ingest([src], tmp_path / "one", workers=1, progress=False)
+    monkeypatch.setattr(ingest_mod, "POOL_MIN_BYTES", 0)
+    forked = []
+    real_pool = ingest_mod.ProcessPoolExecutor
+    monkeypatch.setattr(ingest_mod, "ProcessPoolExecutor", lambda *a, **kw: forked.append(kw) or real_pool(*a, **kw))
+    two = ingest([src], tmp_path / "two", workers=2, progress=False)
+    assert forked and forked[0]["max_workers"] == 1  # the parent reads too: one forked process for 2 workers
+    for table, order in (("kernels", ["rank", "start_ns", "stream"]), ("steps", ["rank", "start_ns"]), ("ranks", ["rank"])):
+        a = schema.read_frame(one, table).sort_values(order, ignore_index=True)
+        b = schema.read_frame(two, table).sort_values(order, ignore_index=True)
+        pd.testing.assert_frame_equal(a, b)
+
+
+def test_small_inputs_are_read_without_forking(tmp_path, monkeypatch):
+    src = _generated(tmp_path, n_ranks=2)
+    monkeypatch.setattr(ingest_mod, "ProcessPoolExecutor", lambda *a, **kw: pytest.fail("forked a pool for 2 small files"))
+    out = ingest([src], tmp_path / "ds", workers=2, progress=False)
+    assert len(schema.read_frame(out, "kernels")) == 4_000
+
+
+def test_bad_file_read_by_the_pool_fails_naming_it(tmp_path, monkeypatch):
+    src = _generated(tmp_path)
+    data = (src / "rank2.json.gz").read_bytes()
+    (src / "rank2.json.gz").write_bytes(data[:-30])
+    monkeypatch.setattr(ingest_mod, "POOL_MIN_BYTES", 0)
+    with pytest.raises(ValueError, match=r"rank2\.json\.gz: truncated gzip"):
+        ingest([src], tmp_path / "ds", workers=2, progress=False)
+    assert not (tmp_path / "ds").exists()
+
+
+def test_input_bytes_reads_the_gzip_trailer(tmp_path):
+    src = _generated(tmp_path, n_ranks=1)
+    f = src / "rank0.json.gz"
+    assert ingest_mod._input_bytes(f) == len(gzip.decompress(f.read_bytes()))
+    plain = tmp_path / "plain.json"
+    plain.write_bytes(b"[]")
+    assert ingest_mod._input_bytes(plain) == 2

@@ -49,6 +49,9 @@ from overlapviz.rules import RuleSet, default_rules
 __all__ = ["ingest", "readers", "detect", "discover", "assign_steps", "read_source", "RunSource"]
 
 SNIFF_BYTES = 64 * 1024
+# below this much trace content (uncompressed) in all, files are read in this process only:
+# forking a pool costs more than the second core gives back (~70 MB/s of JSON per core)
+POOL_MIN_BYTES = 32 * 1024 * 1024
 MANIFEST = "manifest.json"
 MANIFEST_FORMAT = "overlapviz-run/1"
 _TIMINGS_RE = re.compile(r"^timings_rank(\d+)\.json$")
@@ -364,7 +367,32 @@ def read_source(path: str, reader_name: str, rules_json: str) -> list[RankTrace]
     traces = _reader(reader_name).read(Path(path))
     for t in traces:
         t.kernels = finish_kernels(t, rules)
+    _release_memory()
     return traces
+
+
+def _release_memory() -> None:
+    """Hand freed memory back to the OS after a file. Arrow's allocator keeps what a parse
+    freed (~80 MB for a 250k-event rank) for reuse, glibc's heap another ~25 MB; kept, each
+    file raises the process's floor and the next file's peak by that much."""
+    pa.default_memory_pool().release_unused()
+    if _LIBC is not None:
+        _LIBC.malloc_trim(0)
+
+
+def _glibc():
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6")
+        return libc if hasattr(libc, "malloc_trim") else None
+    except OSError:  # musl and others: nothing to trim
+        return None
+
+
+_LIBC = _glibc()
 
 
 # --- the driver --------------------------------------------------------------------------
@@ -398,8 +426,9 @@ def ingest(
     overwrite
         Replace an existing non-empty ``out``.
     workers
-        Processes reading traces in parallel (default ``min(2, cpu count)``); each holds one
-        trace in memory at a time.
+        Processes reading traces at once, this one included (default ``min(2, cpu
+        count)``); each holds one trace in memory at a time. Below ``POOL_MIN_BYTES`` of
+        trace content in all, this process reads every file alone.
     progress
         Show a progress bar on stderr; None: only when stderr is a terminal.
 
@@ -427,6 +456,8 @@ def ingest(
         try:
             for (ri, fi, path, _), traces in _map(tasks, run_rules, runs, n_workers):
                 _add_traces(writer, runs[ri], state[ri], fi, path, traces)
+                del traces
+                _release_memory()
                 bar.update(1)
         finally:
             bar.close()
@@ -455,33 +486,54 @@ def _progress_bar(total: int, enabled: bool):
 
 
 def _map(tasks, run_rules, runs, n_workers) -> Iterable:
-    """(task, traces) for every task; in a bounded process pool when it pays off."""
+    """(task, traces) for every task, the parent process reading too.
+
+    With ``n_workers`` > 1 and enough input to pay for it (``POOL_MIN_BYTES``), a pool of
+    ``n_workers - 1`` forked processes reads beside the parent: ``n_workers`` traces are
+    parsed at once, in ``n_workers`` processes rather than ``n_workers + 1`` (each process
+    counts its copy of numpy/pandas/pyarrow, ~115 MB, in the peak memory). Otherwise every
+    file is read in this process, one at a time: no fork for one or a few small files.
+    """
     jobs = [(t, (str(t[2]), t[3], run_rules[runs[t[0]].run_id].to_json())) for t in tasks]
-    if n_workers <= 1 or len(jobs) <= 1:
+    n_pool = min(n_workers - 1, len(jobs) - 1)
+    if n_pool < 1 or sum(_input_bytes(Path(args[0])) for _, args in jobs) < POOL_MIN_BYTES:
         for task, args in jobs:
             yield task, read_source(*args)
         return
     ctx = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
-    pool = ProcessPoolExecutor(max_workers=min(n_workers, len(jobs)), mp_context=ctx)
+    pool = ProcessPoolExecutor(max_workers=n_pool, mp_context=ctx)
     pending: dict = {}
-    todo = iter(jobs)
+    todo = list(reversed(jobs))  # popped from the end: file order
     try:
-        while True:
-            # keep at most workers + 1 traces in flight: memory stays bounded by the pool size
-            while len(pending) < n_workers + 1:
-                nxt = next(todo, None)
-                if nxt is None:
-                    break
-                task, args = nxt
+        while todo or pending:
+            # one queued task per worker beyond the running one, so none idles while the
+            # parent parses; a queued task holds no trace until it starts
+            while todo and len(pending) < 2 * n_pool:
+                task, args = todo.pop()
                 pending[pool.submit(read_source, *args)] = task
-            if not pending:
-                break
-            done, _ = wait(pending, return_when=FIRST_COMPLETED)
+            if todo:
+                task, args = todo.pop()
+                yield task, read_source(*args)
+                done = [f for f in pending if f.done()]
+            else:
+                done, _ = wait(pending, return_when=FIRST_COMPLETED)
             for fut in sorted(done, key=lambda f: pending[f][:2]):
                 task = pending.pop(fut)
                 yield task, fut.result()
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _input_bytes(path: Path) -> int:
+    """The size of ``path``'s content: a gzip file's trailer says it (modulo 4 GiB)."""
+    try:
+        with open(path, "rb") as fh:
+            if fh.read(2) != b"\x1f\x8b":
+                return os.fstat(fh.fileno()).st_size
+            fh.seek(-4, os.SEEK_END)
+            return int.from_bytes(fh.read(4), "little")
+    except OSError:
+        return 0
 
 
 @dataclass
