@@ -480,9 +480,19 @@ def _run_rules(run: RunSource, explicit: RuleSet | None) -> RuleSet:
 
 
 def _progress_bar(total: int, enabled: bool):
-    from tqdm import tqdm
+    if not enabled:
+        return _NoBar()
+    from tqdm import tqdm  # 40 ms to import: only when a bar shows
 
-    return tqdm(total=total, disable=not enabled, file=sys.stderr, unit="file", desc="ingest", leave=False)
+    return tqdm(total=total, file=sys.stderr, unit="file", desc="ingest", leave=False)
+
+
+class _NoBar:
+    def update(self, n: int = 1) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
 
 
 def _map(tasks, run_rules, runs, n_workers) -> Iterable:

@@ -28,6 +28,7 @@ import orjson
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
+from msgspec.structs import astuple
 
 from overlapviz.ingest.base import RankTrace
 from overlapviz.schema import DEVICES, conform
@@ -302,7 +303,26 @@ def _split_typed(events: list, path: Path) -> tuple[pa.Table, pa.Table, pa.Table
     return tuple(out)
 
 
+# the structs' fields in their order, for converting their tuples in one pyarrow pass
+_EVENT_TUPLE = pa.struct([("ph", pa.string()), ("cat", pa.string()), *[(k, v) for k, v in _TOP_TYPES.items() if k != "ph"]])
+_ARGS_TUPLE = pa.struct([(a, _ARG_TYPES[k]) for k, a in _ARG_ATTR.items()])
+_EVENT_FIELDS = len(_EVENT_TUPLE)
+
+
 def _typed_table(events: list, path: Path, what: str, type_: pa.StructType) -> pa.Table:
+    try:
+        # one C++ pass over tuples converts all fields ~1.5x faster than a list per field
+        top = pa.array([t[:_EVENT_FIELDS] for t in map(astuple, events)], _EVENT_TUPLE).flatten()
+        args = pa.array(list(map(astuple, map(attrgetter("args"), events))), _ARGS_TUPLE).flatten()
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
+        return _typed_columns(events, path, what, type_)  # numbers as strings: field by field
+    cols = {f.name: top[_EVENT_TUPLE.get_field_index(f.name)] for f in type_ if f.name != "args"}
+    for f in type_.field("args").type:
+        cols[f.name] = args[_ARGS_TUPLE.get_field_index(_ARG_ATTR[f.name])]
+    return pa.table(cols)
+
+
+def _typed_columns(events: list, path: Path, what: str, type_: pa.StructType) -> pa.Table:
     cols = {}
     for f in type_:
         if f.name != "args":
