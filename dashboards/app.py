@@ -58,9 +58,12 @@ class Dashboard(Viewer):
         self._fill()
 
     def _fill(self, *_) -> None:
-        holder = self.holders[self.tabs.active]
+        active = self.tabs.active
+        for i, page in enumerate(self.pages):
+            page.shown = i == active  # hidden pages skip their re-render when the store changes
+        holder = self.holders[active]
         if not holder.objects:
-            holder.objects = [self.pages[self.tabs.active]]
+            holder.objects = [self.pages[active]]
 
     def open_timeline(self, run_id: str) -> None:
         self.tabs.active = PAGES.index("Timeline")

@@ -18,6 +18,11 @@ from overlapviz.dashboards.store import DataStore, Unavailable
 EXPORT_FORMATS = ["png", "svg", "pdf", "html"]
 
 
+def hidden() -> pn.Spacer:
+    """What a page's plot method returns while its tab is not shown: store changes then cost nothing."""
+    return pn.Spacer(height=0)
+
+
 def notice(text: str, kind: str = "warning") -> pn.pane.Alert:
     return pn.pane.Alert(text, alert_type=kind, sizing_mode="stretch_width")
 
@@ -50,6 +55,7 @@ class OverviewPage(Viewer):
     """Heatmaps over the configuration grid; clicking a cell opens that configuration on the Timeline."""
 
     store = param.ClassSelector(class_=DataStore, constant=True)
+    shown = param.Boolean(default=False, doc="Set by the Dashboard while this page\'s tab is open")
 
     value = param.Selector(default="time_ratio", objects=list(figures.VALUE_LABELS), label="Metric")
 
@@ -66,8 +72,10 @@ class OverviewPage(Viewer):
             if self.on_open is not None:
                 self.on_open(hit.iloc[0])
 
-    @param.depends("value")
+    @param.depends("value", "shown")
     def _heatmaps(self):
+        if not self.shown:
+            return hidden()
         try:
             table = self.store.config_table()
         except Unavailable as exc:
@@ -122,14 +130,17 @@ class TimelinePage(Viewer):
     """Kernels per rank and stream: rasterized when zoomed out, hover-able glyphs when zoomed in."""
 
     store = param.ClassSelector(class_=DataStore, constant=True)
+    shown = param.Boolean(default=False, doc="Set by the Dashboard while this page\'s tab is open")
 
     max_glyphs = param.Integer(default=figures.MAX_GLYPHS, bounds=(1_000, 200_000), label="Glyphs up to (kernels in view)")
 
     def __init__(self, store: DataStore, **params):
         super().__init__(store=store, **params)
 
-    @param.depends("store.run_id", "store.ranks", "max_glyphs")
+    @param.depends("store.run_id", "store.ranks", "max_glyphs", "shown")
     def _plot(self):
+        if not self.shown:
+            return hidden()
         if self.store.run_id is None:
             return notice("The dataset has no runs.", "info")
         data = self.store.timeline()
@@ -158,6 +169,7 @@ class ComparePage(Viewer):
     """Two configurations on linked time axes, with the metric deltas."""
 
     store = param.ClassSelector(class_=DataStore, constant=True)
+    shown = param.Boolean(default=False, doc="Set by the Dashboard while this page\'s tab is open")
 
     def __init__(self, store: DataStore, **params):
         super().__init__(store=store, **params)
@@ -173,9 +185,11 @@ class ComparePage(Viewer):
             return None
         return figures.metric_deltas(metrics, a, b)
 
-    @param.depends("store.run_id", "store.run_b")
+    @param.depends("store.run_a", "store.run_b", "shown")
     def _plot(self):
-        a, b = self.store.run_id, self.store.run_b
+        if not self.shown:
+            return hidden()
+        a, b = self.store.run_a, self.store.run_b
         if a is None or b is None:
             return notice("Needs two runs.", "info")
         da, db = self.store.timeline(a, ranks=[]), self.store.timeline(b, ranks=[])
@@ -184,17 +198,17 @@ class ComparePage(Viewer):
         layout = figures.compare(da, db, self._deltas(a, b), labels=(f"A: {a}", f"B: {b}"))
         return pn.pane.HoloViews(layout, backend="bokeh", sizing_mode="stretch_width")
 
-    @param.depends("store.run_id", "store.run_b")
+    @param.depends("store.run_a", "store.run_b")
     def _info(self):
         return pn.pane.Markdown(
-            f"**A** {self.store.configuration_text(self.store.run_id)}\n\n**B** {self.store.configuration_text(self.store.run_b)}"
+            f"**A** {self.store.configuration_text(self.store.run_a)}\n\n**B** {self.store.configuration_text(self.store.run_b)}"
         )
 
     def __panel__(self):
         controls = pn.Row(
-            pn.widgets.Select.from_param(self.store.param.run_id, label="A", width=420),
+            pn.widgets.Select.from_param(self.store.param.run_a, label="A", width=420),
             pn.widgets.Select.from_param(self.store.param.run_b, label="B", width=420),
-            export_button(self.store, "compare", lambda: {"runs": [self.store.run_id, self.store.run_b]}),
+            export_button(self.store, "compare", lambda: {"runs": [self.store.run_a, self.store.run_b]}),
         )
         return pn.Column(controls, self._info, self._plot, sizing_mode="stretch_width", name="Compare")
 
@@ -203,12 +217,15 @@ class ResidencyPage(Viewer):
     """Resident blocks per SM per kernel, the limiter, and the communication start delays."""
 
     store = param.ClassSelector(class_=DataStore, constant=True)
+    shown = param.Boolean(default=False, doc="Set by the Dashboard while this page\'s tab is open")
 
     def __init__(self, store: DataStore, **params):
         super().__init__(store=store, **params)
 
-    @param.depends("store.run_id")
+    @param.depends("store.run_id", "shown")
     def _plot(self):
+        if not self.shown:
+            return hidden()
         try:
             table = self.store.kernel_residency()
         except Unavailable as exc:
@@ -241,12 +258,15 @@ class RanksPage(Viewer):
     """Per-rank overlapped and exposed communication, to spot stragglers."""
 
     store = param.ClassSelector(class_=DataStore, constant=True)
+    shown = param.Boolean(default=False, doc="Set by the Dashboard while this page\'s tab is open")
 
     def __init__(self, store: DataStore, **params):
         super().__init__(store=store, **params)
 
-    @param.depends("store.run_id")
+    @param.depends("store.run_id", "shown")
     def _plot(self):
+        if not self.shown:
+            return hidden()
         try:
             metrics = self.store.metrics()
         except Unavailable as exc:

@@ -93,21 +93,24 @@ class DataStore(param.Parameterized):
     """
 
     run_id = param.Selector(default=None, objects=[], doc="The configuration shown on Timeline, Ranks and Residency")
+    run_a = param.Selector(default=None, objects=[], doc="The first configuration on Compare")
     run_b = param.Selector(default=None, objects=[], doc="The second configuration on Compare")
     ranks = param.ListSelector(default=[], objects=[], doc="Ranks shown on the timeline (empty: all)")
 
     def __init__(self, path: str | Path, **params):
         super().__init__(**params)
         self.path = str(Path(path).resolve())
+        schema.read_metadata(self.path)  # ValueError naming the path when it is not a dataset
         self.stamp = _stamp(self.path)
         self.runs = load_runs(self.path, self.stamp)
         labels = self.run_labels()
         self.param.run_id.objects = labels
+        self.param.run_a.objects = labels
         self.param.run_b.objects = labels
         ids = list(labels.values())
         ok = self.runs.loc[self.runs["status"].fillna("ok") != "failed", "run_id"].tolist() or ids
         if ids:
-            self.run_id = ok[0]
+            self.run_id = self.run_a = ok[0]
             self.run_b = ok[1] if len(ok) > 1 else ok[0]
         self._update_ranks()
 

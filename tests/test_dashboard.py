@@ -105,6 +105,9 @@ def test_pages_build_and_follow_the_store(dataset):
     for page in app.pages:
         page.__panel__()  # every page composes without error
     timeline = next(p for p in app.pages if isinstance(p, TimelinePage))
+    assert not timeline.shown and isinstance(timeline._plot(), pn.Spacer)  # hidden: no work on store changes
+    app.tabs.active = PAGES.index("Timeline")
+    assert timeline.shown and not app.pages[0].shown
     store = timeline.store
     pane = timeline._plot()
     before = pane.object
@@ -137,3 +140,38 @@ def test_get_serves_the_page_once(dataset):
     assert any("bokeh.min.js" in r for r in refs)
     assert not [r for r in refs if "//" in r], refs
     assert pn.state.served is False
+
+
+def test_serve_get_through_the_cli(dataset):
+    from click.testing import CliRunner
+
+    from overlapviz.cli import main
+
+    result = CliRunner().invoke(main, ["serve", dataset, "--get", "/"])
+    assert result.exit_code == 0, result.output
+    assert "<title>overlapviz</title>" in result.output
+    bad = CliRunner().invoke(main, ["serve", dataset + "-missing", "--get", "/"])
+    assert bad.exit_code != 0 and "not an overlapviz dataset" in bad.output and "Traceback" not in bad.output
+
+
+def test_sample_traces_are_ingested_once_per_content(tmp_path):
+    import shutil
+
+    from overlapviz import samples
+
+    sources = samples.sample_sources()
+    if not sources:
+        pytest.skip("no sample traces bundled in this checkout")
+    root = tmp_path / "samples"
+    shutil.copytree(sources[0], root / sources[0].name)
+    first = samples.sample_dataset(root=root, cache=tmp_path / "cache")
+    assert (first / schema.METADATA_FILE).exists()
+    stamp = (first / schema.METADATA_FILE).stat().st_mtime_ns
+    assert samples.sample_dataset(root=root, cache=tmp_path / "cache") == first  # cached, not ingested again
+    assert (first / schema.METADATA_FILE).stat().st_mtime_ns == stamp
+    runs = schema.read_frame(first, "runs")
+    assert len(runs) and runs["run_id"].is_unique
+    (root / "extra.json").write_text("{}")  # outside the sweep directory: not a source, same key
+    assert samples.content_key(samples.sample_sources(root)) == first.name.removeprefix("samples-")
+    with pytest.raises(ValueError, match="no sample traces"):
+        samples.sample_dataset(root=tmp_path / "empty", cache=tmp_path / "cache")

@@ -30,7 +30,10 @@ def serve(dataset: str | None, address: str, port: int, show: bool, get_path: st
             if status != 200:
                 raise click.ClickException(f"GET {get_path} answered HTTP {status}")
             return
-        click.echo(f"overlapviz dashboard for {dataset} at http://{address}:{port}/  (Ctrl-C to stop)", err=True)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"overlapviz dashboard for {dataset} at http://{address}:{port}/  (Ctrl-C to stop)", err=True)
+    try:
         app.serve(dataset, address=address, port=port, show=show)
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
