@@ -76,8 +76,15 @@ def _tree_rss_bytes(pid: int) -> int:
 
 
 def measure(cmd: list[str], *, env: dict | None = None, timeout: float = 900) -> dict:
-    """Run ``cmd``; wall seconds, peak tree RSS (sampled), exit code, and its stdout/stderr tails."""
+    """Run ``cmd``; wall seconds, CPU seconds, peak tree RSS (sampled), exit code, and its stdout/stderr tails.
+
+    CPU seconds (user + system of the process and every descendant it waited for, both tools'
+    workers included) move less than wall time when other jobs share the cores.
+    """
+    import resource
+
     peak = [0]
+    cpu0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=ROOT, text=True)
     done = threading.Event()
@@ -97,9 +104,11 @@ def measure(cmd: list[str], *, env: dict | None = None, timeout: float = 900) ->
         out, err = proc.communicate()
         rc = "timeout"
     wall = time.perf_counter() - t0
+    cpu1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (cpu1.ru_utime + cpu1.ru_stime) - (cpu0.ru_utime + cpu0.ru_stime)
     done.set()
     sampler.join()
-    return {"wall_s": wall, "peak_rss_mb": peak[0] / 2**20, "rc": rc, "stdout": out, "stderr": err[-2000:]}
+    return {"wall_s": wall, "cpu_s": cpu, "peak_rss_mb": peak[0] / 2**20, "rc": rc, "stdout": out, "stderr": err[-2000:]}
 
 
 def _last_json(text: str):
@@ -288,9 +297,19 @@ def median_run(cmd, repeat, **kw) -> dict:
         return runs[-1]
     best = dict(ok[0])
     best["wall_s"] = statistics.median(r["wall_s"] for r in ok)
+    best["cpu_s"] = statistics.median(r["cpu_s"] for r in ok)
+    best["calls_s"] = statistics.median(_calls_s(r["stdout"]) for r in ok)
+    best["ingest_s"] = statistics.median(_calls_s(r["stdout"], "ingest_s") for r in ok)
     best["peak_rss_mb"] = max(r["peak_rss_mb"] for r in ok)
     best["stdout"] = ok[-1]["stdout"]
     return best
+
+
+def _calls_s(stdout: str, *keys: str) -> float:
+    """The library calls' seconds a worker printed (ours: ingest + analyze; HTA: load + overlap)."""
+    r = _last_json(stdout)
+    r = r if isinstance(r, dict) else {}  # the CLI prints a list
+    return sum(r.get(k, 0) for k in keys or ("ingest_s", "analyze_s", "load_s", "overlap_s"))
 
 
 def bench_set(name: str, src: Path, out: Path, hta_python: Path | None, repeat: int, *, big: bool) -> dict:
@@ -307,8 +326,9 @@ def bench_set(name: str, src: Path, out: Path, hta_python: Path | None, repeat: 
         row["ours_error"] = ours["stderr"].strip().splitlines()[-1:] or [str(ours["rc"])]
         return row
     res = _last_json(ours["stdout"])
-    row.update(ours_wall_s=ours["wall_s"], ours_rss_mb=ours["peak_rss_mb"], ours_ingest_s=res["ingest_s"],
-               ours_analyze_s=res["analyze_s"], ours_import_s=res["import_s"])  # fmt: skip
+    row.update(ours_wall_s=ours["wall_s"], ours_rss_mb=ours["peak_rss_mb"], ours_ingest_s=ours["ingest_s"],
+               ours_analyze_s=res["analyze_s"], ours_import_s=res["import_s"], ours_cpu_s=ours["cpu_s"],
+               ours_calls_s=ours["calls_s"])  # fmt: skip
     records = res["records"]
     row["kernels"] = sum(r["n_kernels"] for r in records)
     row["ranks"] = len(records)
@@ -345,14 +365,15 @@ def bench_set(name: str, src: Path, out: Path, hta_python: Path | None, repeat: 
         print(f"[{name}] HTA ...", file=sys.stderr)
         hta_cmd = [str(hta_python), str(Path(__file__).resolve()), "--worker", "hta", "--src", str(src)]
         env = {k: v for k, v in os.environ.items() if k != "HTA_DISABLE_NS_ROUNDING"}
-        hta = median_run(hta_cmd, 1 if big else repeat, env=env, timeout=1800)
+        hta = median_run(hta_cmd, repeat, env=env, timeout=1800)
         if hta["rc"] == 0:
             h = _last_json(hta["stdout"])
+            row.update(hta_cpu_s=hta["cpu_s"], hta_calls_s=hta["calls_s"])
             row.update(hta_wall_s=hta["wall_s"], hta_rss_mb=hta["peak_rss_mb"], hta_load_s=h["load_s"],
                        hta_overlap_s=h["overlap_s"], hta_pctg=h["pctg"], hta_rel_err=score_hta(h["pctg"], ref),
                        hta_vs_hta_rules_abs_err=abs_err_hta(h["pctg"], hta_ref))  # fmt: skip
             row["speedup_vs_hta"] = hta["wall_s"] / row["ours_wall_s"]
-            row["call_speedup_vs_hta"] = (h["load_s"] + h["overlap_s"]) / (row["ours_ingest_s"] + row["ours_analyze_s"])
+            row["call_speedup_vs_hta"] = hta["calls_s"] / ours["calls_s"]  # medians of the repeats
             row["mem_ratio_vs_hta"] = hta["peak_rss_mb"] / row["ours_rss_mb"]
         else:
             tail = (hta["stderr"] or "").strip().splitlines()
@@ -385,25 +406,29 @@ def report(rows: list[dict], info: dict) -> str:
         "",
         "Each measurement is a fresh process (median of the repeats). *wall*: the whole process, start-up and",
         "imports included. *calls*: inside the process, overlapviz `ingest()` + `analyze()` against HTA",
-        "`TraceAnalysis()` + `get_comm_comp_overlap()`. *peak MB*: resident memory of the whole process tree",
-        "(both fork workers), sampled every 10 ms.",
+        "`TraceAnalysis()` + `get_comm_comp_overlap()`. *CPU*: user + system seconds of the whole process",
+        "tree (both fork workers), less sensitive than wall time to other jobs on the cores. *peak MB*:",
+        "resident memory of the whole process tree, sampled every 10 ms.",
         "",
         "| trace set | ranks | kernels | trace events | ours wall s | HTA wall s | wall speed-up | ours calls s |"
-        " HTA calls s | calls speed-up | ours peak MB | HTA peak MB | ingest events/s | analyze() s | analyze CLI s |",
-        "|---" * 15 + "|",
+        " HTA calls s | calls speed-up | ours CPU s | HTA CPU s | CPU ratio | ours peak MB | HTA peak MB |"
+        " ingest events/s | analyze() s | analyze CLI s |",
+        "|---" * 18 + "|",
     ]
     for r in rows:
         if "ours_error" in r:
-            lines.append(f"| {r['set']} | ours failed: {r['ours_error']} |" + " |" * 13)
+            lines.append(f"| {r['set']} | ours failed: {r['ours_error']} |" + " |" * 16)
             continue
-        calls = r["ours_ingest_s"] + r["ours_analyze_s"]
-        hta_calls = r["hta_load_s"] + r["hta_overlap_s"] if "hta_load_s" in r else None
+        calls = r.get("ours_calls_s") or r["ours_ingest_s"] + r["ours_analyze_s"]
+        hta_calls = r.get("hta_calls_s") or (r["hta_load_s"] + r["hta_overlap_s"] if "hta_load_s" in r else None)
+        cpu_ratio = r["hta_cpu_s"] / r["ours_cpu_s"] if r.get("hta_cpu_s") and r.get("ours_cpu_s") else None
         eps = r["events"] / r["ours_ingest_s"] if r.get("ours_ingest_s") else None
         hta_wall = _fmt(r.get("hta_wall_s"), ".2f") if "hta_error" not in r else f"failed: {r['hta_error'][:70]}"
         lines.append(
             f"| {r['set']} | {r['ranks']} | {r['kernels']:,} | {r['events']:,} | {_fmt(r['ours_wall_s'], '.2f')} |"
             f" {hta_wall} | {_fmt(r.get('speedup_vs_hta'), '.1f')}x | {_fmt(calls, '.3f')} | {_fmt(hta_calls, '.3f')} |"
-            f" {_fmt(r.get('call_speedup_vs_hta'), '.1f')}x | {_fmt(r['ours_rss_mb'], '.0f')} |"
+            f" {_fmt(r.get('call_speedup_vs_hta'), '.1f')}x | {_fmt(r.get('ours_cpu_s'), '.2f')} | {_fmt(r.get('hta_cpu_s'), '.2f')} |"
+            f" {_fmt(cpu_ratio, '.1f')}x | {_fmt(r['ours_rss_mb'], '.0f')} |"
             f" {_fmt(r.get('hta_rss_mb'), '.0f')} | {_fmt(eps, ',.0f')} | {_fmt(r.get('lib_analyze_call_s'), '.3f')} |"
             f" {_fmt(r.get('cli_analyze_wall_s'), '.2f')} |"
         )
@@ -471,6 +496,7 @@ def main() -> None:
     ap.add_argument("--n-kernels", type=int, default=1_000_000)
     ap.add_argument("--ranks", type=int, default=8)
     ap.add_argument("--repeat", type=int, default=3, help="repeats per measurement on the real traces (median)")
+    ap.add_argument("--big-repeat", type=int, default=1, help="repeats on the generated set, HTA included (median)")
     ap.add_argument("--quick", action="store_true", help="real traces only (no generated set)")
     ap.add_argument("--sets", nargs="*", help="only these real trace sets")
     ap.add_argument("--profile", action="store_true", help="append a cProfile of ingest/analyze of one generated rank")
@@ -507,7 +533,7 @@ def main() -> None:
         rows.append(bench_set(name, stage(name, files, out), out, hta_python, args.repeat, big=False))
     if not args.quick:
         src = generate(out, args.n_kernels, args.ranks)
-        row = bench_set(src.name, src, out, hta_python, 1, big=True)
+        row = bench_set(src.name, src, out, hta_python, args.big_repeat, big=True)
         row["big"] = True
         rows.append(row)
     info["load_after"] = "%.1f" % os.getloadavg()[0]
