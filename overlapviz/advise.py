@@ -52,7 +52,7 @@ def _evaluate(limits: dict, compute_threads, compute_regs, compute_smem, comm: F
     fit, limiter, _ = blocks_fit(
         capacity(limits), n * wpb, n, n * wpb * rpw, n * c["shared_mem_per_block_allocated"].to_numpy(np.float64), config,
         float(m["warps_per_block"].iloc[0]), float(m["regs_per_block_allocated"].iloc[0]) / float(m["warps_per_block"].iloc[0]),
-        float(m["shared_mem_per_block_allocated"].iloc[0]), own_config=float(m["shared_mem_config"].iloc[0]),
+        float(m["shared_mem_per_block_allocated"].iloc[0]), own_config=float(m["shared_mem_config_needed"].iloc[0]),
     )
     return c.assign(resident=n, comm_fit=fit, fit_limiter=limiter)
 

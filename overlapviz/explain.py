@@ -35,7 +35,8 @@ def footprints(kernels: pd.DataFrame, dev_limits: dict, carveouts: dict | None =
     (the SM's shared memory as the driver configures it for the kernel: under the run's
     carve-out preference from ``carveouts`` = :func:`overlapviz.residency.run_carveouts`,
     or with none, the smallest carve-out step that holds the kernel's resident blocks),
-    ``num_sms`` and
+    ``smem_config_needed_bytes`` (the least configuration of an SM its blocks join beside
+    others'), ``num_sms`` and
     ``resident_blocks_per_sm`` = min(``blocks_per_sm``, ceil(grid blocks / SMs)): the
     blocks it keeps on a busy SM while its full waves run (its last, partial wave holds
     fewer). Columns are null where the shape or the device's limits are unknown;
@@ -49,6 +50,7 @@ def footprints(kernels: pd.DataFrame, dev_limits: dict, carveouts: dict | None =
         "regs_per_warp": np.full(n, np.nan),
         "smem_alloc_bytes": np.full(n, np.nan),
         "smem_config_bytes": np.full(n, np.nan),
+        "smem_config_needed_bytes": np.full(n, np.nan),
         "num_sms": np.full(n, np.nan),
         "residency_note": np.full(n, None, dtype=object),
     }
@@ -88,6 +90,7 @@ def footprints(kernels: pd.DataFrame, dev_limits: dict, carveouts: dict | None =
             cols["regs_per_warp"][where] = t["regs_per_block_allocated"] / t["warps_per_block"]
             cols["smem_alloc_bytes"][where] = t["shared_mem_per_block_allocated"]
             cols["smem_config_bytes"][where] = t["shared_mem_config"]
+            cols["smem_config_needed_bytes"][where] = t["shared_mem_config_needed"]
             if lim.get("num_sms"):
                 cols["num_sms"][where] = lim["num_sms"]
     out = kernels.assign(**cols)
@@ -134,8 +137,8 @@ def blocks_fit(cap: dict, used_warps, used_blocks, used_regs, used_smem, smem_co
     warps_per_block, regs_per_warp, smem_alloc
         The newcomer's footprint per block.
     own_config
-        NVIDIA: the shared-memory configuration the driver picks for the newcomer itself
-        (``shared_mem_config`` of :func:`overlapviz.residency.occupancy`). None: not
+        NVIDIA: the least SM configuration the newcomer's blocks join
+        (``shared_mem_config_needed`` of :func:`overlapviz.residency.occupancy`). None: not
         checked. Where it exceeds ``smem_config`` no block fits: the SM cannot grow its
         carve-out while the resident blocks run (measured on an H200:
         tests/data/carveout_coresidency_h200).
@@ -400,7 +403,7 @@ def comm_start_delays(dataset_path: str | os.PathLike, *, run_ids=None) -> pd.Da
             f, lm, _ = blocks_fit(
                 capacity(limits), used("u_warps"), used("u_blocks"), used("u_regs"), used("u_smem"), config,
                 part["warps_per_block"], part["regs_per_warp"], part["smem_alloc_bytes"],
-                own_config=part["smem_config_bytes"],
+                own_config=part["smem_config_needed_bytes"],
             )
             unknown = ss["unknown"].eq(True).to_numpy(bool)
             fit[idx] = np.where(unknown, np.nan, f)

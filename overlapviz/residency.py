@@ -70,6 +70,10 @@ def _nvidia(limits: dict, threads, regs, smem, *, carveout, optin) -> dict:
       driver configures the smallest step >= resident blocks x allocation per block
       (the kernel's maximum occupancy at the least shared memory), so a kernel launched
       later fits beside it only within what remains of that step.
+    * ``shared_mem_config_needed``: a kernel joins an SM already configured (by resident
+      blocks of another kernel) only if that configuration is at least the driver's own
+      choice for it (the default rule above, or its preference if larger); a kernel that
+      declares no shared memory joins any SM.
     * blocks: ``max_blocks_per_sm``.
     """
     n = len(threads)
@@ -103,15 +107,21 @@ def _nvidia(limits: dict, threads, regs, smem, *, carveout, optin) -> dict:
         0,
         np.where(smem_alloc > 0, config // np.maximum(smem_alloc, 1), UNLIMITED),
     )
+    # the driver's own choice for the kernel, whatever its preference (see below)
+    resident = np.minimum.reduce([by_warps, by_blocks, by_regs, by_smem if no_preference else
+                                  np.where(smem_alloc > per_block + reserved, 0, sm_total // np.maximum(smem_alloc, 1))])
+    default_config = np.minimum(_carveout_up(np.maximum(resident, 1) * smem_alloc, carve), sm_total)
     if no_preference:
         # Occupancy is counted with the largest carve-out (what cudaOccupancy* report), but the
         # driver then configures the SM with the smallest step that still holds the kernel's
         # resident blocks (CUDA C Programming Guide, "Shared Memory" of compute capability
         # 7.x-9.0: it sizes the carve-out "to avoid shared memory occupancy bottlenecks");
         # evidence on an H200: tests/data/h200_carveout_check.
-        resident = np.minimum.reduce([by_warps, by_blocks, by_regs, by_smem])
-        config = np.where(smem_alloc > 0, _carveout_up(np.maximum(resident, 1) * smem_alloc, carve), config)
-        config = np.minimum(config, sm_total)
+        config = np.where(smem_alloc > 0, default_config, config)
+    # A kernel launched beside resident blocks joins only an SM configured at least as large as
+    # the driver's own choice for it (its preference does not lower that); one that declares no
+    # shared memory joins any (H200 probe: tests/data/carveout_coresidency_h200).
+    needed = np.where(smem > 0, np.maximum(default_config, config), 0)
     return {
         "warps_per_block": warps_per_block,
         "max_warps_per_sm": np.full(n, max_warps, np.int64),
@@ -119,6 +129,7 @@ def _nvidia(limits: dict, threads, regs, smem, *, carveout, optin) -> dict:
         "regs_per_block_allocated": regs_per_warp * warps_per_block,
         "shared_mem_per_block_allocated": smem_alloc,
         "shared_mem_config": config,
+        "shared_mem_config_needed": needed,
     }
 
 
@@ -187,6 +198,7 @@ def _amd(limits: dict, threads, regs, smem, *, sgprs, accum_vgprs, wave_size) ->
         "regs_per_block_allocated": rounded * wpb,
         "shared_mem_per_block_allocated": lds_alloc,
         "shared_mem_config": np.full(n, lds_cu, np.int64),
+        "shared_mem_config_needed": np.zeros(n, np.int64),
     }
 
 
@@ -208,7 +220,8 @@ def occupancy_table(
     ``warps_per_block``, ``active_warps``, one ``blocks_limit_<resource>`` column per
     resource (null: the kernel does not use it), ``regs_per_block_allocated``,
     ``shared_mem_per_block_allocated`` and ``shared_mem_config`` (the SM's shared memory
-    under the chosen carve-out).
+    under the chosen carve-out) and ``shared_mem_config_needed`` (the least configuration
+    of an SM the kernel's blocks join beside others' blocks; 0: any).
     """
     threads = np.atleast_1d(np.asarray(threads_per_block, np.int64))
     n = len(threads)
@@ -247,6 +260,7 @@ def occupancy_table(
     out["regs_per_block_allocated"] = res["regs_per_block_allocated"]
     out["shared_mem_per_block_allocated"] = res["shared_mem_per_block_allocated"]
     out["shared_mem_config"] = res["shared_mem_config"]
+    out["shared_mem_config_needed"] = res["shared_mem_config_needed"]
     return out
 
 
@@ -295,7 +309,9 @@ def occupancy(
         ``warps_per_block``, ``active_warps``, ``blocks_limit_<resource>`` (None where the
         kernel does not use the resource), ``regs_per_block_allocated``,
         ``shared_mem_per_block_allocated`` (bytes, reservation and rounding included),
-        ``shared_mem_config`` (bytes of shared memory the SM is configured with).
+        ``shared_mem_config`` (bytes of shared memory the SM is configured with when the
+        kernel lands on an idle SM), ``shared_mem_config_needed`` (bytes: the least
+        configuration of an SM that its blocks join while other blocks are resident).
     """
     for name, value in (("threads_per_block", threads_per_block), ("regs_per_thread", regs_per_thread), ("shared_mem_bytes", shared_mem_bytes)):
         if value is None or pd.isna(value) or int(value) < 0:

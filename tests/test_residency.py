@@ -326,3 +326,21 @@ def test_carveout_preference_applies_to_the_kernels_the_collector_set_it_on(tmp_
     # the library GEMM keeps the default (1 block -> 132 KB); the stand-in at 32 % gets 74711 B -> the 100 KB step
     assert list(t["shared_mem_config"]) == [132 * 1024, 100 * 1024]
     assert list(t["blocks_per_sm"]) == [1, 1]
+
+
+@pytest.mark.parametrize(
+    "label, threads, regs, smem, carve, config, needed",
+    [
+        # the stand-in: 1 block x 24576 -> 32 KB; it joins any SM configured with >= 32 KB
+        ("standin", 512, 96, 23552, None, 32 * 1024, 32 * 1024),
+        # at 100 % it lands on an idle SM at 228 KB and asks as much of a configured one
+        ("standin 100%", 512, 96, 23552, 100, 228 * 1024, 228 * 1024),
+        # 0 % lands at one block's step (8 KB) but does not lower what it asks of a configured SM: 16 x 6144 -> 100 KB
+        ("probe 0%", 128, 16, 5120, 0, 8 * 1024, 100 * 1024),
+        # no shared memory declared: 8 blocks x the 1 KB reservation -> 8 KB on an idle SM; joins any
+        ("no smem", 256, 16, 0, None, 8 * 1024, 0),
+    ],
+)
+def test_configuration_a_kernel_joins(label, threads, regs, smem, carve, config, needed):
+    r = occupancy(SM90, threads, regs, smem, carveout=carve)
+    assert (r["shared_mem_config"], r["shared_mem_config_needed"]) == (config, needed)

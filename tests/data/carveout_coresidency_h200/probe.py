@@ -41,22 +41,30 @@ extern "C" __global__ void probe(unsigned long long* t, unsigned int* sm) {
 """
 HOLD_NS = 4_000_000
 NUM_REGS, MAX_DYN, CARVEOUT = 4, 8, 9  # CUfunction_attribute
-# (case, A threads, A dynamic smem, A grid per SM, A carve-out preference (-1: none), B threads, B dynamic smem)
+# (case, A threads, A dynamic smem, A grid per SM, A carve-out preference (-1: none), B threads, B dynamic smem,
+#  B carve-out preference)
 CASES = [
-    ("a1blk_132096_b24576", 256, 131072, 1, -1, 128, 23552),
-    ("a1blk_132096_b24576_pref100", 256, 131072, 1, 100, 128, 23552),
-    ("a1of3_70016_b40960", 256, 68992, 1, -1, 128, 39936),
-    ("a1of3_70016_b32768", 256, 68992, 1, -1, 128, 31744),
-    ("a4blk_50176_b8192", 256, 49152, 4, -1, 128, 7168),
-    ("a4blk_50176_b8192_pref100", 256, 49152, 4, 100, 128, 7168),
-    ("a5blk_40960_b16384", 256, 39936, 5, -1, 128, 15360),
-    ("a5blk_40960_b32768", 256, 39936, 5, -1, 128, 31744),
-    ("a2blk_82944_b1024", 256, 81920, 2, -1, 128, 0),
-    ("a2blk_82944_b3072", 256, 81920, 2, -1, 128, 2048),
-    ("a3blk_40960_pref50_b8192", 256, 39936, 3, 50, 128, 7168),
-    ("a3blk_40960_pref50_b16384", 256, 39936, 3, 50, 128, 15360),
-    ("a1of8_1024_b6144", 256, 0, 1, -1, 128, 5120),
-    ("a1of8_1024_b8192", 256, 0, 1, -1, 128, 7168),
+    ("a1blk_132096_b24576", 256, 131072, 1, -1, 128, 23552, -1),
+    ("a1blk_132096_b24576_pref100", 256, 131072, 1, 100, 128, 23552, -1),
+    ("a1of3_70016_b40960", 256, 68992, 1, -1, 128, 39936, -1),
+    ("a1of3_70016_b32768", 256, 68992, 1, -1, 128, 31744, -1),
+    ("a4blk_50176_b8192", 256, 49152, 4, -1, 128, 7168, -1),
+    ("a4blk_50176_b8192_pref100", 256, 49152, 4, 100, 128, 7168, -1),
+    ("a5blk_40960_b16384", 256, 39936, 5, -1, 128, 15360, -1),
+    ("a5blk_40960_b32768", 256, 39936, 5, -1, 128, 31744, -1),
+    ("a2blk_82944_b1024", 256, 81920, 2, -1, 128, 0, -1),
+    ("a2blk_82944_b3072", 256, 81920, 2, -1, 128, 2048, -1),
+    ("a3blk_40960_pref50_b8192", 256, 39936, 3, 50, 128, 7168, -1),
+    ("a3blk_40960_pref50_b16384", 256, 39936, 3, 50, 128, 15360, -1),
+    ("a1of8_1024_b6144", 256, 0, 1, -1, 128, 5120, -1),
+    ("a1of8_1024_b8192", 256, 0, 1, -1, 128, 7168, -1),
+    # the second kernel's own carve-out: does it join an SM whose configuration is below its own?
+    ("a1of4_50176_b24576", 256, 49152, 1, -1, 128, 23552, -1),
+    ("a1of4_50176_b16384", 256, 49152, 1, -1, 128, 15360, -1),
+    ("a1of4_50176_b12288", 256, 49152, 1, -1, 128, 11264, -1),
+    ("a1of8_1024_b1024", 256, 0, 1, -1, 128, 0, -1),
+    ("a1of8_1024_b6144_bpref0", 256, 0, 1, -1, 128, 5120, 0),
+    ("a1of4_50176_b24576_bpref0", 256, 49152, 1, -1, 128, 23552, 0),
 ]
 REPS = 3
 
@@ -96,9 +104,9 @@ def main(argv=None) -> int:
     set_attr(fb, MAX_DYN, optin)
     sa, sb = cupy.cuda.Stream(non_blocking=True), cupy.cuda.Stream(non_blocking=True)
     rows = []
-    for case, at, adyn, aper, apref, bt, bdyn in CASES:
+    for case, at, adyn, aper, apref, bt, bdyn, bpref in CASES:
         set_attr(fa, CARVEOUT, apref)
-        set_attr(fb, CARVEOUT, -1)
+        set_attr(fb, CARVEOUT, bpref)
         occ_a = occupancy(fa, at, adyn)
         grid_a, grid_b = aper * sms, sms
         for rep in range(REPS):
@@ -117,7 +125,8 @@ def main(argv=None) -> int:
             rows.append({
                 "case": case, "rep": rep, "a_threads": at, "a_regs": get_attr(fa, NUM_REGS), "a_dynamic_smem": adyn,
                 "a_grid": grid_a, "a_carveout": apref, "a_occupancy_cuda": occ_a, "b_threads": bt,
-                "b_regs": get_attr(fb, NUM_REGS), "b_dynamic_smem": bdyn, "b_grid": grid_b,
+                "b_regs": get_attr(fb, NUM_REGS), "b_dynamic_smem": bdyn, "b_grid": grid_b, "b_carveout": bpref,
+                "b_occupancy_cuda": occupancy(fb, bt, bdyn),
                 "a_sms_used": len(set(sma.get().tolist())),
                 "a_start_spread_us": (a_last_start - int(a[:, 0].min())) / 1000,
                 "b_blocks_beside_a": int((b < a_first_end).sum()),
