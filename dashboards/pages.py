@@ -243,7 +243,8 @@ class ResidencyPage(Viewer):
         fig = pn.pane.HoloViews(figures.residency(table, delays), backend="bokeh")
         cols = [c for c in ("name", "threads_per_block", "regs_per_thread", "shared_mem_bytes", "blocks_per_sm",
                             "limiter", "occupancy", "comm_blocks_fit_per_sm") if c in table]  # fmt: skip
-        tab = pn.widgets.Tabulator(table[cols], pagination="local", page_size=15, disabled=True, sizing_mode="stretch_width")
+        tab = pn.widgets.Tabulator(table[cols], pagination="local", page_size=15, disabled=True, show_index=False,
+                                   sizing_mode="stretch_width")
         return pn.Column(*([extra] if extra is not None else []), fig, tab, sizing_mode="stretch_width")
 
     def __panel__(self):
@@ -278,7 +279,8 @@ class RanksPage(Viewer):
         table = mine.assign(straggler=strag.to_numpy()).round(3)
         return pn.Column(
             pn.pane.HoloViews(figures.ranks(mine), backend="bokeh"),
-            pn.widgets.Tabulator(table, disabled=True, pagination="local", page_size=16, sizing_mode="stretch_width"),
+            pn.widgets.Tabulator(table, disabled=True, pagination="local", page_size=16, show_index=False,
+                                 sizing_mode="stretch_width"),
             sizing_mode="stretch_width",
         )
 
