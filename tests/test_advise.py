@@ -141,3 +141,20 @@ def test_padding_that_needs_a_carveout_preference():
     best = forced[(forced["lever"] == "smem_pad") & forced["recommended"]].iloc[0]
     assert (best["setting"], best["carveout"], best["comm_blocks_fit_per_sm"]) == ("+99456 B", 100, 1)
     assert forced.iloc[0]["carveout"] == 100
+
+
+def test_cli_takes_the_runs_carveout_preference(tmp_path):
+    """A collected run's smem_carveout_percent reaches the advisor: on the H200 recording the 100 % run's GEMM
+    (pad 112 KiB) already leaves room for the stand-in, the default run's does not."""
+    from overlapviz.ingest import ingest
+
+    ds = ingest([DATA / "h200_carveout_check"], tmp_path / "ds", progress=False)
+    current = {}
+    for run in ("cb-ar_optimized_tiled64x64x32-pad112k_phigh_standin_41a177af",  # carve-out 100 %
+                "cb-ar_optimized_tiled64x64x32-pad112k_phigh_standin_ca2155fe"):  # driver's default
+        res = CliRunner().invoke(main, ["advise", str(ds), "--run", run, "--compute", "ovz_gemm", "--comm", "ovz_comm",
+                                        "--format", "json"])
+        assert res.exit_code == 0, res.output
+        rec = [r for r in orjson.loads(res.output) if r["lever"] == "current"][0]
+        current[run[-8:]] = (rec["comm_blocks_fit_per_sm"], rec["fit_limiter"])
+    assert current == {"41a177af": (1, "registers"), "ca2155fe": (0, "shared_memory_carveout")}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from overlapviz import advise as advise_lib
+from overlapviz import residency
 from overlapviz.cli.residency import FORMATS, render
 from overlapviz.devices import device_limits
 
@@ -26,6 +27,16 @@ def _shape(spec: str | None, flag: str) -> advise_lib.Footprint | None:
         return advise_lib.Footprint(nums[0], nums[1], nums[2] if len(nums) > 2 else 0, nums[3] if len(nums) > 3 else None)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint=flag) from None
+
+
+def _carveout_of(dataset, run_id, compute) -> int | None:
+    """The carve-out preference a collected run set on this computation kernel (None: the driver's default)."""
+    if dataset is None or not compute.name:
+        return None
+    prefs = residency.run_carveouts(dataset)
+    rid = run_id if run_id is not None else (next(iter(prefs)) if len(prefs) == 1 else None)
+    percent, _note, names = prefs.get(rid, (None, None, frozenset()))
+    return percent if compute.name in names else None
 
 
 @click.command()
@@ -68,7 +79,9 @@ def advise(dataset, compute_re, comm_re, run_id, compute_shape, comm_shape, arch
             limits = device_limits({"arch": arch, "name": device_name})
         if compute is None or comm is None:
             raise click.UsageError("both footprints are needed: DATASET with --compute/--comm, or --compute-shape and --comm-shape")
-        frame = advise_lib.advise(limits, compute, comm, k=k, alternatives=alternatives)
+        frame = advise_lib.advise(
+            limits, compute, comm, k=k, alternatives=alternatives, carveout=_carveout_of(dataset, run_id, compute)
+        )
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
     if fmt == "table":

@@ -16,7 +16,7 @@ TABLE_COLUMNS = {
     "shapes": ["run_id", "name", "kind", "threads_per_block", "regs_per_thread", "shared_mem_bytes", "blocks_per_sm",
                "limiter", "occupancy", "n_launches", "total_us", "waves"],
     "delays": ["run_id", "rank", "stream", "name", "start_delay_us", "ready_from", "n_resident_compute",
-               "comm_blocks_fit_per_sm", "fit_limiter", "wait_blocker", "wait_compute_busy_fraction",
+               "comm_blocks_fit_per_sm", "fit_limiter", "sm_smem_config_bytes", "wait_blocker", "wait_compute_busy_fraction",
                "comm_blocks_fit_per_sm_beside_blocker", "fit_limiter_beside_blocker"],
 }
 
