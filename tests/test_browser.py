@@ -244,6 +244,7 @@ def test_exported_html_opens_offline(dataset, browser, tmp_path):
     out = export_dataset_figure(dataset, "heatmap", tmp_path / "heatmap.html")
     browser.get_log("performance")
     browser.get(out.as_uri())
-    wait_for(browser, lambda: idle(browser) and drawn_canvases(browser), what="the exported figure")
+    wait_for(browser, lambda: idle(browser) and drawn_canvases(browser), timeout=120, what="the exported figure")
     urls = requested_urls(browser)
-    assert urls and all(urlparse(u).scheme in ("file", "data", "blob") for u in urls), urls
+    assert any(u.startswith("file:") for u in urls), urls  # the log saw the page itself
+    assert not off_host(urls, allowed=set()), off_host(urls, allowed=set())  # nothing over the network at all

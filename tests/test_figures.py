@@ -113,7 +113,7 @@ def test_speedup_bars_with_confidence_interval():
     ov = figures.speedup_bars(config_table())
     bars = ov.get(0)
     err = ov.get(2)
-    assert isinstance(bars, hv.Bars) and isinstance(err, hv.ErrorBars)
+    assert isinstance(bars, hv.Scatter) and isinstance(err, hv.ErrorBars)  # a forest plot: point + interval
     assert bars.vdims[0].name == "speedup" and len(bars) == 4
     assert np.allclose(err.dimension_values("neg"), 0.05)
     assert figures.STAND_IN_NOTE in hv.render(ov).title.text
