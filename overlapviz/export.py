@@ -147,15 +147,19 @@ def export_figure(obj, out: str | os.PathLike, fmt: str | None = None, *, title:
 _SCRIPT_SRC = re.compile(r"<script\b[^>]*\bsrc=\"(?!data:)[^\"]*\"[^>]*>\s*</script>\s*", re.IGNORECASE)
 
 
+# stylesheets Panel extensions register (Tabulator's, once the dashboard is imported) point at its CDN
+_REMOTE_LINK = re.compile(r"<link\b[^>]*\bhref=\"(?:https?:)?//[^\"]*\"[^>]*>\s*", re.IGNORECASE)
+
+
 def _drop_external_scripts(html: str) -> str:
-    """Remove ``<script src=...>`` tags from an INLINE-resources page.
+    """Remove ``<script src=...>`` and remote ``<link href=...>`` tags from an INLINE-resources page.
 
     With INLINE resources every BokehJS bundle is already in the page; Panel (imported by
     HoloViews) adds two ``src`` scripts to Bokeh's resources anyway, es-module-shims by a
     relative path and MathJax from cdn.jsdelivr.net, which our figures never use. Left in,
     opening the file would request them from the network.
     """
-    return _SCRIPT_SRC.sub("", html)
+    return _REMOTE_LINK.sub("", _SCRIPT_SRC.sub("", html))
 
 
 # --- figures from a dataset --------------------------------------------------------------

@@ -28,6 +28,8 @@ def run(*args):
 
 
 def test_html_is_self_contained(dataset, tmp_path):
+    import overlapviz.dashboards.app  # noqa: F401  (registers Panel extensions whose CSS lives on a CDN)
+
     out = tmp_path / "timeline.html"
     result = run(dataset, "--figure", "timeline", "--format", "html", "-o", out, "--run", "cb-ar-baseline-pad0-prio0")
     assert result.exit_code == 0, result.output
