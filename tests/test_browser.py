@@ -2,12 +2,13 @@
 
 One server for the whole module (started through the CLI on a free 127.0.0.1 port, stopped at
 the end); every page is opened, its plots must draw, a widget must change a plot, and no
-request may leave 127.0.0.1. Screenshots of each page go to docs/screenshots/.
+request may leave 127.0.0.1. Screenshots of each page: see OVERLAPVIZ_SCREENSHOTS below.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -26,7 +27,10 @@ pytestmark = [
     pytest.mark.skipif(find_chromium() is None, reason="Debian chromium + chromium-driver not installed"),
 ]
 
-SCREENSHOTS = Path(__file__).resolve().parent.parent / "docs" / "screenshots"
+# screenshots of each page go to a temporary folder, or to OVERLAPVIZ_SCREENSHOTS when set (the README's
+# come from `OVERLAPVIZ_SCREENSHOTS=docs/screenshots OVERLAPVIZ_BROWSER_DATASET=samples pytest tests/test_browser.py`,
+# which serves the bundled sample traces instead of the synthetic grid)
+SCREENSHOTS_ENV = os.environ.get("OVERLAPVIZ_SCREENSHOTS")
 PAGES = ("Overview", "Timeline", "Compare", "Residency", "Ranks")
 # a plot title each page must show once drawn
 PAGE_TITLES = {"Overview": "cb-ar · optimized", "Timeline": "Timeline of", "Compare": "A: cb-ar", "Residency": "Residency per kernel",
@@ -63,6 +67,8 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory):
+    if os.environ.get("OVERLAPVIZ_BROWSER_DATASET") == "samples":
+        return None  # `overlapviz serve` with no dataset: the bundled sample traces
     return write_grid_dataset(tmp_path_factory.mktemp("browser") / "ds")
 
 
@@ -72,8 +78,8 @@ def server(dataset, tmp_path_factory):
     log = tmp_path_factory.mktemp("server") / "serve.log"
     with open(log, "wb") as fh:
         proc = subprocess.Popen(
-            [sys.executable, "-c", "from overlapviz.cli import main; main()", "serve", dataset, "--port", str(port),
-             "--no-show"], stdout=fh, stderr=subprocess.STDOUT,
+            [sys.executable, "-c", "from overlapviz.cli import main; main()", "serve", *([dataset] if dataset else []),
+             "--port", str(port), "--no-show"], stdout=fh, stderr=subprocess.STDOUT,
         )  # fmt: skip
     url = f"http://127.0.0.1:{port}/"
     try:
@@ -189,16 +195,18 @@ def loaded(server, browser):
     return browser
 
 
-def test_every_page_draws_and_stays_on_localhost(loaded):
+def test_every_page_draws_and_stays_on_localhost(loaded, tmp_path):
     driver = loaded
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    shots = Path(SCREENSHOTS_ENV) if SCREENSHOTS_ENV else tmp_path
+    shots.mkdir(parents=True, exist_ok=True)
     for name in PAGES:
         open_page(driver, name)
         canvases = drawn_canvases(driver)
         assert canvases, f"{name}: no plot drawn"
         errors = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
         assert not errors, f"{name}: {errors}"
-        driver.save_screenshot(str(SCREENSHOTS / f"{name.lower()}.png"))
+        driver.save_screenshot(str(shots / f"{name.lower()}.png"))
+        assert (shots / f"{name.lower()}.png").stat().st_size > 10_000
     urls = requested_urls(driver)
     assert any("bokeh" in u for u in urls)  # the log works: BokehJS itself was requested, from the server
     assert not off_host(urls), off_host(urls)
