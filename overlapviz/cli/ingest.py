@@ -38,7 +38,7 @@ def build_rules(rule_texts: tuple[str, ...], comm_patterns: tuple[str, ...], rul
 @click.option("-o", "--output", "out", required=True, type=click.Path(path_type=str), help="Dataset directory to create.")
 @click.option("--run-id", default=None, help="Run id, when the sources make one run (default: the directory name).")
 @click.option("--overwrite", is_flag=True, help="Replace an existing dataset at --output.")
-@click.option("--workers", type=click.IntRange(min=1), default=None, help="Worker processes (default: min(2, CPUs)).")
+@click.option("--workers", type=click.IntRange(min=1), default=None, help="Processes reading traces at once, this one included (default: min(2, CPUs); one when the traces hold under 32 MiB in all).")
 @click.option(
     "--rule",
     "rule_texts",
