@@ -126,29 +126,78 @@ class OverviewPage(Viewer):
                          sizing_mode="stretch_width", name="Overview")  # fmt: skip
 
 
+TimelineSelection = hv.streams.Stream.define("TimelineSelection", run_id=None, ranks=(), max_glyphs=figures.MAX_GLYPHS)
+
+
 class TimelinePage(Viewer):
-    """Kernels per rank and stream: rasterized when zoomed out, hover-able glyphs when zoomed in."""
+    """Kernels per rank and stream: rasterized when zoomed out, hover-able glyphs when zoomed in.
+
+    One HoloViews pane lives for the page's lifetime: a run, rank or glyph-budget change sends the
+    new selection through a stream to its DynamicMap, which redraws the frame into the same Bokeh
+    figure (only its data sources, ranges and title travel to the browser) rather than building a
+    new plot and layout per change.
+    """
 
     store = param.ClassSelector(class_=DataStore, constant=True)
     shown = param.Boolean(default=False, doc="Set by the Dashboard while this page\'s tab is open")
 
     max_glyphs = param.Integer(default=figures.MAX_GLYPHS, bounds=(1_000, 200_000), label="Glyphs up to (kernels in view)")
+    content = param.String(default="hidden", precedence=-1, doc="What the plot area shows: hidden, plot, or a notice")
 
     def __init__(self, store: DataStore, **params):
         super().__init__(store=store, **params)
+        self._selection = None  # TimelineSelection stream of the live pane, created with it
+        self._pane = None
+        self._range = None
+        self._drawn = None  # (run_id, ranks) of the last frame: a new one resets the zoom
 
-    @param.depends("store.run_id", "store.ranks", "max_glyphs", "shown")
-    def _plot(self):
+    def _current(self) -> dict:
+        return {"run_id": self.store.run_id, "ranks": tuple(sorted(self.store.ranks)), "max_glyphs": self.max_glyphs}
+
+    @param.depends("store.run_id", "store.ranks", "max_glyphs", "shown", watch=True, on_init=True)
+    def _follow(self) -> None:
+        """Decide what the plot area shows; while the live plot stays, send it the new selection."""
         if not self.shown:
-            return hidden()
+            return  # hidden: no work; the plot catches up when the tab opens
         if self.store.run_id is None:
-            return notice("The dataset has no runs.", "info")
-        data = self.store.timeline()
-        if not len(data.frame):
-            return notice(f"Run {self.store.run_id} has no kernels. {self.store.configuration_text()}", "info")
-        dmap = figures.timeline(data, steps=self.store.steps(), dynamic=True, max_glyphs=self.max_glyphs,
-                                title=f"Timeline of {self.store.run_id}")  # fmt: skip
-        return pn.pane.HoloViews(dmap, backend="bokeh", sizing_mode="stretch_width")
+            self.content = "The dataset has no runs."
+            return
+        if not len(self.store.timeline().frame):
+            self.content = f"Run {self.store.run_id} has no kernels. {self.store.configuration_text()}"
+            return
+        if self._selection is not None:
+            current = self._current()
+            if any(getattr(self._selection, k) != v for k, v in current.items()):
+                self._selection.event(**current)
+        self.content = "plot"
+
+    def _frame(self, x_range, run_id, ranks, max_glyphs) -> hv.Overlay:
+        data = self.store.timeline(run_id, ranks=list(ranks))
+        if (run_id, ranks) != self._drawn:
+            # another run's zoom means nothing here: show the whole run (xlim sets the axis explicitly)
+            x_range, self._drawn = data.x_extent, (run_id, ranks)
+            self._range.update(x_range=None)  # a later budget change must not bring the old zoom back
+        frame = figures.timeline_view(data, x_range, steps=self.store.steps(run_id), max_glyphs=max_glyphs,
+                                      title=f"Timeline of {run_id}")  # fmt: skip
+        # framewise: each frame sets the axes (another run has another extent, lanes and zoom)
+        return frame.opts(hv.opts.RGB(framewise=True), hv.opts.Rectangles(framewise=True), hv.opts.Overlay(shared_axes=False))
+
+    def live_pane(self) -> pn.pane.HoloViews:
+        """The page's one timeline pane (built on first use with the current selection)."""
+        if self._pane is None:
+            self._selection = TimelineSelection(**self._current())
+            self._range = hv.streams.RangeX()
+            dmap = hv.DynamicMap(self._frame, streams=[self._range, self._selection])
+            self._pane = pn.pane.HoloViews(dmap, backend="bokeh", sizing_mode="stretch_width")
+        return self._pane
+
+    @param.depends("content")
+    def _plot(self):
+        if self.content == "hidden":
+            return hidden()
+        if self.content != "plot":
+            return notice(self.content, "info")
+        return self.live_pane()
 
     @param.depends("store.run_id")
     def _info(self):

@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 import panel as pn
 import pytest
+from bokeh.models import Plot
 
 from overlapviz import schema
 
@@ -110,10 +111,13 @@ def test_pages_build_and_follow_the_store(dataset):
     assert timeline.shown and not app.pages[0].shown
     store = timeline.store
     pane = timeline._plot()
-    before = pane.object
+    root = pane.get_root()  # drawn, as in a session
+    figure = next(iter(root.select({"type": Plot})))
     store.run_id = "cb-ar-optimized-pad16384-prio-1"
-    after = timeline._plot().object
-    assert before is not after
+    # a run switch redraws the frame of the one live plot into the same figure instead of building another
+    assert timeline._plot() is pane
+    assert next(iter(root.select({"type": Plot}))) is figure
+    assert figure.title.text.startswith("Timeline of cb-ar-optimized-pad16384-prio-1")
     assert "16384" in timeline._info().object
 
 
