@@ -11,6 +11,7 @@ import pandas as pd
 import panel as pn
 import param
 from panel.viewable import Viewer
+from param import Skip
 
 from overlapviz import figures
 from overlapviz.dashboards.store import DataStore, Unavailable
@@ -51,11 +52,36 @@ def export_button(store: DataStore, figure: str, options) -> pn.Row:
     return pn.Row(fmt, download, align="end")
 
 
-class OverviewPage(Viewer):
-    """Heatmaps over the configuration grid; clicking a cell opens that configuration on the Timeline."""
+class Page(Viewer):
+    """A dashboard page over the session's DataStore, told by the Dashboard whether its tab is open."""
 
     store = param.ClassSelector(class_=DataStore, constant=True)
     shown = param.Boolean(default=False, doc="Set by the Dashboard while this page\'s tab is open")
+
+    def __init__(self, store: DataStore, **params):
+        super().__init__(store=store, **params)
+        self._hidden_drawn = False
+
+    @param.depends("shown", watch=True)
+    def _on_show(self) -> None:
+        if self.shown:
+            self._hidden_drawn = False
+
+    def hidden(self) -> pn.Spacer:
+        """What a plot method returns while the tab is closed: a spacer once, then Skip.
+
+        The spacer drops the page's plots from the document when the tab closes; later store
+        changes (a run switch on another page) then re-render nothing and send nothing.
+        """
+        if self._hidden_drawn:
+            raise Skip
+        self._hidden_drawn = True
+        return hidden()
+
+
+class OverviewPage(Page):
+    """Heatmaps over the configuration grid; clicking a cell opens that configuration on the Timeline."""
+
 
     value = param.Selector(default="time_ratio", objects=list(figures.VALUE_LABELS), label="Metric")
 
@@ -75,7 +101,7 @@ class OverviewPage(Viewer):
     @param.depends("value", "shown")
     def _heatmaps(self):
         if not self.shown:
-            return hidden()
+            return self.hidden()
         try:
             table = self.store.config_table()
         except Unavailable as exc:
@@ -129,7 +155,7 @@ class OverviewPage(Viewer):
 TimelineSelection = hv.streams.Stream.define("TimelineSelection", run_id=None, ranks=(), max_glyphs=figures.MAX_GLYPHS)
 
 
-class TimelinePage(Viewer):
+class TimelinePage(Page):
     """Kernels per rank and stream: rasterized when zoomed out, hover-able glyphs when zoomed in.
 
     One HoloViews pane lives for the page's lifetime: a run, rank or glyph-budget change sends the
@@ -138,8 +164,6 @@ class TimelinePage(Viewer):
     new plot and layout per change.
     """
 
-    store = param.ClassSelector(class_=DataStore, constant=True)
-    shown = param.Boolean(default=False, doc="Set by the Dashboard while this page\'s tab is open")
 
     max_glyphs = param.Integer(default=figures.MAX_GLYPHS, bounds=(1_000, 200_000), label="Glyphs up to (kernels in view)")
     content = param.String(default="hidden", precedence=-1, doc="What the plot area shows: hidden, plot, or a notice")
@@ -199,10 +223,9 @@ class TimelinePage(Viewer):
             return notice(self.content, "info")
         return self.live_pane()
 
-    @param.depends("store.run_id")
-    def _info(self):
-        text = self.store.configuration_text()
-        return pn.pane.Markdown(text, sizing_mode="stretch_width")
+    def _info(self) -> pn.pane.Markdown:
+        """The run's configuration; its text follows the run in place (no new pane per switch)."""
+        return pn.pane.Markdown(pn.bind(self.store.configuration_text, self.store.param.run_id), sizing_mode="stretch_width")
 
     def __panel__(self):
         controls = pn.Row(
@@ -211,17 +234,12 @@ class TimelinePage(Viewer):
             pn.widgets.IntInput.from_param(self.param.max_glyphs, width=200),
             export_button(self.store, "timeline", lambda: {"runs": [self.store.run_id], "ranks": self.store.ranks or None}),
         )
-        return pn.Column(controls, self._info, self._plot, sizing_mode="stretch_width", name="Timeline")
+        return pn.Column(controls, self._info(), self._plot, sizing_mode="stretch_width", name="Timeline")
 
 
-class ComparePage(Viewer):
+class ComparePage(Page):
     """Two configurations on linked time axes, with the metric deltas."""
 
-    store = param.ClassSelector(class_=DataStore, constant=True)
-    shown = param.Boolean(default=False, doc="Set by the Dashboard while this page\'s tab is open")
-
-    def __init__(self, store: DataStore, **params):
-        super().__init__(store=store, **params)
 
     def _deltas(self, a: str, b: str) -> pd.DataFrame | None:
         try:
@@ -237,7 +255,7 @@ class ComparePage(Viewer):
     @param.depends("store.run_a", "store.run_b", "shown")
     def _plot(self):
         if not self.shown:
-            return hidden()
+            return self.hidden()
         a, b = self.store.run_a, self.store.run_b
         if a is None or b is None:
             return notice("Needs two runs.", "info")
@@ -262,19 +280,14 @@ class ComparePage(Viewer):
         return pn.Column(controls, self._info, self._plot, sizing_mode="stretch_width", name="Compare")
 
 
-class ResidencyPage(Viewer):
+class ResidencyPage(Page):
     """Resident blocks per SM per kernel, the limiter, and the communication start delays."""
 
-    store = param.ClassSelector(class_=DataStore, constant=True)
-    shown = param.Boolean(default=False, doc="Set by the Dashboard while this page\'s tab is open")
-
-    def __init__(self, store: DataStore, **params):
-        super().__init__(store=store, **params)
 
     @param.depends("store.run_id", "shown")
     def _plot(self):
         if not self.shown:
-            return hidden()
+            return self.hidden()
         try:
             table = self.store.kernel_residency()
         except Unavailable as exc:
@@ -304,19 +317,14 @@ class ResidencyPage(Viewer):
         return pn.Column(controls, self._plot, sizing_mode="stretch_width", name="Residency")
 
 
-class RanksPage(Viewer):
+class RanksPage(Page):
     """Per-rank overlapped and exposed communication, to spot stragglers."""
 
-    store = param.ClassSelector(class_=DataStore, constant=True)
-    shown = param.Boolean(default=False, doc="Set by the Dashboard while this page\'s tab is open")
-
-    def __init__(self, store: DataStore, **params):
-        super().__init__(store=store, **params)
 
     @param.depends("store.run_id", "shown")
     def _plot(self):
         if not self.shown:
-            return hidden()
+            return self.hidden()
         try:
             metrics = self.store.metrics()
         except Unavailable as exc:
