@@ -25,7 +25,6 @@ from pathlib import Path
 import msgspec
 import numpy as np
 import orjson
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 from msgspec.structs import astuple
@@ -803,9 +802,12 @@ def _host_stand_ins(host: pa.Table, main_tid, path: Path) -> pa.Table:
         # per thread in (start, longest first) order, an op that ends no later than the
         # latest end before it lies inside an earlier op: not top-level
         order = ops[np.lexsort((-end[ops], start[ops], tid[ops].astype(np.int64)))]
-        frame = pd.DataFrame({"t": tid[order].astype(np.int64), "e": end[order]})
-        prev_max = frame.groupby("t")["e"].cummax().groupby(frame["t"]).shift(1)
-        inside = (frame["e"] <= prev_max).to_numpy()
+        t, e = tid[order].astype(np.int64), end[order]
+        inside = np.zeros(len(order), dtype=bool)
+        heads = np.flatnonzero(np.r_[True, t[1:] != t[:-1]])
+        for lo, hi in zip(heads, np.r_[heads[1:], len(t)]):  # one pass per thread, not per op
+            running = np.maximum.accumulate(e[lo:hi])
+            inside[lo + 1:hi] = e[lo + 1:hi] <= running[:-1]
         top[order[~inside]] = True
     keep = top | (cat == "user_annotation")
     rows = np.flatnonzero(keep)
