@@ -1,11 +1,15 @@
-"""Overlap metrics (DESIGN.md) per run x rank or per run x rank x step, vectorized over all groups at once."""
+"""Overlap metrics (DESIGN.md) per run x rank or per run x rank x step, vectorized over all groups at once.
+
+``overlap_table`` / ``analyze_table`` compute them as Arrow tables without importing pandas
+(the CLI and ``ingest`` + analysis stay light); ``overlap_metrics`` / ``analyze`` are the
+same results as pandas DataFrames for the dashboards and notebooks.
+"""
 
 from __future__ import annotations
 
 import os
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -34,13 +38,13 @@ def metric_columns(per: str = "rank") -> list[str]:
     return keys + list(TIME_COLUMNS) + list(COUNT_COLUMNS)
 
 
-def overlap_metrics(kernels: pa.Table | pd.DataFrame, *, per: str = "rank") -> pd.DataFrame:
-    """Computation-communication overlap of each run x rank (x step).
+def overlap_table(kernels: pa.Table, *, per: str = "rank") -> pa.Table:
+    """Computation-communication overlap of each run x rank (x step), as an Arrow table.
 
     All interval arithmetic is exact on int64 ns; times are divided into µs at the end.
     Intervals are half-open, so activities that only touch do not overlap, and a
     zero-length activity adds no time (it still counts in ``n_kernels`` and can bound
-    ``span_us``).
+    ``span_us``). Needs neither pandas nor a per-event Python loop.
 
     Parameters
     ----------
@@ -55,22 +59,22 @@ def overlap_metrics(kernels: pa.Table | pd.DataFrame, *, per: str = "rank") -> p
 
     Returns
     -------
-    pandas.DataFrame
+    pyarrow.Table
         One row per group, sorted by ``run_id, rank[, step]``, with columns
 
-        - ``run_id``, ``rank``, and ``step`` with ``per="step"``;
+        - ``run_id`` (string), ``rank`` (int64), and ``step`` (int64) with ``per="step"``;
         - ``comm_us``: measure of the union of comm intervals; ``compute_us`` likewise;
         - ``overlap_us``: measure of (union comm ∩ union compute);
-        - ``overlap_fraction``: ``overlap_us / comm_us``, NaN (null) when ``comm_us == 0``;
+        - ``overlap_fraction``: ``overlap_us / comm_us``, null when ``comm_us == 0``;
         - ``exposed_comm_us``: ``comm_us - overlap_us``;
-        - ``span_us``: last end − first start over every kind but ``memory``; NaN for a
+        - ``span_us``: last end − first start over every kind but ``memory``; null for a
           group with only memory activities;
         - ``busy_us``: measure of the union of every kind but ``memory``;
-        - ``idle_us``: ``span_us - busy_us``;
+        - ``idle_us``: ``span_us - busy_us`` (null where ``span_us`` is);
         - ``memory_us``: measure of the union of ``memory`` activities;
         - ``n_kernels``: activities of every kind but ``memory``; ``n_comm_kernels``: comm ones.
 
-        Times are float64 µs.
+        Times are float64 µs, counts int64.
 
     Raises
     ------
@@ -81,11 +85,11 @@ def overlap_metrics(kernels: pa.Table | pd.DataFrame, *, per: str = "rank") -> p
     if per not in PER:
         raise ValueError(f"per={per!r}: expected one of {', '.join(PER)}")
     table = _as_table(kernels, list(INPUT_COLUMNS) + (["step"] if per == "step" else []))
-    if per == "step":
+    if per == "step" and table.column("step").null_count:
         table = table.filter(pc.is_valid(table.column("step")))
 
     keys, code = _group_codes(table, per)
-    n = len(keys)
+    n = len(keys[0])
     start = _int64(table, "start_ns")
     end = _int64(table, "end_ns")
     bad = end < start
@@ -96,7 +100,7 @@ def overlap_metrics(kernels: pa.Table | pd.DataFrame, *, per: str = "rank") -> p
     if kind.null_count:
         raise ValueError(f"kernels.kind: {kind.null_count} null values (ingest classifies every activity)")
 
-    is_comm, is_compute, is_memory = _is(kind, "comm"), _is(kind, "compute"), _is(kind, "memory")
+    is_comm, is_compute, is_memory = _kind_masks(kind)
     # one sort by (group, start); every kind's subset below is then already sorted, so
     # each intervals.merge skips its own sort
     order = intervals.sort_order(code, start)
@@ -117,48 +121,75 @@ def overlap_metrics(kernels: pa.Table | pd.DataFrame, *, per: str = "rank") -> p
     first_ns, last_ns, has_span = _span(code[not_memory], start[not_memory], end[not_memory], n)
     span_ns = last_ns - first_ns
 
-    with np.errstate(invalid="ignore", divide="ignore"):
-        fraction = np.where(comm_ns > 0, overlap_ns / np.where(comm_ns > 0, comm_ns, 1), np.nan)
-    span_us = np.where(has_span, span_ns / 1e3, np.nan)
-    idle_us = np.where(has_span, (span_ns - busy_ns) / 1e3, np.nan)
-    out = keys.assign(
-        comm_us=comm_ns / 1e3,
-        compute_us=compute_ns / 1e3,
-        overlap_us=overlap_ns / 1e3,
-        overlap_fraction=fraction,
-        exposed_comm_us=(comm_ns - overlap_ns) / 1e3,
-        span_us=span_us,
-        busy_us=busy_ns / 1e3,
-        idle_us=idle_us,
-        memory_us=memory_ns / 1e3,
-        n_kernels=np.bincount(code[not_memory], minlength=n).astype(np.int64),
-        n_comm_kernels=np.bincount(code[is_comm], minlength=n).astype(np.int64),
-    )
-    return out[metric_columns(per)]
+    no_comm = comm_ns == 0
+    fraction = overlap_ns / np.where(no_comm, 1, comm_ns)
+    no_span = ~has_span
+    columns = {
+        "comm_us": pa.array(comm_ns / 1e3),
+        "compute_us": pa.array(compute_ns / 1e3),
+        "overlap_us": pa.array(overlap_ns / 1e3),
+        "overlap_fraction": pa.array(fraction, mask=no_comm),
+        "exposed_comm_us": pa.array((comm_ns - overlap_ns) / 1e3),
+        "span_us": pa.array(span_ns / 1e3, mask=no_span),
+        "busy_us": pa.array(busy_ns / 1e3),
+        "idle_us": pa.array((span_ns - busy_ns) / 1e3, mask=no_span),
+        "memory_us": pa.array(memory_ns / 1e3),
+        "n_kernels": pa.array(np.bincount(code[not_memory], minlength=n).astype(np.int64)),
+        "n_comm_kernels": pa.array(np.bincount(code[is_comm], minlength=n).astype(np.int64)),
+    }
+    arrays = list(keys) + [columns[c] for c in TIME_COLUMNS + COUNT_COLUMNS]
+    return pa.Table.from_arrays(arrays, schema=result_schema(per))
 
 
-def analyze(dataset_path: str | os.PathLike, *, per: str = "rank", run_ids=None) -> pd.DataFrame:
-    """Overlap metrics of a dataset, read from its ``kernels`` table.
+def overlap_metrics(kernels, *, per: str = "rank"):
+    """:func:`overlap_table` as a pandas DataFrame.
+
+    ``run_id`` is an object column of str, ``rank`` (and ``step``) int64, times float64
+    with NaN where :func:`overlap_table` has null, counts int64; a default RangeIndex.
+
+    Parameters
+    ----------
+    kernels : pyarrow.Table or pandas.DataFrame
+        As :func:`overlap_table`. Not modified.
+    per : {"rank", "step"}
+        As :func:`overlap_table`.
+
+    Returns
+    -------
+    pandas.DataFrame
+
+    Raises
+    ------
+    ValueError
+        As :func:`overlap_table`.
+    """
+    return to_frame(overlap_table(kernels, per=per))
+
+
+def analyze_table(dataset_path: str | os.PathLike, *, per: str = "rank", run_ids=None) -> pa.Table:
+    """Overlap metrics of a dataset as an Arrow table, read from its ``kernels`` table.
+
+    Imports no pandas: the path ``overlapviz analyze`` and light scripts take.
 
     Parameters
     ----------
     dataset_path
         An overlapviz dataset directory.
     per : {"rank", "step"}
-        See :func:`overlap_metrics`.
+        See :func:`overlap_table`.
     run_ids : sequence of str, optional
         Only these runs (all by default).
 
     Returns
     -------
-    pandas.DataFrame
-        As :func:`overlap_metrics`.
+    pyarrow.Table
+        As :func:`overlap_table`.
 
     Raises
     ------
     ValueError
         If ``dataset_path`` is not a readable dataset (see ``schema.read_metadata``), a
-        requested run is not in it, or its kernels break :func:`overlap_metrics`'s rules.
+        requested run is not in it, or its kernels break :func:`overlap_table`'s rules.
     """
     if per not in PER:
         raise ValueError(f"per={per!r}: expected one of {', '.join(PER)}")
@@ -171,20 +202,74 @@ def analyze(dataset_path: str | os.PathLike, *, per: str = "rank", run_ids=None)
     columns = list(INPUT_COLUMNS) + (["step"] if per == "step" else [])
     table = schema.read_kernels(dataset_path, columns=columns, run_ids=run_ids)
     try:
-        return overlap_metrics(table, per=per)
+        return overlap_table(table, per=per)
     except ValueError as exc:
         raise ValueError(f"{dataset_path}: {exc}") from None
+
+
+def analyze(dataset_path: str | os.PathLike, *, per: str = "rank", run_ids=None):
+    """:func:`analyze_table` as a pandas DataFrame (see :func:`overlap_metrics` for its dtypes).
+
+    Parameters
+    ----------
+    dataset_path
+        An overlapviz dataset directory.
+    per : {"rank", "step"}
+        See :func:`overlap_table`.
+    run_ids : sequence of str, optional
+        Only these runs (all by default).
+
+    Returns
+    -------
+    pandas.DataFrame
+
+    Raises
+    ------
+    ValueError
+        As :func:`analyze_table`.
+    """
+    return to_frame(analyze_table(dataset_path, per=per, run_ids=run_ids))
+
+
+def result_schema(per: str = "rank") -> pa.Schema:
+    """The Arrow schema of :func:`overlap_table`'s result."""
+    keys = [pa.field("run_id", pa.string()), pa.field("rank", pa.int64())]
+    if per == "step":
+        keys.append(pa.field("step", pa.int64()))
+    return pa.schema(keys + [pa.field(c, pa.float64()) for c in TIME_COLUMNS]
+                     + [pa.field(c, pa.int64()) for c in COUNT_COLUMNS])  # fmt: skip
+
+
+def to_frame(table: pa.Table):
+    """A metrics table as the pandas DataFrame :func:`overlap_metrics` returns (imports pandas)."""
+    import pandas as pd
+
+    data = {}
+    for name in table.column_names:
+        col = table.column(name)
+        if name == "run_id":
+            data[name] = pd.Series(col.to_pylist(), dtype=object)
+        elif pa.types.is_floating(col.type):
+            data[name] = np.asarray(col.to_numpy(zero_copy_only=False), dtype=np.float64)  # null -> NaN
+        else:
+            data[name] = np.asarray(col.to_numpy(zero_copy_only=False), dtype=np.int64)
+    return pd.DataFrame(data, columns=table.column_names)
 
 
 # --- helpers --------------------------------------------------------------------
 
 
 def _as_table(kernels, columns: list[str]) -> pa.Table:
-    names = list(kernels.columns) if isinstance(kernels, pd.DataFrame) else kernels.column_names
+    if _is_pandas_frame(kernels):  # pandas is imported already: the caller made the frame
+        names = list(kernels.columns)
+    elif isinstance(kernels, pa.Table):
+        names = kernels.column_names
+    else:
+        raise TypeError(f"kernels: expected a pyarrow.Table or a pandas.DataFrame, not {type(kernels).__name__}")
     missing = [c for c in columns if c not in names]
     if missing:
         raise ValueError(f"kernels: missing column(s) {', '.join(missing)}")
-    if isinstance(kernels, pd.DataFrame):
+    if _is_pandas_frame(kernels):
         table = pa.Table.from_pandas(kernels[columns], preserve_index=False)
     else:
         table = kernels
@@ -193,15 +278,32 @@ def _as_table(kernels, columns: list[str]) -> pa.Table:
     return table.select(columns)
 
 
+def _is_pandas_frame(obj) -> bool:
+    """True for a pandas DataFrame, told by its class's module so pandas is never imported here."""
+    return any(c.__module__.split(".")[0] == "pandas" and c.__name__ == "DataFrame" for c in type(obj).__mro__)
+
+
 def _int64(table: pa.Table, name: str) -> np.ndarray:
     col = table.column(name)
     if col.null_count:
         raise ValueError(f"kernels.{name}: {col.null_count} null values")
-    return np.asarray(col.cast(pa.int64()).to_numpy(), dtype=np.int64)
+    if col.type != pa.int64():
+        col = col.cast(pa.int64())
+    return np.asarray(col.to_numpy(), dtype=np.int64)
 
 
-def _is(kind: pa.ChunkedArray, value: str) -> np.ndarray:
-    return np.asarray(pc.equal(kind, value).to_numpy(zero_copy_only=False), dtype=bool)
+def _kind_masks(kind: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Boolean masks of ``kind == comm``, ``compute`` and ``memory``, from one dictionary encoding."""
+    if not pa.types.is_dictionary(kind.type):
+        kind = pc.dictionary_encode(kind)
+    kind = kind.combine_chunks() if isinstance(kind, pa.ChunkedArray) else kind
+    values = kind.dictionary.cast(pa.string()).to_pylist()
+    indices = np.asarray(kind.indices.to_numpy(zero_copy_only=False), dtype=np.int64)
+    masks = []
+    for name in ("comm", "compute", "memory"):
+        is_name = np.array([v == name for v in values] + [False], dtype=bool)  # one entry per distinct kind
+        masks.append(is_name[indices] if len(indices) else np.zeros(0, bool))
+    return masks[0], masks[1], masks[2]
 
 
 def _dense_codes(col: pa.ChunkedArray, name: str) -> tuple[np.ndarray, pa.Array]:
@@ -225,7 +327,7 @@ def _dense_codes(col: pa.ChunkedArray, name: str) -> tuple[np.ndarray, pa.Array]
     return rank_of[indices], dictionary.take(pc.sort_indices(dictionary))
 
 
-def _group_codes(table: pa.Table, per: str) -> tuple[pd.DataFrame, np.ndarray]:
+def _group_codes(table: pa.Table, per: str) -> tuple[list[pa.Array], np.ndarray]:
     """Sorted distinct group keys, and each row's group number (0..n-1) into them."""
     names = ["run_id", "rank"] + (["step"] if per == "step" else [])
     parts = [_dense_codes(table.column(c), c) for c in names]
@@ -248,15 +350,10 @@ def _group_codes(table: pa.Table, per: str) -> tuple[pd.DataFrame, np.ndarray]:
     for (codes, values), name in reversed(list(zip(parts, names))):
         keys[name] = values.take(pa.array(rest % len(values))) if len(values) else values
         rest = rest // len(values) if len(values) else rest
-    frame = pd.DataFrame(
-        {
-            "run_id": pd.Series(keys["run_id"].to_pylist(), dtype=object),
-            "rank": np.asarray(keys["rank"].to_numpy(zero_copy_only=False), dtype=np.int64),
-        }
-    )
+    arrays = [keys["run_id"].cast(pa.string()), keys["rank"].cast(pa.int64())]
     if per == "step":
-        frame["step"] = np.asarray(keys["step"].to_numpy(zero_copy_only=False), dtype=np.int64)
-    return frame, code.astype(np.int64).ravel()
+        arrays.append(keys["step"].cast(pa.int64()))
+    return arrays, code.astype(np.int64).ravel()
 
 
 def _span(code: np.ndarray, start: np.ndarray, end: np.ndarray, n: int):

@@ -166,3 +166,70 @@ def test_empty_selection_prints_no_rows(tmp_path):
     assert json.loads(run(tmp_path / "empty", "--format", "json")) == []
     assert run(tmp_path / "empty", "--format", "csv").strip() == ",".join(metric_columns("rank"))
     assert "no kernels" in run(tmp_path / "empty")
+
+
+# --- the Arrow path prints what the pandas path printed ---------------------------------
+
+SAMPLE = Path(__file__).parents[1] / "sample_traces" / "h200_standin_sweep"
+SOURCES = {
+    "sample": SAMPLE,
+    "gloo": GLOO,
+    "hta_nccl": GLOO.parent / "hta_nccl_parser_config",
+    "hta_filter": GLOO.parent / "hta_trace_filter_2rank",
+    "rocm_gpu_only": GLOO.parent / "torch_rocm" / "gpu_only_trace.json.gz",
+    "rocprof_v1": GLOO.parent / "rocprof" / "v1",
+    "rocprof_v3": GLOO.parent / "rocprof" / "v3",
+}
+
+
+def pandas_json(frame) -> str:
+    """JSON as the command printed it from a pandas frame before it moved to Arrow."""
+    import orjson
+    import pandas as pd
+
+    def value(v):
+        if v is None or v is pd.NA:
+            return None
+        if hasattr(v, "item"):
+            v = v.item()
+        return None if isinstance(v, float) and math.isnan(v) else v
+
+    records = [{c: value(v) for c, v in zip(frame.columns, row)} for row in frame.itertuples(index=False, name=None)]
+    return orjson.dumps(records).decode() + "\n"
+
+
+@pytest.mark.parametrize("name", sorted(SOURCES))
+@pytest.mark.parametrize("per", ["rank", "step"])
+def test_json_and_csv_equal_the_pandas_rendering(tmp_path, name, per):
+    out = tmp_path / name
+    ingest([SOURCES[name]], out, progress=False)
+    frame = analyze(out, per=per)
+    assert len(frame) or name == "rocprof_v3" or per == "step"
+    assert run(out, "--per", per, "--format", "json") == pandas_json(frame)
+    assert run(out, "--per", per, "--format", "csv") == frame.to_csv(index=False, lineterminator="\n")
+
+
+def test_csv_floats_are_spelled_as_pandas_spells_them():
+    """Awkward floats (shortest round-trip, exponents, nulls) through both writers."""
+    import numpy as np
+    import pyarrow as pa
+
+    from overlapviz.cli.analyze import render
+    from overlapviz.metrics import result_schema, to_frame
+
+    rng = np.random.default_rng(7)
+    special = [0.1 + 0.2, 1e16, 1.5e-7, 123456789.123, 5e-324, 1e22, 2.0**53 + 2, 0.0, 1 / 3]
+    n = 200
+    floats = np.concatenate([special, rng.random(n - len(special)) * 10.0 ** rng.integers(-8, 18, n - len(special))])
+    columns = {"run_id": pa.array([f"r,{i}" if i % 7 == 0 else f'r"{i}' if i % 11 == 0 else f"r{i}" for i in range(n)]),
+               "rank": pa.array(np.arange(n, dtype=np.int64))}  # fmt: skip
+    schema = result_schema("rank")
+    for field in schema:
+        if field.name not in columns:
+            mask = rng.random(n) < 0.2 if field.type == pa.float64() else None
+            values = rng.permutation(floats) if field.type == pa.float64() else rng.integers(0, 10**12, n)
+            columns[field.name] = pa.array(values, field.type, mask=mask)
+    table = pa.Table.from_arrays([columns[f.name] for f in schema], schema=schema)
+    frame = to_frame(table)
+    assert render(table, "csv") == frame.to_csv(index=False, lineterminator="\n")
+    assert render(table, "json") + "\n" == pandas_json(frame)

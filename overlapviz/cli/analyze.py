@@ -1,12 +1,16 @@
-"""``overlapviz analyze``: overlap metrics of a dataset as a table, JSON or CSV."""
+"""``overlapviz analyze``: overlap metrics of a dataset as a table, JSON or CSV.
+
+Computed and printed from Arrow (``metrics.analyze_table``): the command imports no pandas.
+"""
 
 from __future__ import annotations
 
-import math
+import csv
+import io
 
 import click
 import orjson
-import pandas as pd
+import pyarrow as pa
 
 from overlapviz import metrics
 
@@ -32,57 +36,47 @@ def analyze(dataset: str, per: str, fmt: str, runs: tuple[str, ...]) -> None:
     span_us, busy_us, idle_us, memory_us, n_kernels, n_comm_kernels.
     """
     try:
-        frame = metrics.analyze(dataset, per=per, run_ids=list(runs) or None)
+        table = metrics.analyze_table(dataset, per=per, run_ids=list(runs) or None)
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
-    click.echo(render(frame, fmt), nl=fmt != "csv")
+    click.echo(render(table, fmt), nl=fmt != "csv")
 
 
-def render(frame: pd.DataFrame, fmt: str) -> str:
-    """The metrics frame as ``table`` (aligned text), ``json`` (one array) or ``csv`` text."""
+def render(table: pa.Table, fmt: str) -> str:
+    """The metrics table as ``table`` (aligned text), ``json`` (one array) or ``csv`` text.
+
+    JSON and CSV spell numbers as Python does (shortest round-trip floats), nulls as
+    ``null`` and empty fields; one record per group, never per event.
+    """
+    rows = table.to_pylist()
     if fmt == "json":
-        return orjson.dumps(_records(frame)).decode()
+        return orjson.dumps(rows).decode()
     if fmt == "csv":
-        return frame.to_csv(index=False, lineterminator="\n")
-    return _table(frame)
+        out = io.StringIO()
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow(table.column_names)
+        writer.writerows([row[c] for c in table.column_names] for row in rows)
+        return out.getvalue()
+    return _table(table.column_names, rows)
 
 
-def _records(frame: pd.DataFrame) -> list[dict]:
-    out = []
-    columns = list(frame.columns)
-    for row in frame.itertuples(index=False, name=None):  # one per group, not per event
-        out.append({c: _json_value(v) for c, v in zip(columns, row)})
-    return out
-
-
-def _json_value(v):
-    if v is None or v is pd.NA:
-        return None
-    if isinstance(v, float):
-        return None if math.isnan(v) else v
-    if hasattr(v, "item"):  # numpy scalar
-        v = v.item()
-        return None if isinstance(v, float) and math.isnan(v) else v
-    return v
-
-
-def _table(frame: pd.DataFrame) -> str:
-    if frame.empty:
+def _table(columns: list[str], rows: list[dict]) -> str:
+    if not rows:
         return "(no kernels)"
     cells = {}
-    for c in frame.columns:
-        col = frame[c]
+    for c in columns:
+        values = [row[c] for row in rows]
         if c == "overlap_fraction":
-            cells[c] = ["-" if pd.isna(v) else f"{v:.1%}" for v in col]
+            cells[c] = ["-" if v is None else f"{v:.1%}" for v in values]
         elif c.endswith("_us"):
-            cells[c] = ["-" if pd.isna(v) else f"{v:,.1f}" for v in col]
+            cells[c] = ["-" if v is None else f"{v:,.1f}" for v in values]
         else:
-            cells[c] = ["-" if pd.isna(v) else str(v) for v in col]
-    headers = {c: ("overlap" if c == "overlap_fraction" else c) for c in frame.columns}
-    widths = {c: max(len(headers[c]), *(len(s) for s in cells[c])) for c in frame.columns}
+            cells[c] = ["-" if v is None else str(v) for v in values]
+    headers = {c: ("overlap" if c == "overlap_fraction" else c) for c in columns}
+    widths = {c: max(len(headers[c]), *(len(s) for s in cells[c])) for c in columns}
 
     def line(texts: dict) -> str:
-        return "  ".join(texts[c].ljust(widths[c]) if c == "run_id" else texts[c].rjust(widths[c]) for c in frame.columns)
+        return "  ".join(texts[c].ljust(widths[c]) if c == "run_id" else texts[c].rjust(widths[c]) for c in columns)
 
-    rows = [line({c: cells[c][i] for c in frame.columns}) for i in range(len(frame))]
-    return "\n".join([line(headers)] + rows)
+    lines = [line({c: cells[c][i] for c in columns}) for i in range(len(rows))]
+    return "\n".join([line(headers)] + lines)
