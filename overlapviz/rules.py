@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
@@ -50,7 +50,7 @@ class RuleSet:
     rules: tuple[Rule, ...] = field(default_factory=tuple)
 
     def to_dict(self) -> dict:
-        return {"rules": [asdict(r) | {"categories": list(r.categories)} for r in self.rules]}
+        return {"rules": [{"kind": r.kind, "pattern": r.pattern, "categories": list(r.categories)} for r in self.rules]}
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True)
@@ -82,8 +82,14 @@ class RuleSet:
         )
         if len(names) == 0:
             return pa.array([], pa.string())
-        pairs = pa.table({"n": names, "c": categories}).group_by(["n", "c"]).aggregate([])
-        uniq_names, uniq_cats = pairs.column("n"), pairs.column("c")
+        # each distinct (name, category) pair once: both dictionary-encoded (nulls get an
+        # entry of their own), the pair numbered by mixed radix
+        name_codes, uniq_names = _encode(names)
+        cat_codes, uniq_cats = _encode(categories)
+        pair = name_codes * len(uniq_cats) + cat_codes
+        pairs, inverse = np.unique(pair, return_inverse=True)
+        uniq_names = uniq_names.take(pa.array(pairs // len(uniq_cats)))
+        uniq_cats = uniq_cats.take(pa.array(pairs % len(uniq_cats)))
         kinds = np.full(len(pairs), None, dtype=object)
         undecided = np.ones(len(pairs), dtype=bool)
         for rule in self.rules:
@@ -99,13 +105,19 @@ class RuleSet:
         is_gpu = np.asarray(pc.is_in(uniq_cats, pa.array(("kernel",))).fill_null(False))
         kinds[undecided & is_gpu] = "compute"
         kinds[undecided & ~is_gpu] = "other"
-        lookup = pa.table({"n": uniq_names, "c": uniq_cats, "kind": pa.array(kinds, pa.string())})
-        joined = (
-            pa.table({"n": names, "c": categories, "i": pa.array(np.arange(len(names)))})
-            .join(lookup, ["n", "c"], join_type="left outer")
-            .sort_by("i")
-        )
-        return joined.column("kind").combine_chunks()
+        return pa.array(kinds, pa.string()).take(pa.array(inverse.ravel()))
+
+
+def _encode(values: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, pa.Array]:
+    """``(codes, distinct values)`` of a string column; a null is a value of its own."""
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    if pa.types.is_dictionary(values.type):
+        values = values.cast(values.type.value_type)
+    if values.type != pa.string():
+        values = values.cast(pa.string())
+    encoded = pc.dictionary_encode(values, null_encoding="encode")
+    return np.asarray(encoded.indices.to_numpy(zero_copy_only=False), dtype=np.int64), encoded.dictionary
 
 
 def default_rules() -> RuleSet:

@@ -17,21 +17,83 @@ directory can be read with one ``pyarrow.dataset`` call and no partition parsing
 
 from __future__ import annotations
 
+import importlib.abc
 import json
 import os
 import re
 import shutil
+import sys
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Sequence
 
-import pandas as pd
 import pyarrow as pa
-import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
 from overlapviz import __version__
+
+
+# --- pyarrow without pandas ---------------------------------------------------------
+# pyarrow imports pandas (when installed) the first time pa.array or pa.scalar runs, to
+# ask whether its argument is a pandas object: ~50 MB and ~0.4 s that `ingest` and
+# `analyze` do not need. While pandas is not imported, let that first probe find no
+# pandas; the moment anyone imports pandas, tell pyarrow (as its first to_pandas would),
+# so pandas objects made afterwards convert exactly as without this.
+
+
+class _PandasImportWatch(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """On ``import pandas``: load it as usual, then let pyarrow's pandas shim find it."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != "pandas":
+            return None
+        _unwatch()
+        for finder in sys.meta_path:  # the finders that would have found it
+            find = getattr(finder, "find_spec", None)
+            spec = find(fullname, path, target) if find is not None else None
+            if spec is not None:
+                break
+        else:
+            return None
+        if spec.loader is None:
+            return spec
+        self._loader = spec.loader
+        spec.loader = self
+        return spec
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module) -> None:
+        self._loader.exec_module(module)
+        pa.lib._pandas_api.pd  # pyarrow re-checks for pandas: found now, and remembered
+
+
+def _unwatch() -> None:
+    sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _PandasImportWatch)]
+
+
+def _defer_pandas_in_pyarrow() -> None:
+    if "pandas" in sys.modules or any(isinstance(f, _PandasImportWatch) for f in sys.meta_path):
+        return
+    block = _NoPandas()
+    sys.meta_path.insert(0, block)  # an ImportError for pyarrow's one probe
+    try:
+        pa.scalar(0)
+    finally:
+        sys.meta_path.remove(block)
+    sys.meta_path.insert(0, _PandasImportWatch())
+
+
+class _NoPandas(importlib.abc.MetaPathFinder):
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname == "pandas":
+            raise ModuleNotFoundError("pandas is not imported for pyarrow's probe", name=fullname)
+        return None
+
+
+_defer_pandas_in_pyarrow()
 
 SCHEMA_VERSION = "1.0"
 SCHEMA_MAJOR = 1
@@ -188,23 +250,35 @@ TABLES = {
 }
 
 
-def conform(table: pa.Table | pd.DataFrame, schema: pa.Schema, *, where: str = "table") -> pa.Table:
+def conform(table, schema: pa.Schema, *, where: str = "table") -> pa.Table:
     """Return ``table`` with exactly ``schema``'s columns, in order, cast to its types.
 
-    Missing nullable columns are filled with nulls; extra columns are dropped.
+    Missing nullable columns are filled with nulls; extra columns are dropped. A table
+    that already has exactly ``schema`` comes back as it is.
+
+    Parameters
+    ----------
+    table : pyarrow.Table or pandas.DataFrame
+        Not modified.
+    schema : pyarrow.Schema
+    where : str
+        What to name in an error message.
 
     Raises
     ------
     ValueError
         If a column cannot be cast, naming the column and ``where``.
     """
-    if isinstance(table, pd.DataFrame):
+    if not isinstance(table, pa.Table) and _is_pandas_frame(table):
         table = pa.Table.from_pandas(table, preserve_index=False)
+    if table.schema.equals(schema) and table.schema.metadata == schema.metadata:
+        return table
     n = table.num_rows
+    index = {name: i for i, name in enumerate(table.column_names)}
     arrays = []
     for field in schema:
-        if field.name in table.column_names:
-            col = table.column(field.name)
+        if field.name in index:
+            col = table.column(index[field.name])
             if col.type != field.type:
                 try:
                     col = col.cast(field.type)
@@ -218,6 +292,11 @@ def conform(table: pa.Table | pd.DataFrame, schema: pa.Schema, *, where: str = "
 
 def empty(schema: pa.Schema) -> pa.Table:
     return schema.empty_table()
+
+
+def _is_pandas_frame(obj) -> bool:
+    """True for a pandas DataFrame, told by its class's module so this module never imports pandas."""
+    return any(c.__module__.split(".")[0] == "pandas" and c.__name__ == "DataFrame" for c in type(obj).__mro__)
 
 
 def run_key(run_id: str) -> str:
@@ -277,26 +356,30 @@ class DatasetWriter:
             raise ValueError(f"{run_id}: rank {rank} appears twice")
         path = self._tmp / rel
         path.parent.mkdir(parents=True, exist_ok=True)
-        table = table.sort_by([("start_ns", "ascending")])
-        pq.write_table(table, path, compression="zstd", row_group_size=1 << 20)
+        if not _is_sorted(table.column("start_ns")):
+            table = table.sort_by([("start_ns", "ascending")])
+        _write(table, path, row_group_size=1 << 20)
         self._kernel_files.append(rel)
         self._kernel_rows += table.num_rows
 
-    def add(self, name: str, table: pa.Table | pd.DataFrame) -> None:
+    def add(self, name: str, table) -> None:
         """Append rows to one of the small tables (runs, ranks, devices, steps, iterations)."""
         self._tables[name].append(conform(table, TABLES[name], where=name))
 
     def commit(self, extra_metadata: dict | None = None) -> Path:
         assert self._tmp is not None
         for name, schema in TABLES.items():
-            parts = self._tables[name] or [empty(schema)]
-            table = pa.concat_tables(parts)
-            if name == "runs" and table.num_rows:
+            parts = [t for t in self._tables[name] if t.num_rows]
+            if not parts:
+                _write_empty(name, self._tmp / f"{name}.parquet")
+                continue
+            table = parts[0] if len(parts) == 1 else pa.concat_tables(parts)
+            if name == "runs":
                 ids = table.column("run_id").to_pylist()
                 dup = sorted({i for i in ids if ids.count(i) > 1})
                 if dup:
                     raise ValueError(f"run id {dup[0]!r} appears twice")
-            pq.write_table(table, self._tmp / f"{name}.parquet", compression="zstd")
+            _write(table, self._tmp / f"{name}.parquet")
         meta = {
             "schema_version": SCHEMA_VERSION,
             "writer": f"overlapviz {__version__}",
@@ -315,6 +398,38 @@ class DatasetWriter:
             os.replace(self._tmp, self.out)
         self._tmp = None
         return self.out
+
+
+# below this many rows a table is written uncompressed: zstd's per-column setup costs more
+# time (~1 ms for the 36 run columns) than it saves bytes on a few rows
+_COMPRESS_MIN_ROWS = 4096
+_EMPTY_FILES: dict[str, bytes] = {}
+
+
+def _write(table: pa.Table, path: Path, **kwargs) -> None:
+    compression = "zstd" if table.num_rows >= _COMPRESS_MIN_ROWS else "none"
+    # an OSFile, not a path: pyarrow's file-system resolution of a path string costs more
+    # than writing a small table
+    with pa.OSFile(str(path), "wb") as fh:
+        pq.write_table(table, fh, compression=compression, **kwargs)
+
+
+def _write_empty(name: str, path: Path) -> None:
+    """Write table ``name`` with no rows: the same bytes every time, so made once per process."""
+    data = _EMPTY_FILES.get(name)
+    if data is None:
+        sink = pa.BufferOutputStream()
+        pq.write_table(empty(TABLES[name]), sink, compression="none")
+        data = _EMPTY_FILES[name] = sink.getvalue().to_pybytes()
+    path.write_bytes(data)
+
+
+def _is_sorted(col: pa.ChunkedArray) -> bool:
+    """True when a non-null int64 column is in ascending order (nulls: False)."""
+    if col.null_count:
+        return False
+    values = col.to_numpy()
+    return bool(len(values) < 2 or (values[1:] >= values[:-1]).all())
 
 
 @contextmanager
@@ -378,10 +493,35 @@ def read_kernels(
     schema = pa.schema([KERNELS.field(c) for c in wanted])
     if not files:
         return schema.empty_table()
+    if filter is None and (len(files) == 1 or _total_bytes(files) < _DATASET_MIN_BYTES):
+        # one Parquet reader per file: a pyarrow.dataset scan costs ~1 ms more to set up,
+        # and pays only when several large files are read at once
+        parts = []
+        for f in files:
+            with pq.ParquetFile(f) as reader:
+                present = [c for c in wanted if c in reader.schema_arrow.names]
+                parts.append(conform(reader.read(columns=present), schema, where=str(path)))
+        return parts[0] if len(parts) == 1 else pa.concat_tables(parts)
+    import pyarrow.dataset as pads
+
     dataset = pads.dataset(files, format="parquet")
     present = [c for c in wanted if c in dataset.schema.names]
     table = dataset.to_table(columns=present, filter=filter)
     return conform(table, schema, where=str(path))
+
+
+# below this many bytes of kernel files in all, they are read one by one (see read_kernels)
+_DATASET_MIN_BYTES = 8 * 1024 * 1024
+
+
+def _total_bytes(files: list[str]) -> int:
+    total = 0
+    for f in files:
+        try:
+            total += os.path.getsize(f)
+        except OSError:
+            pass  # the reader names the missing file
+    return total
 
 
 def read_table(path: str | os.PathLike, name: str) -> pa.Table:
@@ -390,23 +530,20 @@ def read_table(path: str | os.PathLike, name: str) -> pa.Table:
     file = Path(path) / f"{name}.parquet"
     if not file.exists():
         return empty(TABLES[name])
-    return conform(pq.read_table(file), TABLES[name], where=str(file))
+    with pq.ParquetFile(file) as reader:
+        return conform(reader.read(), TABLES[name], where=str(file))
 
 
-def read_frame(path: str | os.PathLike, name: str, **kwargs) -> pd.DataFrame:
-    """``read_table`` / ``read_kernels`` as a pandas DataFrame with nullable dtypes."""
+def read_frame(path: str | os.PathLike, name: str, **kwargs):
+    """``read_table`` / ``read_kernels`` as a pandas DataFrame with nullable dtypes (imports pandas)."""
+    import pandas as pd
+
+    nullable = {
+        pa.int8(): pd.Int8Dtype(),
+        pa.int16(): pd.Int16Dtype(),
+        pa.int32(): pd.Int32Dtype(),
+        pa.int64(): pd.Int64Dtype(),
+        pa.bool_(): pd.BooleanDtype(),
+    }
     table = read_kernels(path, **kwargs) if name == "kernels" else read_table(path, name)
-    return table.to_pandas(types_mapper=_nullable_dtype)
-
-
-_PANDAS_NULLABLE = {
-    pa.int8(): pd.Int8Dtype(),
-    pa.int16(): pd.Int16Dtype(),
-    pa.int32(): pd.Int32Dtype(),
-    pa.int64(): pd.Int64Dtype(),
-    pa.bool_(): pd.BooleanDtype(),
-}
-
-
-def _nullable_dtype(t: pa.DataType):
-    return _PANDAS_NULLABLE.get(t)
+    return table.to_pandas(types_mapper=nullable.get)

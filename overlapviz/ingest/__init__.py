@@ -24,6 +24,7 @@ sorted by name. Two files with one rank in one run are an error.
 
 from __future__ import annotations
 
+import functools
 import gzip
 import importlib
 import importlib.util
@@ -52,6 +53,9 @@ SNIFF_BYTES = 64 * 1024
 # below this much trace content (uncompressed) in all, files are read in this process only:
 # forking a pool costs more than the second core gives back (~70 MB/s of JSON per core)
 POOL_MIN_BYTES = 32 * 1024 * 1024
+# after a file with at least this much content, freed memory is handed back to the OS
+# (see _release_memory); below it there is little to hand back and trimming costs time
+RELEASE_MIN_BYTES = 8 * 1024 * 1024
 MANIFEST = "manifest.json"
 MANIFEST_FORMAT = "overlapviz-run/1"
 _TIMINGS_RE = re.compile(r"^timings_rank(\d+)\.json$")
@@ -66,16 +70,24 @@ _SKIP_SUFFIXES = (".md", ".rst", ".py", ".sh", ".slurm", ".log", ".png", ".svg",
 
 
 def readers() -> list[Reader]:
-    """Every registered trace reader, the most specific formats first (rocprof before Chrome)."""
+    """Every registered trace reader, the most specific formats first (rocprof before Chrome).
+
+    Importing them is cheap: each format's parsing modules are imported by its ``read``.
+    """
+    return list(_registered_readers())
+
+
+@functools.lru_cache(maxsize=1)
+def _registered_readers() -> tuple[Reader, ...]:
     found: list[Reader] = []
     for module in ("overlapviz.ingest.rocprof", "overlapviz.ingest.chrome"):
         if importlib.util.find_spec(module) is not None:
             found.extend(importlib.import_module(module).READERS)
-    return found
+    return tuple(found)
 
 
 def _reader(name: str) -> Reader:
-    for r in readers():
+    for r in _registered_readers():
         if r.name == name:
             return r
     raise ValueError(f"no trace reader named {name!r}")
@@ -106,7 +118,7 @@ def head_bytes(path: Path) -> bytes:
 def detect(path: Path) -> Reader | None:
     """The reader whose ``sniff`` accepts ``path`` (by content, not by name), or None."""
     head = head_bytes(path)
-    for r in readers():
+    for r in _registered_readers():
         if r.sniff(path, head):
             return r
     return None
@@ -307,10 +319,23 @@ def finish_kernels(trace: RankTrace, rules: RuleSet) -> pa.Table:
     step = assign_steps(launch, trace.steps)
     k = _set(k, "kind", kind)
     k = _set(k, "step", step)
-    given = k.column("collective") if "collective" in k.column_names else pa.nulls(k.num_rows, pa.string())
-    collective = pc.coalesce(collective_names(k.column("name")), collective_names(given))
-    k = _set(k, "collective", pc.if_else(pc.equal(kind, "comm"), collective, pa.scalar(None, pa.string())))
-    return k
+    return _set(k, "collective", _comm_collectives(k, kind))
+
+
+def _comm_collectives(k: pa.Table, kind: pa.Array) -> pa.Array:
+    """The collective of each comm row (from its name, else the reader's ``collective``); null elsewhere."""
+    n = k.num_rows
+    comm = np.asarray(pc.equal(kind, "comm").fill_null(False), dtype=bool) if n else np.zeros(0, bool)
+    rows = np.flatnonzero(comm)
+    if not len(rows):
+        return pa.nulls(n, pa.string())
+    take = pa.array(rows)
+    names = k.column("name").take(take)
+    given = k.column("collective").take(take) if "collective" in k.column_names else pa.nulls(len(rows), pa.string())
+    found = pc.coalesce(collective_names(names), collective_names(given))
+    slot = np.full(n, -1, np.int64)
+    slot[rows] = np.arange(len(rows))
+    return found.take(pa.array(slot, mask=slot < 0))
 
 
 # (normalised name, pattern searched in the lower-cased name stripped of everything but
@@ -363,12 +388,18 @@ def read_source(path: str, reader_name: str, rules_json: str) -> list[RankTrace]
 
     Module-level so the worker pool can run it; returns Arrow tables, which pickle cheaply.
     """
-    rules = RuleSet.from_json(rules_json)
+    rules = _rules_from_json(rules_json)
     traces = _reader(reader_name).read(Path(path))
     for t in traces:
         t.kernels = finish_kernels(t, rules)
-    _release_memory()
+    if _input_bytes(Path(path)) >= RELEASE_MIN_BYTES:
+        _release_memory()
     return traces
+
+
+@functools.lru_cache(maxsize=16)
+def _rules_from_json(text: str) -> RuleSet:
+    return RuleSet.from_json(text)  # frozen: one parse per rule set, not one per file
 
 
 def _release_memory() -> None:
@@ -456,8 +487,10 @@ def ingest(
         try:
             for (ri, fi, path, _), traces in _map(tasks, run_rules, runs, n_workers):
                 _add_traces(writer, runs[ri], state[ri], fi, path, traces)
+                big = sum(t.kernels.nbytes for t in traces) >= RELEASE_MIN_BYTES
                 del traces
-                _release_memory()
+                if big:
+                    _release_memory()
                 bar.update(1)
         finally:
             bar.close()
@@ -504,7 +537,8 @@ def _map(tasks, run_rules, runs, n_workers) -> Iterable:
     counts its copy of numpy/pandas/pyarrow, ~115 MB, in the peak memory). Otherwise every
     file is read in this process, one at a time: no fork for one or a few small files.
     """
-    jobs = [(t, (str(t[2]), t[3], run_rules[runs[t[0]].run_id].to_json())) for t in tasks]
+    rules_json = {rid: rs.to_json() for rid, rs in run_rules.items()}
+    jobs = [(t, (str(t[2]), t[3], rules_json[runs[t[0]].run_id])) for t in tasks]
     n_pool = min(n_workers - 1, len(jobs) - 1)
     if n_pool < 1 or sum(_input_bytes(Path(args[0])) for _, args in jobs) < POOL_MIN_BYTES:
         for task, args in jobs:
@@ -567,8 +601,8 @@ def _add_traces(writer, run: RunSource, st: _RunState, file_index: int, path: Pa
         st.ranks[rank] = path
         k = t.kernels
         n = k.num_rows
-        k = _set(k, "run_id", pa.array([run.run_id] * n, pa.string()))
-        k = _set(k, "rank", pa.array(np.full(n, rank, dtype=np.int32)))
+        k = _set(k, "run_id", pa.repeat(pa.scalar(run.run_id, pa.string()), n))
+        k = _set(k, "rank", pa.repeat(pa.scalar(rank, pa.int32()), n))
         writer.add_kernels(k, run.run_id, rank)
         st.n_kernels += n
         ident = {"run_id": run.run_id, "rank": rank}
@@ -587,8 +621,8 @@ def _add_traces(writer, run: RunSource, st: _RunState, file_index: int, path: Pa
 
 def _with_ident(table: pa.Table, ident: dict) -> pa.Table:
     n = table.num_rows
-    table = _set(table, "run_id", pa.array([ident["run_id"]] * n, pa.string()))
-    return _set(table, "rank", pa.array(np.full(n, ident["rank"], dtype=np.int32)))
+    table = _set(table, "run_id", pa.repeat(pa.scalar(ident["run_id"], pa.string()), n))
+    return _set(table, "rank", pa.repeat(pa.scalar(ident["rank"], pa.int32()), n))
 
 
 def _manifest_devices(run: RunSource, rank: int) -> pa.Table | None:

@@ -21,6 +21,7 @@ from overlapviz.ingest.rocprof import (
     kernel_table,
     rank_from_name,
     v3_csv_role,
+    v3_group,
 )
 
 # host calls that enqueue GPU work: the only API records a kernel's or copy's correlation may join to
@@ -190,24 +191,6 @@ def _v1_sysinfo_devices(path: Path) -> list[dict]:
 
 
 # --- rocprofv3 CSV ------------------------------------------------------------------
-
-
-def v3_group(path: Path) -> dict[str, Path]:
-    """The rocprofv3 CSV files of ``path``'s process: same directory, same file-name prefix, by role."""
-    mine = v3_csv_role(path)
-    if mine is None:
-        return {}
-    prefix = mine[0]
-    group = {}
-    try:
-        siblings = sorted(p for p in path.parent.iterdir() if p.is_file())
-    except OSError:
-        return {mine[1]: path}
-    for p in siblings:
-        role = v3_csv_role(p)
-        if role is not None and role[0] == prefix:
-            group[role[1]] = p
-    return group
 
 
 V3_KERNEL_INTS = ["Queue_Id", "Stream_Id", "Thread_Id", "Correlation_Id", "Start_Timestamp", "End_Timestamp",
