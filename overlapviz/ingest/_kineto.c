@@ -78,9 +78,25 @@ static inline uint64_t load8(const unsigned char *p) {
 
 static inline void ws(P *s) {
     const unsigned char *p = s->p, *e = s->end;
-    if (p < e && *p > ' ') return;
-    while (e - p >= 8 && load8(p) == 0x2020202020202020ULL) p += 8;
-    while (p < e && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t')) p++;
+    while (p < e) {
+        unsigned char c = *p;
+        if (c == ' ') {
+            /* an indentation run: whole words of spaces, then the rest of the run at once */
+            while (e - p >= 8) {
+                uint64_t d = load8(p) ^ (ONES * ' ');
+                if (!d) { p += 8; continue; }
+#if defined(__GNUC__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+                p += __builtin_ctzll(d) >> 3;
+#endif
+                break;
+            }
+            while (p < e && *p == ' ') p++;
+        } else if (c == '\n' || c == '\r' || c == '\t') {
+            p++;
+        } else {
+            break;
+        }
+    }
     s->p = p;
 }
 
@@ -545,9 +561,34 @@ static int parse_args(P *s, Ev *ev, Key *k) {
     }
 }
 
-static int parse_event(P *s, Ev *ev, Key *k) {
+/* the category index of a cat string, -1 when not kept (escaped names are the Python reader's) */
+typedef struct {
+    int n;
+    const char *name[64];
+    Py_ssize_t len[64];
+    int bucket[64];
+} Cats;
+
+static int cat_index(const Cats *cats, const Str *c) {
+    if (!c->present) return -1;
+    Py_ssize_t n = c->b - c->a;
+    for (int i = 0; i < cats->n; i++)
+        if (cats->len[i] == n && memcmp(cats->name[i], c->a, (size_t)n) == 0) return i;
+    return -1;
+}
+
+static int is_complete(const Str *ph) {
+    return !ph->present || (ph->b - ph->a == 1 && ph->a[0] == 'X');
+}
+
+/* one event; *ci is its category index, -1 when it is not kept. Once the event is known
+ * not to be kept (its cat is not wanted or it is not complete), the rest of its values
+ * are only validated as JSON: the Python reader ignores such events too. */
+static int parse_event(P *s, Ev *ev, Key *k, const Cats *cats, int *ci) {
+    int skipping = 0, seen_cat = 0;
     memset(ev, 0, sizeof *ev);
     ev->dims_n[0] = ev->dims_n[1] = -1;
+    *ci = -1;
     if (s->p >= s->end || *s->p != '{') return fail(s, "an event is not an object");
     s->p++;
     ws(s);
@@ -557,8 +598,19 @@ static int parse_event(P *s, Ev *ev, Key *k) {
         const unsigned char *a = k->a, *b = k->b;
         size_t n = (size_t)(b - a);
         int r;
-        if (n == 2 && a[0] == 'p' && a[1] == 'h') r = get_str(s, &ev->ph);
-        else if (n == 3 && memcmp(a, "cat", 3) == 0) r = get_str(s, &ev->cat);
+        if (skipping) r = skip_value(s, 1);
+        else if (n == 2 && a[0] == 'p' && a[1] == 'h') {
+            r = get_str(s, &ev->ph);
+            if (r == 0 && !is_complete(&ev->ph)) skipping = 1;
+        } else if (n == 3 && memcmp(a, "cat", 3) == 0) {
+            r = get_str(s, &ev->cat);
+            if (r == 0 && ev->cat.esc) return fail(s, "category with escapes");
+            if (r == 0) {
+                *ci = cat_index(cats, &ev->cat);
+                seen_cat = 1;
+                if (*ci < 0) skipping = 1;
+            }
+        }
         else if (n == 4 && memcmp(a, "name", 4) == 0) r = get_str(s, &ev->name);
         else if (n == 3 && memcmp(a, "pid", 3) == 0) r = get_id(s, &ev->has_pid, &ev->pid);
         else if (n == 3 && memcmp(a, "tid", 3) == 0) r = get_id(s, &ev->has_tid, &ev->tid);
@@ -575,7 +627,11 @@ static int parse_event(P *s, Ev *ev, Key *k) {
         ws(s);
         if (s->p >= s->end) return fail(s, "truncated");
         if (*s->p == ',') { s->p++; ws(s); continue; }
-        if (*s->p == '}') { s->p++; return 0; }
+        if (*s->p == '}') {
+            s->p++;
+            if (skipping || !seen_cat || !is_complete(&ev->ph)) *ci = -1;
+            return 0;
+        }
         return fail(s, "expected ',' or '}'");
     }
 }
@@ -705,36 +761,16 @@ static PyObject *cols_dict(Cols *c) {
 #define MAX_CATS 64
 #define MAX_BUCKETS 4
 
-typedef struct {
-    int n;
-    const char *name[MAX_CATS];
-    Py_ssize_t len[MAX_CATS];
-    int bucket[MAX_CATS];
-} Cats;
-
-static int cat_index(const Cats *cats, const Str *c) {
-    if (!c->present || c->esc) return -1;
-    Py_ssize_t n = c->b - c->a;
-    for (int i = 0; i < cats->n; i++)
-        if (cats->len[i] == n && memcmp(cats->name[i], c->a, (size_t)n) == 0) return i;
-    return -1;
-}
-
-static int is_complete(const Str *ph) {
-    return !ph->present || (ph->b - ph->a == 1 && ph->a[0] == 'X');
-}
-
 static int parse_events(P *s, const Cats *cats, Cols *cols, Py_ssize_t *n_events, Key *k) {
     Ev ev;
     s->p++; /* '[' */
     ws(s);
     if (s->p < s->end && *s->p == ']') { s->p++; return 0; }
     for (;;) {
-        if (parse_event(s, &ev, k) < 0) return -1;
+        int ci;
+        if (parse_event(s, &ev, k, cats, &ci) < 0) return -1;
         (*n_events)++;
-        if (ev.cat.esc) return fail(s, "category with escapes");
-        int ci = cat_index(cats, &ev.cat);
-        if (ci >= 0 && is_complete(&ev.ph)) {
+        if (ci >= 0) {
             if (emit(s, &cols[cats->bucket[ci]], &ev, (int8_t)ci) < 0) return -1;
         }
         ws(s);
