@@ -321,10 +321,11 @@ def _dense_codes(col: pa.ChunkedArray, name: str) -> tuple[np.ndarray, pa.Array]
             return (np.cumsum(present) - 1)[v - lo], pa.array(values, col.type)
     encoded = pc.dictionary_encode(col).combine_chunks()
     dictionary = encoded.dictionary
+    order = pc.sort_indices(dictionary)
     rank_of = np.empty(len(dictionary), np.int64)
-    rank_of[np.asarray(pc.sort_indices(dictionary))] = np.arange(len(dictionary))
+    rank_of[np.asarray(order)] = np.arange(len(dictionary))
     indices = encoded.indices.to_numpy(zero_copy_only=False)
-    return rank_of[indices], dictionary.take(pc.sort_indices(dictionary))
+    return rank_of[indices], dictionary.take(order)
 
 
 def _group_codes(table: pa.Table, per: str) -> tuple[list[pa.Array], np.ndarray]:

@@ -11,6 +11,7 @@ run's ``kind_rules`` column, so an analysis can always say how a kernel was clas
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import dataclass, field
@@ -86,26 +87,30 @@ class RuleSet:
         # entry of their own), the pair numbered by mixed radix
         name_codes, uniq_names = _encode(names)
         cat_codes, uniq_cats = _encode(categories)
-        pair = name_codes * len(uniq_cats) + cat_codes
-        pairs, inverse = np.unique(pair, return_inverse=True)
-        uniq_names = uniq_names.take(pa.array(pairs // len(uniq_cats)))
-        uniq_cats = uniq_cats.take(pa.array(pairs % len(uniq_cats)))
-        kinds = np.full(len(pairs), None, dtype=object)
-        undecided = np.ones(len(pairs), dtype=bool)
+        cats = uniq_cats.to_pylist()  # a handful of categories: kernel, cpu_op, gpu_memcpy, ...
+        pairs, inverse = np.unique(name_codes * len(cats) + cat_codes, return_inverse=True)
+        pair_name, pair_cat = pairs // len(cats), pairs % len(cats)
+        kind = np.full(len(pairs), -1, dtype=np.int8)  # index into KINDS; -1: undecided
+        name_hits: dict[str, np.ndarray] = {}  # pattern -> hit per distinct name
         for rule in self.rules:
-            hit = np.ones(len(pairs), dtype=bool)
+            hit = kind < 0
             if rule.pattern is not None:
-                m = pc.match_substring_regex(uniq_names, rule.pattern, ignore_case=True)
-                hit &= np.asarray(m.fill_null(False))
+                if rule.pattern not in name_hits:
+                    m = pc.match_substring_regex(uniq_names, rule.pattern, ignore_case=True)
+                    name_hits[rule.pattern] = np.asarray(m.fill_null(False), dtype=bool)
+                hit &= name_hits[rule.pattern][pair_name]
             if rule.categories:
-                hit &= np.asarray(pc.is_in(uniq_cats, pa.array(rule.categories)).fill_null(False))
-            take = hit & undecided
-            kinds[take] = rule.kind
-            undecided &= ~take
-        is_gpu = np.asarray(pc.is_in(uniq_cats, pa.array(("kernel",))).fill_null(False))
-        kinds[undecided & is_gpu] = "compute"
-        kinds[undecided & ~is_gpu] = "other"
-        return pa.array(kinds, pa.string()).take(pa.array(inverse.ravel()))
+                hit &= np.array([c in rule.categories for c in cats], dtype=bool)[pair_cat]
+            kind[hit] = KINDS.index(rule.kind)
+        is_gpu = np.array([c == "kernel" for c in cats], dtype=bool)[pair_cat]
+        kind[(kind < 0) & is_gpu] = KINDS.index("compute")
+        kind[kind < 0] = KINDS.index("other")
+        return _kinds_array().take(pa.array(kind[inverse.ravel()]))
+
+
+@functools.lru_cache(maxsize=1)
+def _kinds_array() -> pa.Array:
+    return pa.array(KINDS, pa.string())
 
 
 def _encode(values: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, pa.Array]:

@@ -11,8 +11,11 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pytest
 from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from overlapviz import schema
 from overlapviz.cli import main
@@ -449,3 +452,45 @@ def test_device_and_stream_fall_back_to_pid_tid_and_numbers_as_strings(tmp_path)
     k = _one(tmp_path, ev).set_index("name")
     assert k.loc["a", ["device", "stream"]].tolist() == [3, 11]
     assert k.loc["b", ["device", "stream", "correlation", "start_ns"]].tolist() == [3, 12, 2, 20_500]
+
+
+KINDS_FOR_RULES = ("comm", "compute", "memory", "other")
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.one_of(st.none(), st.sampled_from(["ncclDevKernel_AllReduce", "NCCL_x", "sgemm", "gloo:all_reduce",
+                                                  "c10d::allreduce_", "aten::mm", "ProfilerStep#3", "Memcpy HtoD",
+                                                  "record_param_comms", "ovz_comm_ar", "rcclGeneric", ""])),
+            st.one_of(st.none(), st.sampled_from(["kernel", "cpu_op", "user_annotation", "gpu_memcpy", "gpu_memset", "python_function"])),
+        ),
+        max_size=40,
+    ),
+    st.lists(st.tuples(st.sampled_from(KINDS_FOR_RULES), st.one_of(st.none(), st.sampled_from(["nccl", "^gloo:", "mm$", "Step#\\d"])),
+                       st.lists(st.sampled_from(["kernel", "cpu_op", "user_annotation"]), max_size=2)), max_size=3),
+)  # fmt: skip
+def test_classify_equals_reading_the_rules_row_by_row(rows, extra):
+    """Vectorized classification (each distinct pair once) against DESIGN.md's reading of the
+    rules: the first rule whose case-insensitive regex and category list both match, else
+    ``compute`` for GPU kernels and ``other`` for the rest."""
+    import re
+
+    from overlapviz.rules import Rule, default_rules
+
+    rules = default_rules().with_overrides([Rule(k, p, tuple(c)) for k, p, c in extra])
+    names = [n for n, _ in rows]
+    cats = [c for _, c in rows]
+
+    def expected(name, cat):
+        for r in rules.rules:
+            if r.pattern is not None and (name is None or not re.search(r.pattern, name, re.IGNORECASE)):
+                continue
+            if r.categories and cat not in r.categories:
+                continue
+            return r.kind
+        return "compute" if cat == "kernel" else "other"
+
+    got = rules.classify(pa.array(names, pa.string()), pa.array(cats, pa.string())).to_pylist()
+    assert got == [expected(n, c) for n, c in rows]

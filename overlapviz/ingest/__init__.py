@@ -369,12 +369,16 @@ def collective_names(names: pa.Array | pa.ChunkedArray) -> pa.Array:
     if len(arr) == 0:
         return pa.array([], pa.string())
     encoded = pc.dictionary_encode(arr.cast(pa.string()))
-    uniq = encoded.dictionary
-    key = pc.replace_substring_regex(pc.utf8_lower(uniq), r"[^a-z0-9]+", "")
-    out = pa.nulls(len(uniq), pa.string())
-    for label, pattern in reversed(_COLLECTIVES):  # the first pattern that matches wins
-        out = pc.if_else(pc.match_substring(key, pattern), pa.scalar(label), out)
-    return out.take(encoded.indices)
+    labels = [_collective_of(v) for v in encoded.dictionary.to_pylist()]  # once per distinct name
+    return pa.array(labels, pa.string()).take(encoded.indices)
+
+
+_NOT_ALNUM = re.compile(r"[^a-z0-9]+")
+
+
+def _collective_of(name: str) -> str | None:
+    key = _NOT_ALNUM.sub("", name.lower())
+    return next((label for label, pattern in _COLLECTIVES if pattern in key), None)
 
 
 def _set(table: pa.Table, name: str, column) -> pa.Table:
