@@ -29,12 +29,10 @@ import gzip
 import importlib
 import importlib.util
 import json
-import multiprocessing
 import os
 import re
 import sys
 import zlib
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -411,11 +409,13 @@ def _release_memory() -> None:
     freed (~80 MB for a 250k-event rank) for reuse, glibc's heap another ~25 MB; kept, each
     file raises the process's floor and the next file's peak by that much."""
     pa.default_memory_pool().release_unused()
-    if _LIBC is not None:
-        _LIBC.malloc_trim(0)
+    libc = _glibc()
+    if libc is not None:
+        libc.malloc_trim(0)
 
 
-def _glibc():
+@functools.lru_cache(maxsize=1)
+def _glibc():  # ctypes is imported only when a big file asks for a trim
     if not sys.platform.startswith("linux"):
         return None
     try:
@@ -426,8 +426,6 @@ def _glibc():
     except OSError:  # musl and others: nothing to trim
         return None
 
-
-_LIBC = _glibc()
 
 
 # --- the driver --------------------------------------------------------------------------
@@ -548,6 +546,9 @@ def _map(tasks, run_rules, runs, n_workers) -> Iterable:
         for task, args in jobs:
             yield task, read_source(*args)
         return
+    import multiprocessing
+    from concurrent.futures import FIRST_COMPLETED, wait
+
     ctx = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
     pool = ProcessPoolExecutor(max_workers=n_pool, mp_context=ctx)
     pending: dict = {}
@@ -570,6 +571,14 @@ def _map(tasks, run_rules, runs, n_workers) -> Iterable:
                 yield task, fut.result()
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+
+
+def ProcessPoolExecutor(*args, **kwargs):  # noqa: N802 (stands for the class it makes)
+    """``concurrent.futures.ProcessPoolExecutor``, imported only when a pool is started:
+    it and multiprocessing cost ~20 ms of start-up that small ingests never use."""
+    from concurrent.futures import ProcessPoolExecutor as pool_class
+
+    return pool_class(*args, **kwargs)
 
 
 def _input_bytes(path: Path) -> int:
