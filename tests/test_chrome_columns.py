@@ -267,3 +267,14 @@ def test_meta_spans_and_counts():
     assert out["n_events"] == 2 and not out["top_list"]
     assert [len(bucket["cat"]) for bucket in out["buckets"]] == [0, 0, 1]
     assert math.isclose(len(out["buckets"][2]["ts_valid"]), 1) and out["buckets"][2]["ts_valid"] == b"\x00"
+
+
+@needs_c
+@pytest.mark.parametrize("bad", [b"\xc2", b"\x80", b"\xc0\xaf", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\xff"])
+def test_invalid_utf8_anywhere_is_handed_over(bad):
+    """Even in an event ingest ignores: the Python reader rejects the whole document."""
+    for event in (b'{"cat": "python_function", "name": "' + bad + b'"}', b'{"cat": "kernel", "args": {"x' + bad + b'": 1}}'):
+        with pytest.raises(chrome_columns._kineto.Unsupported):
+            chrome_columns._kineto.scan(b'{"traceEvents": [' + event + b"]}", CATS, chrome._META_KEYS)
+    good = "é€😀".encode()
+    assert chrome_columns._kineto.scan(b'{"traceEvents": [{"cat": "cpu_op", "name": "' + good + b'"}]}', CATS, ())["n_events"] == 1

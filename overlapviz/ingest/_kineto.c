@@ -6,8 +6,7 @@
  * (overlapviz/ingest/chrome_fast.py) wraps them into Arrow arrays.
  *
  * Anything this fast path does not handle exactly like the Python reader (invalid JSON, a
- * field of an unexpected type, an integer past int64, a key with escapes we would have to
- * match) raises Unsupported; the caller then reads the file with the Python reader, which
+ * field of an unexpected type, an integer past int64, invalid UTF-8) raises Unsupported; the caller then reads the file with the Python reader, which
  * accepts what it can and words the errors. So this file never has to explain a bad trace.
  *
  * Numbers: doubles are correctly rounded (Clinger's fast path, else PyOS_string_to_double),
@@ -100,10 +99,29 @@ static inline void ws(P *s) {
     s->p = p;
 }
 
-/* nonzero when some byte of x is '"', '\\' or below 0x20 (little or big endian alike) */
+/* nonzero when some byte of x is '"', '\\', below 0x20 or above 0x7f (non-ASCII: UTF-8 to check) */
 static inline uint64_t special8(uint64_t x) {
     uint64_t q = x ^ (ONES * '"'), b = x ^ (ONES * '\\');
-    return ((q - ONES) & ~q & HIGHS) | ((b - ONES) & ~b & HIGHS) | ((x - ONES * 0x20) & ~x & HIGHS);
+    return ((q - ONES) & ~q & HIGHS) | ((b - ONES) & ~b & HIGHS) | ((x - ONES * 0x20) & ~x & HIGHS) | (x & HIGHS);
+}
+
+/* the length of the well-formed UTF-8 sequence at p (no overlongs, no surrogates, at most
+ * U+10FFFF: what Python's strict decoder accepts), 0 when it is not one */
+static int utf8_len(const unsigned char *p, const unsigned char *e) {
+    unsigned char c = p[0];
+    if (c < 0xC2) return 0;
+    if (c < 0xE0) return (e - p >= 2 && (p[1] & 0xC0) == 0x80) ? 2 : 0;
+    if (c < 0xF0) {
+        if (e - p < 3 || (p[1] & 0xC0) != 0x80 || (p[2] & 0xC0) != 0x80) return 0;
+        if ((c == 0xE0 && p[1] < 0xA0) || (c == 0xED && p[1] >= 0xA0)) return 0;
+        return 3;
+    }
+    if (c < 0xF5) {
+        if (e - p < 4 || (p[1] & 0xC0) != 0x80 || (p[2] & 0xC0) != 0x80 || (p[3] & 0xC0) != 0x80) return 0;
+        if ((c == 0xF0 && p[1] < 0x90) || (c == 0xF4 && p[1] >= 0x90)) return 0;
+        return 4;
+    }
+    return 0;
 }
 
 /* a string starting at s->p (on the opening quote): sets [*a, *b) to its raw contents and
@@ -114,9 +132,15 @@ static int str_raw(P *s, const unsigned char **a, const unsigned char **b, int *
     *esc = 0;
     for (;;) {
         while (e - p >= 8 && !special8(load8(p))) p += 8;
-        while (p < e && *p != '"' && *p != '\\' && *p >= 0x20) p++;
+        while (p < e && *p != '"' && *p != '\\' && *p >= 0x20 && *p < 0x80) p++;
         if (p >= e) return fail(s, "unterminated string");
         if (*p == '"') break;
+        if (*p >= 0x80) {
+            int n = utf8_len(p, e);
+            if (!n) return fail(s, "invalid UTF-8");
+            p += n;
+            continue;
+        }
         if (*p < 0x20) return fail(s, "control character in a string");
         *esc = 1; /* backslash */
         p++;
