@@ -8,8 +8,9 @@ kernels over 8 ranks) every side runs in a fresh subprocess, timed from outside 
 time, including interpreter start-up and imports) while a sampler sums the resident
 memory of the whole process tree (both sides fork workers) every 10 ms:
 
-- ``overlapviz``: ``ingest(files) + analyze(dataset)`` (library calls, one process);
-  then ``overlapviz analyze DATASET --format json`` (the CLI) and ``analyze()`` alone,
+- ``overlapviz``: ``ingest(files) + analyze_table(dataset)`` (library calls, one process),
+  with the C scanner and again without it (``OVERLAPVIZ_PURE_PYTHON=1``); then
+  ``overlapviz analyze DATASET --format json`` (the CLI) and ``analyze_table()`` alone,
   each in a fresh process;
 - ``HTA``: ``TraceAnalysis(trace_dir=...)`` + ``get_comm_comp_overlap(visualize=False)``
   in its own virtualenv (benchmarks/.venv-hta, created on first use with
@@ -123,26 +124,25 @@ def _last_json(text: str):
 
 def worker_ours(src: str, dataset: str) -> None:
     t0 = time.perf_counter()
-    from overlapviz.ingest import ingest
-    from overlapviz.metrics import analyze
+    from overlapviz.ingest import chrome_columns, ingest
+    from overlapviz.metrics import analyze_table
 
     t1 = time.perf_counter()
     ingest([src], dataset, overwrite=True, progress=False)
     t2 = time.perf_counter()
-    frame = analyze(dataset)
+    table = analyze_table(dataset)  # what `overlapviz analyze` computes (no pandas)
     t3 = time.perf_counter()
-    # exact floats (pandas' to_json keeps only 10 digits); NaN -> null
-    records = [{k: (None if isinstance(v, float) and v != v else v) for k, v in r.items()}
-               for r in frame.astype(object).to_dict("records")]  # fmt: skip
-    print(json.dumps({"import_s": t1 - t0, "ingest_s": t2 - t1, "analyze_s": t3 - t2, "records": records}))
+    records = [{k: (None if isinstance(v, float) and v != v else v) for k, v in r.items()} for r in table.to_pylist()]
+    print(json.dumps({"import_s": t1 - t0, "ingest_s": t2 - t1, "analyze_s": t3 - t2, "records": records,
+                      "c_scanner": chrome_columns.available(), "pandas": "pandas" in sys.modules}))  # fmt: skip
 
 
 def worker_ours_analyze(dataset: str) -> None:
     t0 = time.perf_counter()
-    from overlapviz.metrics import analyze
+    from overlapviz.metrics import analyze_table
 
     t1 = time.perf_counter()
-    frame = analyze(dataset)
+    frame = analyze_table(dataset)
     t2 = time.perf_counter()
     print(json.dumps({"import_s": t1 - t0, "analyze_s": t2 - t1, "rows": len(frame)}))
 
@@ -154,11 +154,11 @@ def worker_profile(src: str, dataset: str) -> None:
     import pstats
 
     from overlapviz.ingest import ingest
-    from overlapviz.metrics import analyze
+    from overlapviz.metrics import analyze_table
 
     for label, call in (
         ("ingest(workers=1)", lambda: ingest([src], dataset, overwrite=True, progress=False, workers=1)),
-        ("analyze", lambda: analyze(dataset)),
+        ("analyze_table", lambda: analyze_table(dataset)),
     ):
         prof = cProfile.Profile()
         t0 = time.perf_counter()
@@ -329,6 +329,13 @@ def bench_set(name: str, src: Path, out: Path, hta_python: Path | None, repeat: 
     row.update(ours_wall_s=ours["wall_s"], ours_rss_mb=ours["peak_rss_mb"], ours_ingest_s=ours["ingest_s"],
                ours_analyze_s=res["analyze_s"], ours_import_s=res["import_s"], ours_cpu_s=ours["cpu_s"],
                ours_calls_s=ours["calls_s"])  # fmt: skip
+    row["c_scanner"] = res.get("c_scanner")
+    row["pandas_imported"] = res.get("pandas")
+    # the same without the C scanner: what a machine that could not build it gets
+    pure = median_run(me + ["--worker", "ours", "--src", str(src), "--dataset", str(dataset)], repeat,
+                      env=dict(os.environ, OVERLAPVIZ_PURE_PYTHON="1"))  # fmt: skip
+    if pure["rc"] == 0:
+        row.update(pure_calls_s=pure["calls_s"], pure_rss_mb=pure["peak_rss_mb"], pure_cpu_s=pure["cpu_s"])
     records = res["records"]
     row["kernels"] = sum(r["n_kernels"] for r in records)
     row["ranks"] = len(records)
@@ -374,6 +381,8 @@ def bench_set(name: str, src: Path, out: Path, hta_python: Path | None, repeat: 
                        hta_vs_hta_rules_abs_err=abs_err_hta(h["pctg"], hta_ref))  # fmt: skip
             row["speedup_vs_hta"] = hta["wall_s"] / row["ours_wall_s"]
             row["call_speedup_vs_hta"] = hta["calls_s"] / ours["calls_s"]  # medians of the repeats
+            if row.get("pure_calls_s"):
+                row["pure_call_speedup_vs_hta"] = hta["calls_s"] / row["pure_calls_s"]
             row["mem_ratio_vs_hta"] = hta["peak_rss_mb"] / row["ours_rss_mb"]
         else:
             tail = (hta["stderr"] or "").strip().splitlines()
@@ -405,19 +414,21 @@ def report(rows: list[dict], info: dict) -> str:
         f"{info['load_after']} after: the 2 cores are shared, so times vary with the load).",
         "",
         "Each measurement is a fresh process (median of the repeats). *wall*: the whole process, start-up and",
-        "imports included. *calls*: inside the process, overlapviz `ingest()` + `analyze()` against HTA",
-        "`TraceAnalysis()` + `get_comm_comp_overlap()`. *CPU*: user + system seconds of the whole process",
-        "tree (both fork workers), less sensitive than wall time to other jobs on the cores. *peak MB*:",
+        "imports included. *calls*: inside the process, overlapviz `ingest()` + `analyze_table()` (what",
+        "`overlapviz analyze` computes) against HTA `TraceAnalysis()` + `get_comm_comp_overlap()`; each side's",
+        "package is imported before the clock starts. *pure-Python*: ours again with `OVERLAPVIZ_PURE_PYTHON=1`",
+        "(no C scanner: what an install without a C compiler gets). *CPU*: user + system seconds of the whole",
+        "process tree (both fork workers), less sensitive than wall time to other jobs on the cores. *peak MB*:",
         "resident memory of the whole process tree, sampled every 10 ms.",
         "",
         "| trace set | ranks | kernels | trace events | ours wall s | HTA wall s | wall speed-up | ours calls s |"
-        " HTA calls s | calls speed-up | ours CPU s | HTA CPU s | CPU ratio | ours peak MB | HTA peak MB |"
-        " ingest events/s | analyze() s | analyze CLI s |",
-        "|---" * 18 + "|",
+        " HTA calls s | calls speed-up | pure-Python calls s (speed-up) | ours CPU s | HTA CPU s | CPU ratio |"
+        " ours peak MB | HTA peak MB | ingest events/s | analyze() s | analyze CLI s |",
+        "|---" * 19 + "|",
     ]
     for r in rows:
         if "ours_error" in r:
-            lines.append(f"| {r['set']} | ours failed: {r['ours_error']} |" + " |" * 16)
+            lines.append(f"| {r['set']} | ours failed: {r['ours_error']} |" + " |" * 17)
             continue
         calls = r.get("ours_calls_s") or r["ours_ingest_s"] + r["ours_analyze_s"]
         hta_calls = r.get("hta_calls_s") or (r["hta_load_s"] + r["hta_overlap_s"] if "hta_load_s" in r else None)
@@ -427,7 +438,8 @@ def report(rows: list[dict], info: dict) -> str:
         lines.append(
             f"| {r['set']} | {r['ranks']} | {r['kernels']:,} | {r['events']:,} | {_fmt(r['ours_wall_s'], '.2f')} |"
             f" {hta_wall} | {_fmt(r.get('speedup_vs_hta'), '.1f')}x | {_fmt(calls, '.3f')} | {_fmt(hta_calls, '.3f')} |"
-            f" {_fmt(r.get('call_speedup_vs_hta'), '.1f')}x | {_fmt(r.get('ours_cpu_s'), '.2f')} | {_fmt(r.get('hta_cpu_s'), '.2f')} |"
+            f" {_fmt(r.get('call_speedup_vs_hta'), '.1f')}x | {_fmt(r.get('pure_calls_s'), '.3f')}"
+            f" ({_fmt(r.get('pure_call_speedup_vs_hta'), '.1f')}x) | {_fmt(r.get('ours_cpu_s'), '.2f')} | {_fmt(r.get('hta_cpu_s'), '.2f')} |"
             f" {_fmt(cpu_ratio, '.1f')}x | {_fmt(r['ours_rss_mb'], '.0f')} |"
             f" {_fmt(r.get('hta_rss_mb'), '.0f')} | {_fmt(eps, ',.0f')} | {_fmt(r.get('lib_analyze_call_s'), '.3f')} |"
             f" {_fmt(r.get('cli_analyze_wall_s'), '.2f')} |"
@@ -480,7 +492,7 @@ def report(rows: list[dict], info: dict) -> str:
             f"Targets on {r['set']} ({r['kernels']:,} kernels, {r['ranks']} ranks, {r['events']:,} trace events):",
             f"- ingest < 15 s: `ingest()` {r['ours_ingest_s']:.2f} s "
             f"({'met' if r['ours_ingest_s'] < 15 else 'MISSED'}); whole process with imports and analyze {r['ours_wall_s']:.2f} s",
-            f"- analyze < 1 s: `analyze()` {r.get('lib_analyze_call_s', float('nan')):.3f} s"
+            f"- analyze < 1 s: `analyze_table()` {r.get('lib_analyze_call_s', float('nan')):.3f} s"
             f" ({'met' if r.get('lib_analyze_call_s', 99) < 1 else 'MISSED'}); fresh process with imports"
             f" {_fmt(r.get('lib_analyze_wall_s'), '.2f')} s; `overlapviz analyze --format json` {_fmt(r.get('cli_analyze_wall_s'), '.2f')} s",
         ]

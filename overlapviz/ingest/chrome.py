@@ -21,7 +21,6 @@ import zlib
 from pathlib import Path
 
 import numpy as np
-import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -118,6 +117,8 @@ def load_document(path: Path) -> dict:
 
 
 def _document(raw: bytes, path: Path) -> dict:
+    import orjson  # only documents neither the scanner nor msgspec could type come here
+
     try:
         doc = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
