@@ -260,6 +260,8 @@ def to_frame(table: pa.Table):
 
 
 def _as_table(kernels, columns: list[str]) -> pa.Table:
+    if isinstance(kernels, pa.RecordBatch):
+        kernels = pa.Table.from_batches([kernels])
     if _is_pandas_frame(kernels):  # pandas is imported already: the caller made the frame
         names = list(kernels.columns)
     elif isinstance(kernels, pa.Table):

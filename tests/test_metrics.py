@@ -315,6 +315,34 @@ def test_analyze_dataset_equals_in_memory(tmp_path):
         analyze(tmp_path / "ds", run_ids=["nope"])
 
 
+def test_arrow_results_equal_the_pandas_results(tmp_path):
+    """analyze_table / overlap_table: the same rows as the pandas API, typed columns, null for NaN."""
+    from overlapviz.metrics import analyze_table, overlap_table, result_schema
+
+    frames = {
+        ("run-a", 0): frame([("comm", 0, 100, 1), ("compute", 50, 150, 1), ("memory", 0, 10, 1)]),
+        ("run-a", 1): frame([("memory", 0, 100, 1)]),  # memory only: null span and fraction
+        ("run-b", 3): frame([("compute", 0, 100, None), ("comm", 10, 10, 2)]),  # zero-length comm
+    }
+    write_dataset(tmp_path / "ds", frames)
+    whole = pd.concat([df.assign(run_id=r, rank=k) for (r, k), df in frames.items()])
+    for per in ("rank", "step"):
+        table = analyze_table(tmp_path / "ds", per=per)
+        assert table.schema == result_schema(per)
+        assert table.equals(overlap_table(pa.Table.from_pandas(whole, preserve_index=False), per=per))
+        pandas = analyze(tmp_path / "ds", per=per)
+        assert pandas["run_id"].dtype == object and pandas.index.equals(pd.RangeIndex(len(pandas)))
+        for c in table.column_names:
+            got = table.column(c).to_pylist()
+            want = [None if isinstance(v, float) and math.isnan(v) else v for v in pandas[c].tolist()]
+            assert got == want, c
+    by_rank = analyze_table(tmp_path / "ds").to_pylist()
+    assert by_rank[1]["span_us"] is None and by_rank[1]["idle_us"] is None and by_rank[1]["overlap_fraction"] is None
+    assert by_rank[1]["memory_us"] == 0.1 and by_rank[2]["overlap_fraction"] is None and by_rank[2]["n_comm_kernels"] == 1
+    batch = pa.Table.from_pandas(whole, preserve_index=False).combine_chunks().to_batches()[0]
+    assert overlap_table(batch).equals(analyze_table(tmp_path / "ds"))
+
+
 def test_analyze_not_a_dataset(tmp_path):
     with pytest.raises(ValueError, match="not an overlapviz dataset"):
         analyze(tmp_path)
