@@ -33,7 +33,6 @@ import pyarrow.parquet as pq
 
 from overlapviz import __version__
 
-
 # --- pyarrow without pandas ---------------------------------------------------------
 # pyarrow imports pandas (when installed) the first time pa.array or pa.scalar runs, to
 # ask whether its argument is a pandas object: ~50 MB and ~0.4 s that `ingest` and
@@ -67,7 +66,7 @@ class _PandasImportWatch(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def exec_module(self, module) -> None:
         self._loader.exec_module(module)
-        pa.lib._pandas_api.pd  # pyarrow re-checks for pandas: found now, and remembered
+        _ = pa.lib._pandas_api.pd  # pyarrow re-checks for pandas: found now, and remembered
 
 
 def _unwatch() -> None:
@@ -90,7 +89,6 @@ class _NoPandas(importlib.abc.MetaPathFinder):
     def find_spec(self, fullname, path=None, target=None):
         if fullname == "pandas":
             raise ModuleNotFoundError("pandas is not imported for pyarrow's probe", name=fullname)
-        return None
 
 
 _defer_pandas_in_pyarrow()
@@ -370,7 +368,7 @@ class DatasetWriter:
 
     def commit(self, extra_metadata: dict | None = None) -> Path:
         assert self._tmp is not None
-        for name, schema in TABLES.items():
+        for name in TABLES:
             parts = [t for t in self._tables[name] if t.num_rows]
             if not parts:
                 _write_empty(name, self._tmp / f"{name}.parquet")

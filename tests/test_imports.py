@@ -25,7 +25,7 @@ def run_python(code: str, *args) -> str:
     """Run ``code`` in a fresh interpreter; it prints what it found, and the last line is
     whether pandas got imported."""
     body = textwrap.dedent(code) + "\nimport sys\nprint('pandas' in sys.modules)\n"
-    result = subprocess.run([sys.executable, "-c", body, *map(str, args)], capture_output=True, text=True, timeout=300)
+    result = subprocess.run([sys.executable, "-c", body, *map(str, args)], capture_output=True, text=True, timeout=300, check=False)
     assert result.returncode == 0, result.stderr
     return result.stdout
 

@@ -573,7 +573,7 @@ def _map(tasks, run_rules, runs, n_workers) -> Iterable:
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-def ProcessPoolExecutor(*args, **kwargs):  # noqa: N802 (stands for the class it makes)
+def ProcessPoolExecutor(*args, **kwargs):  # named as the class it makes (tests patch it by that name)
     """``concurrent.futures.ProcessPoolExecutor``, imported only when a pool is started:
     it and multiprocessing cost ~20 ms of start-up that small ingests never use."""
     from concurrent.futures import ProcessPoolExecutor as pool_class

@@ -14,10 +14,13 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import TYPE_CHECKING, Iterable, Mapping
 
 import numpy as np
 import pyarrow as pa
+
+if TYPE_CHECKING:  # for annotations only: the helpers that use pandas import it when called
+    import pandas as pd
 
 from overlapviz.ingest.base import RankTrace, rank_from_name
 from overlapviz.schema import DEVICES, KERNELS, conform
