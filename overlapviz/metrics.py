@@ -200,7 +200,7 @@ def analyze_table(dataset_path: str | os.PathLike, *, per: str = "rank", run_ids
         if missing:
             raise ValueError(f"{dataset_path}: no run {missing[0]!r} (runs: {', '.join(sorted(known)) or 'none'})")
     columns = list(INPUT_COLUMNS) + (["step"] if per == "step" else [])
-    table = schema.read_kernels(dataset_path, columns=columns, run_ids=run_ids)
+    table = schema.read_kernels(dataset_path, columns=columns, run_ids=run_ids, dictionary=("run_id", "kind"))
     try:
         return overlap_table(table, per=per)
     except ValueError as exc:
@@ -295,17 +295,22 @@ def _int64(table: pa.Table, name: str) -> np.ndarray:
 
 
 def _kind_masks(kind: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Boolean masks of ``kind == comm``, ``compute`` and ``memory``, from one dictionary encoding."""
-    if not pa.types.is_dictionary(kind.type):
-        kind = pc.dictionary_encode(kind)
-    kind = kind.combine_chunks() if isinstance(kind, pa.ChunkedArray) else kind
-    values = kind.dictionary.cast(pa.string()).to_pylist()
-    indices = np.asarray(kind.indices.to_numpy(zero_copy_only=False), dtype=np.int64)
-    masks = []
-    for name in ("comm", "compute", "memory"):
-        is_name = np.array([v == name for v in values] + [False], dtype=bool)  # one entry per distinct kind
-        masks.append(is_name[indices] if len(indices) else np.zeros(0, bool))
-    return masks[0], masks[1], masks[2]
+    """Boolean masks of ``kind == comm``, ``compute`` and ``memory``: each chunk dictionary-
+    encoded (a no-op when it is read so), its few distinct values compared in Python."""
+    chunks = kind.chunks if isinstance(kind, pa.ChunkedArray) else [kind]
+    masks: list[list[np.ndarray]] = [[], [], []]
+    for chunk in chunks:
+        if not pa.types.is_dictionary(chunk.type):
+            chunk = pc.dictionary_encode(chunk)
+        values = chunk.dictionary.cast(pa.string()).to_pylist()
+        indices = np.asarray(chunk.indices.to_numpy(zero_copy_only=False), dtype=np.int64)
+        for mask, name in zip(masks, ("comm", "compute", "memory")):
+            is_name = np.array([v == name for v in values] + [False], dtype=bool)  # one entry per distinct kind
+            mask.append(is_name[indices])
+    if not chunks:
+        return np.zeros(0, bool), np.zeros(0, bool), np.zeros(0, bool)
+    comm, compute, memory = (np.concatenate(m) if len(m) > 1 else m[0] for m in masks)
+    return comm, compute, memory
 
 
 def _dense_codes(col: pa.ChunkedArray, name: str) -> tuple[np.ndarray, pa.Array]:
@@ -321,6 +326,13 @@ def _dense_codes(col: pa.ChunkedArray, name: str) -> tuple[np.ndarray, pa.Array]
             present[v - lo] = True
             values = np.flatnonzero(present) + lo
             return (np.cumsum(present) - 1)[v - lo], pa.array(values, col.type)
+    if pa.types.is_dictionary(col.type):
+        # chunks read from several files carry their own dictionaries: one for all, and the
+        # values' own type (an unused or repeated value only widens the radix below)
+        col = col.unify_dictionaries() if isinstance(col, pa.ChunkedArray) else col
+        dictionary = col.chunk(0).dictionary if isinstance(col, pa.ChunkedArray) and col.num_chunks else None
+        if dictionary is not None and len(pc.unique(dictionary)) != len(dictionary):
+            col = col.cast(col.type.value_type)  # a value listed twice would make two groups
     encoded = pc.dictionary_encode(col).combine_chunks()
     dictionary = encoded.dictionary
     order = pc.sort_indices(dictionary)

@@ -480,6 +480,7 @@ def read_kernels(
     *,
     run_ids: Sequence[str] | None = None,
     filter=None,
+    dictionary: Sequence[str] = (),
 ) -> pa.Table:
     """Read the kernels table (all runs and ranks), conformed to the current schema.
 
@@ -491,6 +492,10 @@ def read_kernels(
         Only these runs.
     filter
         An optional ``pyarrow.compute`` expression applied while reading.
+    dictionary
+        String columns to return dictionary-encoded (``dictionary<int32, string>``, as
+        Parquet stores them): no string per row is built, which halves the time and memory
+        of reading ``run_id`` and ``kind`` for a million kernels.
     """
     meta = read_metadata(path)
     files = [str(Path(path) / f) for f in meta.get("kernel_files", [])]
@@ -498,7 +503,13 @@ def read_kernels(
         keys = {run_key(r) for r in run_ids}
         files = [f for f in files if Path(f).parent.name in keys]
     wanted = list(columns) if columns is not None else KERNELS.names
-    schema = pa.schema([KERNELS.field(c) for c in wanted])
+    encoded = [c for c in wanted if c in dictionary]
+    schema = pa.schema(
+        [
+            pa.field(c, pa.dictionary(pa.int32(), KERNELS.field(c).type)) if c in encoded else KERNELS.field(c)
+            for c in wanted
+        ]
+    )
     if not files:
         return schema.empty_table()
     if filter is None and (len(files) == 1 or _total_bytes(files) < _DATASET_MIN_BYTES):
@@ -506,13 +517,14 @@ def read_kernels(
         # and pays only when several large files are read at once
         parts = []
         for f in files:
-            with pq.ParquetFile(f) as reader:
+            with pq.ParquetFile(f, read_dictionary=encoded) as reader:
                 present = [c for c in wanted if c in reader.schema_arrow.names]
                 parts.append(conform(reader.read(columns=present), schema, where=str(path)))
         return parts[0] if len(parts) == 1 else pa.concat_tables(parts)
     import pyarrow.dataset as pads
 
-    dataset = pads.dataset(files, format="parquet")
+    fmt = pads.ParquetFileFormat(read_options=pads.ParquetReadOptions(dictionary_columns=encoded))
+    dataset = pads.dataset(files, format=fmt)
     present = [c for c in wanted if c in dataset.schema.names]
     table = dataset.to_table(columns=present, filter=filter)
     return conform(table, schema, where=str(path))

@@ -423,3 +423,27 @@ def test_wide_key_ranges_and_negative_times():
     assert out["step"].tolist() == [-3, 10**15]
     assert out["overlap_us"].tolist() == [0.005, 0.05]
     assert out["span_us"].tolist() == [0.02, 0.15]
+
+
+def test_dictionary_encoded_keys_and_kinds_give_the_same_rows():
+    """analyze_table reads run_id and kind dictionary-encoded; chunks with their own
+    dictionaries, unused and repeated dictionary values must not split or invent groups."""
+    from overlapviz.metrics import overlap_table
+
+    plain = pa.Table.from_pandas(
+        pd.concat([frame([("comm", 0, 100), ("compute", 50, 150)], run_id="b", rank=1),
+                   frame([("memory", 0, 10), ("compute", 5, 8)], run_id="a", rank=0)]),
+        preserve_index=False,
+    ).select(["run_id", "rank", "kind", "start_ns", "end_ns"])  # fmt: skip
+
+    def dict_chunk(values, dictionary):
+        idx = [dictionary.index(v) for v in values]
+        return pa.DictionaryArray.from_arrays(pa.array(idx, pa.int32()), pa.array(dictionary))
+
+    run = pa.chunked_array([dict_chunk(["b", "b"], ["zz", "b", "b"]), dict_chunk(["a", "a"], ["a"])])
+    kind = pa.chunked_array([dict_chunk(["comm", "compute"], ["compute", "comm", "comm"]),
+                             dict_chunk(["memory", "compute"], ["memory", "compute", "other"])])  # fmt: skip
+    encoded = pa.table({"run_id": run, "rank": plain.column("rank"), "kind": kind,
+                        "start_ns": plain.column("start_ns"), "end_ns": plain.column("end_ns")})  # fmt: skip
+    assert overlap_table(encoded).equals(overlap_table(plain))
+    assert overlap_table(encoded).column("run_id").to_pylist() == ["a", "b"]

@@ -1,6 +1,7 @@
 """The dataset contract: conforming tables, atomic writes, reading older datasets, kind rules."""
 
 import json
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -152,3 +153,26 @@ def test_bad_rules_are_rejected(text):
 def test_rule_kind_checked():
     with pytest.raises(ValueError, match="kind"):
         Rule("gpu", "x")
+
+
+def test_read_kernels_dictionary_columns(tmp_path):
+    """``dictionary=`` gives the same values as plain strings, typed dictionary<int32, string>,
+    on the one-reader-per-file path and on the dataset-scan path alike."""
+    from overlapviz.ingest import ingest
+
+    data = Path(__file__).parent / "data" / "hta_trace_filter_2rank"
+    ingest([data], tmp_path / "ds", progress=False)
+    cols = ["run_id", "rank", "kind", "name", "start_ns"]
+    plain = schema.read_kernels(tmp_path / "ds", columns=cols)
+    for scan in (False, True):
+        if scan:  # a filter makes it scan with pyarrow.dataset
+            import pyarrow.compute as pc
+
+            encoded = schema.read_kernels(tmp_path / "ds", columns=cols, dictionary=("run_id", "kind"),
+                                          filter=pc.field("start_ns") >= -(2**62))  # fmt: skip
+        else:
+            encoded = schema.read_kernels(tmp_path / "ds", columns=cols, dictionary=("run_id", "kind"))
+        assert pa.types.is_dictionary(encoded.schema.field("kind").type)
+        assert encoded.schema.field("name").type == pa.string() and encoded.num_rows == plain.num_rows > 0
+        for c in cols:
+            assert encoded.column(c).to_pylist() == plain.column(c).to_pylist(), c
