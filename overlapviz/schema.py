@@ -66,7 +66,9 @@ class _PandasImportWatch(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def exec_module(self, module) -> None:
         self._loader.exec_module(module)
-        _ = pa.lib._pandas_api.pd  # pyarrow re-checks for pandas: found now, and remembered
+        shim = getattr(pa.lib, "_pandas_api", None)
+        if shim is not None:
+            _ = shim.pd  # pyarrow re-checks for pandas: found now, and remembered
 
 
 def _unwatch() -> None:
@@ -76,6 +78,8 @@ def _unwatch() -> None:
 def _defer_pandas_in_pyarrow() -> None:
     if "pandas" in sys.modules or any(isinstance(f, _PandasImportWatch) for f in sys.meta_path):
         return
+    if not hasattr(type(getattr(pa.lib, "_pandas_api", None)), "pd"):  # on the class: not the getter
+        return  # a pyarrow whose shim this does not know: leave it alone (it imports pandas)
     block = _NoPandas()
     sys.meta_path.insert(0, block)  # an ImportError for pyarrow's one probe
     try:
