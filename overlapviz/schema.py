@@ -351,20 +351,36 @@ class DatasetWriter:
         if self._tmp is not None and self._tmp.exists():
             shutil.rmtree(self._tmp, ignore_errors=True)
 
+    @property
+    def directory(self) -> Path:
+        """The temporary directory the dataset is built in (``kernels/`` already made).
+
+        Other processes may write kernels files into it with ``write_kernels`` and hand them
+        over with ``add_kernels_file``; all of it is removed if the dataset is not committed.
+        """
+        assert self._tmp is not None, "use DatasetWriter as a context manager"
+        return self._tmp
+
     def add_kernels(self, table: pa.Table, run_id: str, rank: int) -> None:
         """Write one run x rank's kernels (already conformed to KERNELS) to their own file."""
-        assert self._tmp is not None, "use DatasetWriter as a context manager"
-        table = conform(table, KERNELS, where=f"kernels of {run_id} rank {rank}")
-        rel = f"kernels/{run_key(run_id)}/rank{int(rank)}.parquet"
-        if rel in self._kernel_files:
-            raise ValueError(f"{run_id}: rank {rank} appears twice")
-        path = self._tmp / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if not _is_sorted(table.column("start_ns")):
-            table = table.sort_by([("start_ns", "ascending")])
-        _write(table, path, row_group_size=1 << 20)
+        self._check_new(run_id, rank)
+        self.add_kernels_file(*write_kernels(table, self.directory, run_id, rank), run_id, rank)
+
+    def add_kernels_file(self, rel: str, n_rows: int, run_id: str, rank: int) -> None:
+        """Count a kernels file that ``write_kernels`` wrote into ``directory`` as part of the dataset.
+
+        Raises
+        ------
+        ValueError
+            When the run x rank already has a file.
+        """
+        self._check_new(run_id, rank)
         self._kernel_files.append(rel)
-        self._kernel_rows += table.num_rows
+        self._kernel_rows += int(n_rows)
+
+    def _check_new(self, run_id: str, rank: int) -> None:
+        if kernels_file(run_id, rank) in self._kernel_files:
+            raise ValueError(f"{run_id}: rank {rank} appears twice")
 
     def add(self, name: str, table) -> None:
         """Append rows to one of the small tables (runs, ranks, devices, steps, iterations)."""
@@ -402,6 +418,30 @@ class DatasetWriter:
             os.replace(self._tmp, self.out)
         self._tmp = None
         return self.out
+
+
+def kernels_file(run_id: str, rank: int) -> str:
+    """Where one run x rank's kernels go, relative to the dataset directory."""
+    return f"kernels/{run_key(run_id)}/rank{int(rank)}.parquet"
+
+
+def write_kernels(table: pa.Table, directory: str | os.PathLike, run_id: str, rank: int) -> tuple[str, int]:
+    """Conform one run x rank's kernels to KERNELS, sort them by ``start_ns`` and write them
+    under ``directory`` (a ``DatasetWriter.directory``); return the file's relative path and
+    its row count, for ``DatasetWriter.add_kernels_file``.
+
+    Module-level so that a worker process can write the file it read (the writer stays in
+    the parent). Creates only the run's folder, never ``directory`` itself: a worker that
+    outlives a failed ingest cannot bring its removed directory back.
+    """
+    table = conform(table, KERNELS, where=f"kernels of {run_id} rank {rank}")
+    rel = kernels_file(run_id, rank)
+    path = Path(directory) / rel
+    path.parent.mkdir(exist_ok=True)
+    if not _is_sorted(table.column("start_ns")):
+        table = table.sort_by([("start_ns", "ascending")])
+    _write(table, path, row_group_size=1 << 20)
+    return rel, table.num_rows
 
 
 # below this many rows a table is written uncompressed: zstd's per-column setup costs more

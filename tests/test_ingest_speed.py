@@ -5,16 +5,24 @@ dict path gives; a document the fast path cannot type must still read (or fail) 
 """
 
 import gzip
+import os
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow.parquet as pq
 import pytest
 
 import overlapviz.ingest as ingest_mod
 from overlapviz import schema
 from overlapviz.ingest import chrome, ingest
-from overlapviz.testing import generate_trace, kernel_event, kineto_trace, runtime_event, write_trace
+from overlapviz.testing import (
+    generate_trace,
+    kernel_event,
+    kineto_trace,
+    runtime_event,
+    write_trace,
+)
 
 DATA = Path(__file__).parent / "data"
 REAL = sorted(
@@ -129,3 +137,57 @@ def test_input_bytes_reads_the_gzip_trailer(tmp_path):
     plain = tmp_path / "plain.json"
     plain.write_bytes(b"[]")
     assert ingest_mod._input_bytes(plain) == 2
+
+
+def _record_reads(monkeypatch, log: Path):
+    """Make every process append '<pid> <file>' to ``log`` when it ingests a file."""
+    real = ingest_mod._ingest_file
+
+    def spy(path, *args):
+        with open(log, "a") as fh:
+            fh.write(f"{os.getpid()} {Path(path).name}\n")
+        return real(path, *args)
+
+    spy.__module__, spy.__qualname__ = ingest_mod.__name__, "_ingest_file"  # pickled by that name
+    monkeypatch.setattr(ingest_mod, "_ingest_file", spy)
+
+
+def test_parent_and_worker_both_read_and_write_and_the_result_is_the_in_process_one(tmp_path, monkeypatch):
+    src = _generated(tmp_path, n_ranks=6)
+    one = ingest([src], tmp_path / "one", workers=1, progress=False)
+    monkeypatch.setattr(ingest_mod, "POOL_MIN_BYTES", 0)
+    _record_reads(monkeypatch, tmp_path / "reads.log")
+    two = ingest([src], tmp_path / "two", workers=2, progress=False)
+    reads = [line.split() for line in (tmp_path / "reads.log").read_text().splitlines()]
+    by_pid = {pid: sum(1 for p, _ in reads if p == pid) for pid, _ in reads}
+    assert sorted(name for _, name in reads) == sorted(p.name for p in src.iterdir())  # each file once
+    assert str(os.getpid()) in by_pid and len(by_pid) == 2  # the parent reads too, beside one worker
+    # the same files and the same tables, row order included (small tables in file order)
+    assert schema.read_metadata(one)["kernel_files"] == schema.read_metadata(two)["kernel_files"]
+    for name in ("kernels/gen/rank0.parquet", "kernels/gen/rank5.parquet", *(f"{t}.parquet" for t in schema.TABLES)):
+        assert pq.read_table(one / name).equals(pq.read_table(two / name)), name
+
+
+def test_duplicate_rank_read_by_the_pool_names_the_files_in_file_order(tmp_path, monkeypatch):
+    src = _generated(tmp_path, n_ranks=4)
+    # rank 0 again (distributedInfo), last in file order
+    write_trace(generate_trace(2_000, rank=0, world_size=4, seed=9, n_steps=4), src / "zz_rank0.json.gz")
+    with pytest.raises(ValueError) as one:
+        ingest([src], tmp_path / "one", workers=1, progress=False)
+    monkeypatch.setattr(ingest_mod, "POOL_MIN_BYTES", 0)
+    with pytest.raises(ValueError) as two:
+        ingest([src], tmp_path / "two", workers=2, progress=False)
+    assert str(two.value) == str(one.value)
+    assert str(two.value).startswith(f"{src / 'zz_rank0.json.gz'}: rank 0 of run 'gen' also comes from {src / 'rank0.json.gz'}")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["gen"]  # no dataset, no temporary directory
+
+
+def test_failed_file_stops_the_worker_before_the_directory_goes(tmp_path, monkeypatch):
+    src = _generated(tmp_path, n_ranks=6)
+    data = (src / "rank1.json.gz").read_bytes()
+    (src / "rank1.json.gz").write_bytes(data[:-30])
+    monkeypatch.setattr(ingest_mod, "POOL_MIN_BYTES", 0)
+    _record_reads(monkeypatch, tmp_path / "reads.log")
+    with pytest.raises(ValueError, match=r"rank1\.json\.gz: truncated gzip"):
+        ingest([src], tmp_path / "ds", workers=2, progress=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["gen", "reads.log"]  # nothing a worker wrote is left

@@ -176,3 +176,25 @@ def test_read_kernels_dictionary_columns(tmp_path):
         assert encoded.schema.field("name").type == pa.string() and encoded.num_rows == plain.num_rows > 0
         for c in cols:
             assert encoded.column(c).to_pylist() == plain.column(c).to_pylist(), c
+
+
+def test_kernels_file_written_elsewhere_is_counted_once(tmp_path):
+    with schema.DatasetWriter(tmp_path / "ds") as w:
+        rel, n = schema.write_kernels(_kernels(), w.directory, "r", 0)  # as a worker process does
+        assert (rel, n) == ("kernels/r/rank0.parquet", 3)
+        w.add_kernels_file(rel, n, "r", 0)
+        with pytest.raises(ValueError, match="rank 0 appears twice"):
+            w.add_kernels_file(rel, n, "r", 0)
+        w.commit()
+    meta = schema.read_metadata(tmp_path / "ds")
+    assert meta["kernel_files"] == ["kernels/r/rank0.parquet"] and meta["n_kernels"] == 3
+    assert schema.read_kernels(tmp_path / "ds").column("start_ns").to_pylist() == [0, 10, 20]  # sorted on write
+
+
+def test_write_kernels_never_recreates_a_removed_dataset_directory(tmp_path):
+    with schema.DatasetWriter(tmp_path / "ds") as w:
+        directory = w.directory
+    assert not directory.exists()  # a worker still writing after a failure must not bring it back
+    with pytest.raises(FileNotFoundError):
+        schema.write_kernels(_kernels(), directory, "r", 0)
+    assert not directory.exists()

@@ -1,9 +1,9 @@
 """Ingest raw traces (Chrome/Kineto JSON, rocprof) into the canonical Parquet dataset.
 
-``ingest`` finds the runs in its sources, reads each trace file (one rank at a time, in a
-bounded pool of worker processes), classifies and assigns steps there, and writes one
-Parquet file per run x rank through ``schema.DatasetWriter``, which builds the dataset in a
-temporary directory and moves it into place only when everything succeeded.
+``ingest`` finds the runs in its sources, reads each trace file (one at a time per process,
+this one and a bounded pool of workers), classifies, assigns steps and writes one Parquet
+file per run x rank there, into the temporary directory of a ``schema.DatasetWriter``, which
+moves the dataset into place only when everything succeeded.
 
 How sources become runs (first match wins for each source):
 
@@ -24,6 +24,7 @@ sorted by name. Two files with one rank in one run are an error.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import gzip
 import importlib
@@ -33,9 +34,9 @@ import os
 import re
 import sys
 import zlib
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -388,15 +389,71 @@ def _set(table: pa.Table, name: str, column) -> pa.Table:
 def read_source(path: str, reader_name: str, rules_json: str) -> list[RankTrace]:
     """Read one trace file and finish its ranks' kernels (kind, step, collective).
 
-    Module-level so the worker pool can run it; returns Arrow tables, which pickle cheaply.
+    Module-level so a worker process can run it; returns Arrow tables, which pickle cheaply.
     """
+    traces = _read_finished(path, reader_name, rules_json)
+    if _input_bytes(Path(path)) >= RELEASE_MIN_BYTES:
+        _release_memory()
+    return traces
+
+
+def _read_finished(path: str, reader_name: str, rules_json: str) -> list[RankTrace]:
     rules = _rules_from_json(rules_json)
     traces = _reader(reader_name).read(Path(path))
     for t in traces:
         t.kernels = finish_kernels(t, rules)
-    if _input_bytes(Path(path)) >= RELEASE_MIN_BYTES:
-        _release_memory()
     return traces
+
+
+@dataclass
+class _RankPart:
+    """What the parent needs of one rank a process read and wrote: its small tables and facts."""
+
+    rank: int
+    kernels_file: str  # relative to the dataset directory
+    n_kernels: int
+    steps: pa.Table | None
+    devices: pa.Table | None
+    info: dict
+    top_device: int | None  # the device most of the rank's kernels ran on
+
+
+def _ingest_file(path: str, reader_name: str, rules_json: str, file_index: int, run_id: str,
+                 directory: str) -> list[_RankPart]:
+    """Read one trace file, finish its kernels and write each rank's kernels file into the
+    dataset's temporary ``directory``; return only the small per-rank parts.
+
+    Runs wherever the file is read (the parent or a worker), so the expensive per-file work
+    (parse, classify, steps, conform, Parquet write) stays with the process that holds the
+    trace, and no kernels table crosses between processes. The parent checks the ranks.
+    """
+    traces = _read_finished(path, reader_name, rules_json)
+    big = _input_bytes(Path(path)) >= RELEASE_MIN_BYTES
+    parts = []
+    for ti, t in enumerate(traces):
+        rank = _rank_of(t, Path(path), file_index, ti, len(traces))
+        k = t.kernels
+        n = k.num_rows
+        k = _set(k, "run_id", pa.repeat(pa.scalar(run_id, pa.string()), n))
+        k = _set(k, "rank", pa.repeat(pa.scalar(rank, pa.int32()), n))
+        rel, n = schema.write_kernels(k, directory, run_id, rank)
+        parts.append(_RankPart(rank, rel, n, t.steps, t.devices, t.info, _top_device(k)))
+        big = big or k.nbytes >= RELEASE_MIN_BYTES
+        del k
+        t.kernels = None
+    del traces
+    if big:
+        _release_memory()
+    return parts
+
+
+def _rank_of(t: RankTrace, path: Path, file_index: int, trace_index: int, n_traces: int) -> int:
+    rank = t.rank
+    if rank is None:
+        rank = rank_from_name(path.name) if n_traces == 1 else None
+    if rank is None:
+        rank = file_index if n_traces == 1 else trace_index
+    return int(rank)
 
 
 @functools.lru_cache(maxsize=16)
@@ -486,16 +543,14 @@ def ingest(
     with schema.DatasetWriter(out, overwrite=overwrite, rules=default_set.to_dict()) as writer:
         state = [_RunState() for _ in runs]
         bar = _progress_bar(len(tasks), progress)
-        try:
-            for (ri, fi, path, _), traces in _map(tasks, run_rules, runs, n_workers):
-                _add_traces(writer, runs[ri], state[ri], fi, path, traces)
-                big = sum(t.kernels.nbytes for t in traces) >= RELEASE_MIN_BYTES
-                del traces
-                if big:
-                    _release_memory()
-                bar.update(1)
-        finally:
-            bar.close()
+        # closing: on an error the worker is stopped before the writer removes its directory
+        with contextlib.closing(_map(tasks, run_rules, runs, n_workers, writer.directory)) as results:
+            try:
+                for (ri, fi, path, _), parts in results:
+                    _add_parts(writer, runs[ri], state[ri], path, parts)
+                    bar.update(1)
+            finally:
+                bar.close()
         for r, st in zip(runs, state):
             _add_run(writer, r, st, run_rules[r.run_id])
         meta = {"runs": [r.run_id for r in runs], "ingested_from": [str(s) for s in sources]}
@@ -530,46 +585,103 @@ class _NoBar:
         pass
 
 
-def _map(tasks, run_rules, runs, n_workers) -> Iterable:
-    """(task, traces) for every task, the parent process reading too.
+def _map(tasks, run_rules, runs, n_workers, directory: Path) -> Iterator:
+    """(task, parts) for every task in file order, the parent process reading too.
 
     With ``n_workers`` > 1 and enough input to pay for it (``POOL_MIN_BYTES``), a pool of
     ``n_workers - 1`` forked processes reads beside the parent: ``n_workers`` traces are
     parsed at once, in ``n_workers`` processes rather than ``n_workers + 1`` (each process
-    counts its copy of numpy/pandas/pyarrow, ~115 MB, in the peak memory). Otherwise every
-    file is read in this process, one at a time: no fork for one or a few small files.
+    counts its copy of numpy/pandas/pyarrow, ~115 MB, in the peak memory). Each process
+    takes the next file in order as soon as it is free (a feeder thread per worker hands
+    them out), so all stay busy to the end whatever the files' sizes, and none holds more
+    than the one trace it is reading. Otherwise every file is read in this process, one at
+    a time: no fork for one or a few small files.
     """
     rules_json = {rid: rs.to_json() for rid, rs in run_rules.items()}
-    jobs = [(t, (str(t[2]), t[3], rules_json[runs[t[0]].run_id])) for t in tasks]
+    jobs = [(t, (str(t[2]), t[3], rules_json[runs[t[0]].run_id], t[1], runs[t[0]].run_id, str(directory)))
+            for t in tasks]
     n_pool = min(n_workers - 1, len(jobs) - 1)
     if n_pool < 1 or sum(_input_bytes(Path(args[0])) for _, args in jobs) < POOL_MIN_BYTES:
         for task, args in jobs:
-            yield task, read_source(*args)
+            yield task, _ingest_file(*args)
         return
     import multiprocessing
-    from concurrent.futures import FIRST_COMPLETED, wait
+    import threading
 
     ctx = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
     pool = ProcessPoolExecutor(max_workers=n_pool, mp_context=ctx)
-    pending: dict = {}
-    todo = list(reversed(jobs))  # popped from the end: file order
+    lock = threading.Lock()
+    ready = threading.Condition(lock)
+    results: dict[int, tuple[bool, object]] = {}  # job index -> (ok, parts or exception)
+    state = {"next": 0, "stop": False}
+
+    def take() -> int | None:
+        with lock:
+            if state["stop"] or state["next"] >= len(jobs):
+                return None
+            state["next"] += 1
+            return state["next"] - 1
+
+    def put(i: int, ok: bool, value) -> None:
+        with ready:
+            results[i] = (ok, value)
+            if not ok:
+                state["stop"] = True  # the error is raised in file order; read nothing more
+            ready.notify_all()
+
+    def feed() -> None:  # one per worker: keeps it busy with the next files in order
+        queued: list = []  # (job index, future), oldest first
+        while True:
+            # a second file waits in the worker's queue, so it never idles while this
+            # thread waits for the parent to let go of the GIL; not at the end, where the
+            # parent reads the last files rather than wait for a worker's queue
+            with lock:
+                want = 2 if len(jobs) - state["next"] > n_pool else 1
+            while len(queued) < want and (i := take()) is not None:
+                try:
+                    queued.append((i, pool.submit(_ingest_file, *jobs[i][1])))
+                except BaseException as exc:  # noqa: BLE001 - raised again in the parent's thread
+                    put(i, False, exc)
+            if not queued:
+                return
+            i, fut = queued.pop(0)
+            try:
+                put(i, True, fut.result())
+            except BaseException as exc:  # noqa: BLE001 - raised again in the parent's thread
+                put(i, False, exc)
+
+    feeders = []
+    emitted = 0
     try:
-        while todo or pending:
-            # one queued task per worker beyond the running one, so none idles while the
-            # parent parses; a queued task holds no trace until it starts
-            while todo and len(pending) < 2 * n_pool:
-                task, args = todo.pop()
-                pending[pool.submit(read_source, *args)] = task
-            if todo:
-                task, args = todo.pop()
-                yield task, read_source(*args)
-                done = [f for f in pending if f.done()]
-            else:
-                done, _ = wait(pending, return_when=FIRST_COMPLETED)
-            for fut in sorted(done, key=lambda f: pending[f][:2]):
-                task = pending.pop(fut)
-                yield task, fut.result()
+        # fork the workers from this thread, before any other thread runs (a fork copies
+        # only the thread that forks: a lock another thread held would stay held)
+        pool.submit(os.getpid).result()
+        feeders = [threading.Thread(target=feed, daemon=True) for _ in range(n_pool)]
+        for f in feeders:
+            f.start()
+        while emitted < len(jobs):
+            i = take()
+            if i is not None:
+                try:
+                    put(i, True, _ingest_file(*jobs[i][1]))
+                except Exception as exc:  # noqa: BLE001 - raised in file order below
+                    put(i, False, exc)
+            with ready:
+                while i is None and emitted not in results:
+                    ready.wait()
+                done = []
+                while emitted in results:
+                    done.append((emitted, results.pop(emitted)))
+                    emitted += 1
+            for j, (ok, value) in done:
+                if not ok:
+                    raise value
+                yield jobs[j][0], value
     finally:
+        with lock:
+            state["stop"] = True
+        for f in feeders:
+            f.join()
         pool.shutdown(wait=True, cancel_futures=True)
 
 
@@ -601,35 +713,27 @@ class _RunState:
     n_kernels: int = 0
 
 
-def _add_traces(writer, run: RunSource, st: _RunState, file_index: int, path: Path, traces: list[RankTrace]) -> None:
-    for ti, t in enumerate(traces):
-        rank = t.rank
-        if rank is None:
-            rank = rank_from_name(path.name) if len(traces) == 1 else None
-        if rank is None:
-            rank = file_index if len(traces) == 1 else ti
-        rank = int(rank)
+def _add_parts(writer, run: RunSource, st: _RunState, path: Path, parts: list[_RankPart]) -> None:
+    """Count one file's ranks (kernels files already written) and add their small tables."""
+    for part in parts:
+        rank = part.rank
         if rank in st.ranks:
             raise ValueError(f"{path}: rank {rank} of run {run.run_id!r} also comes from {st.ranks[rank]}")
         st.ranks[rank] = path
-        k = t.kernels
-        n = k.num_rows
-        k = _set(k, "run_id", pa.repeat(pa.scalar(run.run_id, pa.string()), n))
-        k = _set(k, "rank", pa.repeat(pa.scalar(rank, pa.int32()), n))
-        writer.add_kernels(k, run.run_id, rank)
-        st.n_kernels += n
+        writer.add_kernels_file(part.kernels_file, part.n_kernels, run.run_id, rank)
+        st.n_kernels += part.n_kernels
         ident = {"run_id": run.run_id, "rank": rank}
-        if t.steps is not None and t.steps.num_rows:
-            writer.add("steps", _with_ident(t.steps, ident))
-        devices = t.devices if t.devices is not None and t.devices.num_rows else _manifest_devices(run, rank)
+        if part.steps is not None and part.steps.num_rows:
+            writer.add("steps", _with_ident(part.steps, ident))
+        devices = part.devices if part.devices is not None and part.devices.num_rows else _manifest_devices(run, rank)
         if devices is not None and devices.num_rows:
             writer.add("devices", _with_ident(devices, ident))
-            st.devices.append(_device_name(devices, k))
-        info = {c: t.info.get(c) for c in schema.RANKS.names if c in t.info} | ident
+            st.devices.append(_device_name(devices, part.top_device))
+        info = {c: part.info.get(c) for c in schema.RANKS.names if c in part.info} | ident
         if run.manifest and not info.get("host"):
             info["host"] = (run.manifest.get("run") or {}).get("host")
         writer.add("ranks", pa.Table.from_pylist([info]))
-        st.infos.append(t.info)
+        st.infos.append(part.info)
 
 
 def _with_ident(table: pa.Table, ident: dict) -> pa.Table:
@@ -650,18 +754,23 @@ def _manifest_devices(run: RunSource, rank: int) -> pa.Table | None:
         raise ValueError(f"{run.directory / MANIFEST}: devices: {exc}") from None
 
 
-def _device_name(devices: pa.Table, kernels: pa.Table) -> str | None:
+def _top_device(kernels: pa.Table) -> int | None:
+    """The device most of ``kernels`` ran on (the first seen of a tie); None where unknown."""
+    dev = kernels.column("device").drop_null() if "device" in kernels.column_names else pa.array([])
+    if not len(dev):
+        return None
+    counts = pc.value_counts(dev)
+    return counts.field("values")[int(np.argmax(counts.field("counts").to_numpy()))].as_py()
+
+
+def _device_name(devices: pa.Table, top_device: int | None) -> str | None:
     """Name of the device most of the rank's kernels ran on (the first listed where unknown)."""
     if "name" not in devices.column_names:
         return None
     names = devices.column("name").to_pylist()
     ids = devices.column("device").to_pylist() if "device" in devices.column_names else []
-    dev = kernels.column("device").drop_null() if "device" in kernels.column_names else pa.array([])
-    if len(dev) and ids:
-        counts = pc.value_counts(dev)
-        top = counts.field("values")[int(np.argmax(counts.field("counts").to_numpy()))].as_py()
-        if top in ids:
-            return names[ids.index(top)]
+    if top_device is not None and ids and top_device in ids:
+        return names[ids.index(top_device)]
     return names[0] if names else None
 
 
