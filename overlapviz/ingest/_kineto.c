@@ -131,7 +131,16 @@ static int str_raw(P *s, const unsigned char **a, const unsigned char **b, int *
     *a = p;
     *esc = 0;
     for (;;) {
+#if defined(__GNUC__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+        /* the lowest flagged byte of special8 is exactly the first special one */
+        while (e - p >= 8) {
+            uint64_t m = special8(load8(p));
+            if (m) { p += __builtin_ctzll(m) >> 3; break; }
+            p += 8;
+        }
+#else
         while (e - p >= 8 && !special8(load8(p))) p += 8;
+#endif
         while (p < e && *p != '"' && *p != '\\' && *p >= 0x20 && *p < 0x80) p++;
         if (p >= e) return fail(s, "unterminated string");
         if (*p == '"') break;
