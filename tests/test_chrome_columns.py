@@ -21,7 +21,8 @@ from overlapviz.ingest import chrome, chrome_columns
 DATA = Path(__file__).parent / "data"
 KINETO = sorted(
     p for p in DATA.rglob("*.json*")
-    if p.name.startswith(("trace_rank", "rank", "sampled_rank", "nccl_data", "resnet", "gpu_only", "gaunernst", "h200_torch"))
+    if p.name.startswith(("trace_rank", "rank", "sampled_rank", "nccl_data", "resnet", "gpu_only", "gaunernst", "h200_torch",
+                          "transformer_stack"))
 )  # fmt: skip
 CATS = [(c.encode(), b) for c, (b, _) in chrome._SCAN_ROUTE.items()]
 
