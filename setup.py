@@ -12,7 +12,7 @@ setup(
         Extension(
             "overlapviz.ingest._kineto",
             ["overlapviz/ingest/_kineto.c"],
-            extra_compile_args=["-O2", "-std=c99"],
+            extra_compile_args=["-O2"],
             optional=True,
         )
     ]
