@@ -528,6 +528,11 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     hta_python, hta_info = (None, "HTA skipped") if args.no_hta else ensure_hta(Path(args.hta_python), not args.no_setup)
+    # pip compiles an installed package's bytecode (HTA's venv has it); an editable checkout
+    # under PYTHONDONTWRITEBYTECODE would recompile every module in every fresh process
+    import compileall
+
+    compileall.compile_dir(str(HERE.parent / "overlapviz"), quiet=1)
     info = {
         "machine": f"{os.cpu_count()} cores, {platform.processor() or platform.machine()}, Python {platform.python_version()}",
         "hta": hta_info,

@@ -829,3 +829,8 @@ def _timings(path: Path, run_id: str) -> pa.Table:
     if not rows:
         return schema.empty(schema.ITERATIONS)
     return pa.Table.from_pylist(rows)
+
+
+# The readers (their sniffing and the Kineto reader; rocprof's pandas parsers stay lazy) are
+# what every ingest needs first: imported with the package, not by the first call.
+_registered_readers()

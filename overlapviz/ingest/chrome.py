@@ -21,6 +21,7 @@ import zlib
 from pathlib import Path
 
 import numpy as np
+import numpy.ma  # noqa: F401  pyarrow imports it at its first conversion of an ndarray (~40 ms): with the reader instead
 import pyarrow as pa
 import pyarrow.compute as pc
 
