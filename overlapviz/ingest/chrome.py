@@ -485,10 +485,10 @@ def _collective_from_host(gpu: pa.Table, host: pa.Table, collective: pa.ChunkedA
     )
     if not rpc.num_rows:
         return collective
-    lookup = pa.table({"eid": rpc.column("External id"), "cn": rpc.column("Collective name")})
-    lookup = lookup.group_by("eid", use_threads=False).aggregate([("cn", "first")]).rename_columns(["eid", "cn"])
-    idx = pc.index_in(gpu.column("External id"), lookup.column("eid"))
-    return pc.coalesce(collective, lookup.column("cn").take(idx))
+    # the first record per External id (np.unique's indices are first occurrences)
+    eids, first = np.unique(np.asarray(rpc.column("External id").to_numpy()), return_index=True)
+    idx = pc.index_in(gpu.column("External id"), pa.array(eids))
+    return pc.coalesce(collective, rpc.column("Collective name").take(pa.array(first)).take(idx))
 
 
 def _steps(host: pa.Table, path: Path) -> pa.Table:
@@ -528,10 +528,12 @@ def _steps(host: pa.Table, path: Path) -> pa.Table:
                 "pid": rows.column("pid"),
             }
         )
-        # the same range written twice (cpu_op and user_annotation in some torch versions)
-        table = table.group_by(["step", "name", "source", "start_ns", "end_ns"], use_threads=False).aggregate(
-            [("tid", "first"), ("pid", "first")]
-        ).rename_columns(["step", "name", "source", "start_ns", "end_ns", "tid", "pid"])
+        # the same range written twice (cpu_op and user_annotation in some torch versions):
+        # the first row of each (step, name, start, end) stays (a few hundred rows: Python)
+        first: dict = {}
+        for i, key in enumerate(zip(step.to_pylist(), table.column("name").to_pylist(), start.tolist(), (start + dur).tolist())):
+            first.setdefault(key, i)
+        table = table.take(pa.array(list(first.values()), pa.int64()))
         return table.sort_by([("start_ns", "ascending"), ("end_ns", "descending")])
     return empty
 
@@ -543,11 +545,19 @@ def _main_thread(host: pa.Table, runtime: pa.Table, steps: pa.Table):
     ops = host.filter(pc.equal(host.column("category"), "cpu_op")) if host.num_rows else host
     ops = ops.filter(pc.and_(pc.is_valid(ops.column("tid")), pc.is_valid(ops.column("dur")))) if ops.num_rows else ops
     if ops.num_rows:
-        busy = ops.group_by(["pid", "tid"]).aggregate([("dur", "sum")]).sort_by([("dur_sum", "descending")])
-        pid, tid = busy.column("pid").to_numpy(zero_copy_only=False), busy.column("tid").to_numpy(zero_copy_only=False)
-        same = np.flatnonzero(pid == tid)  # the process's main thread has tid == pid on Linux
-        i = int(same[0]) if len(same) else 0
-        return _py(pid[i]), _py(tid[i])
+        # total cpu_op time per (pid, tid), threads in order of first appearance, busiest first
+        pid_col = ops.column("pid")
+        pid = np.asarray(pc.fill_null(pid_col, 0).to_numpy(), dtype=np.int64)
+        pid_null = np.asarray(pid_col.is_null().to_numpy(zero_copy_only=False), dtype=np.int64)
+        tid = np.asarray(ops.column("tid").to_numpy(), dtype=np.int64)
+        keys, first, group = np.unique(np.stack([pid, pid_null, tid], axis=1), axis=0, return_index=True, return_inverse=True)
+        busy = np.bincount(group.ravel(), weights=ops.column("dur").to_numpy(), minlength=len(keys))
+        by_appearance = np.argsort(first, kind="stable")
+        order = by_appearance[np.argsort(-busy[by_appearance], kind="stable")]
+        keys = keys[order]
+        same = np.flatnonzero((keys[:, 1] == 0) & (keys[:, 0] == keys[:, 2]))  # the main thread has tid == pid on Linux
+        pid_i, null_i, tid_i = keys[int(same[0]) if len(same) else 0]
+        return (None if null_i else int(pid_i)), int(tid_i)
     if runtime.num_rows:
         return _mode(runtime.column("pid")), _mode(runtime.column("tid"))
     return None, None
