@@ -46,7 +46,7 @@ from overlapviz import schema
 from overlapviz.ingest.base import RankTrace, Reader, companions, rank_from_name
 from overlapviz.rules import RuleSet, default_rules
 
-__all__ = ["ingest", "readers", "detect", "discover", "assign_steps", "read_source", "RunSource"]
+__all__ = ["ingest", "readers", "detect", "discover", "assign_steps", "RunSource"]
 
 SNIFF_BYTES = 64 * 1024
 # below this much trace content (uncompressed) in all, files are read in this process only:
@@ -384,17 +384,6 @@ def _set(table: pa.Table, name: str, column) -> pa.Table:
     if name in table.column_names:
         return table.set_column(table.column_names.index(name), name, column)
     return table.append_column(name, column)
-
-
-def read_source(path: str, reader_name: str, rules_json: str) -> list[RankTrace]:
-    """Read one trace file and finish its ranks' kernels (kind, step, collective).
-
-    Module-level so a worker process can run it; returns Arrow tables, which pickle cheaply.
-    """
-    traces = _read_finished(path, reader_name, rules_json)
-    if _input_bytes(Path(path)) >= RELEASE_MIN_BYTES:
-        _release_memory()
-    return traces
 
 
 def _read_finished(path: str, reader_name: str, rules_json: str) -> list[RankTrace]:
