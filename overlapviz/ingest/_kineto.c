@@ -333,12 +333,10 @@ static int num_int64(P *s, const Num *n, int64_t *out) {
     return 0;
 }
 
-/* Python's int(float(text)) for a string holding a plain JSON number; other strings fail */
-static int str_number_trunc(P *s, const unsigned char *a, const unsigned char *b, int esc, int64_t *out) {
-    Num n;
+/* Python's int(float(text)) of a number token (from a numeric string) */
+static int num_trunc(P *s, const Num *n, int64_t *out) {
     double v;
-    if (esc || a == b || num_scan(a, b, &n) != b) return fail(s, "number written as an unusual string");
-    if (num_double(s, &n, &v) < 0) return -1;
+    if (num_double(s, n, &v) < 0) return -1;
     if (!(v > -9.2e18 && v < 9.2e18)) return fail(s, "number string past int64");
     *out = (int64_t)v; /* C truncates toward zero, as int() does */
     return 0;
@@ -436,76 +434,76 @@ static int get_str(P *s, Str *out) {
     return fail(s, "a string field holds another type");
 }
 
-/* a number-or-numeric-string-or-null field as a double (ts, dur) */
-static int get_double(P *s, int *has, double *out) {
+/* What a number field holds: null, a number, or a string (plain: its whole text, without
+ * escapes, is a JSON number). For a number or a plain string, *n is the number's token; for
+ * any string, [*a, *b) is its raw text. */
+enum { F_NULL, F_NUMBER, F_STRING };
+
+static int num_field(P *s, int *kind, Num *n, int *plain, const unsigned char **a, const unsigned char **b) {
     if (s->p >= s->end) return fail(s, "truncated");
-    unsigned char c = *s->p;
-    if (c == 'n') { *has = 0; return lit(s, "null", 4); }
-    if (c == '"') {
-        const unsigned char *a, *b;
+    *plain = 0;
+    if (*s->p == 'n') { *kind = F_NULL; return lit(s, "null", 4); }
+    if (*s->p == '"') {
         int esc;
-        Num n;
-        if (str_raw(s, &a, &b, &esc) < 0) return -1;
-        if (esc || a == b || num_scan(a, b, &n) != b) return fail(s, "time written as an unusual string");
-        *has = 1;
-        return num_double(s, &n, out);
+        if (str_raw(s, a, b, &esc) < 0) return -1;
+        *kind = F_STRING;
+        *plain = !esc && *a != *b && num_scan(*a, *b, n) == *b;
+        return 0;
     }
-    Num n;
-    const unsigned char *q = num_scan(s->p, s->end, &n);
+    const unsigned char *q = num_scan(s->p, s->end, n);
     if (!q) return fail(s, "a number field holds another type");
     s->p = q;
-    *has = 1;
-    return num_double(s, &n, out);
+    *kind = F_NUMBER;
+    return 0;
 }
 
-/* an integer field; numeric strings as int(float(s)) */
-static int get_int(P *s, int *has, int64_t *out) {
-    if (s->p >= s->end) return fail(s, "truncated");
-    unsigned char c = *s->p;
-    if (c == 'n') { *has = 0; return lit(s, "null", 4); }
-    if (c == '"') {
-        const unsigned char *a, *b;
-        int esc;
-        if (str_raw(s, &a, &b, &esc) < 0) return -1;
-        *has = 1;
-        return str_number_trunc(s, a, b, esc, out);
-    }
+/* ts, dur: a number or a numeric string as a double */
+static int get_double(P *s, int *has, double *out) {
+    int kind, plain;
     Num n;
-    const unsigned char *q = num_scan(s->p, s->end, &n);
-    if (!q) return fail(s, "an integer field holds another type");
-    s->p = q;
-    *has = 1;
-    return num_int64(s, &n, out);
+    const unsigned char *a, *b;
+    if (num_field(s, &kind, &n, &plain, &a, &b) < 0) return -1;
+    *has = kind != F_NULL;
+    if (kind == F_STRING && !plain) return fail(s, "time written as an unusual string");
+    return kind == F_NULL ? 0 : num_double(s, &n, out);
+}
+
+/* an integer field: exact int64; a numeric string as int(float(s)) */
+static int get_int(P *s, int *has, int64_t *out) {
+    int kind, plain;
+    Num n;
+    const unsigned char *a, *b;
+    if (num_field(s, &kind, &n, &plain, &a, &b) < 0) return -1;
+    *has = kind != F_NULL;
+    if (kind == F_NULL) return 0;
+    if (kind == F_NUMBER) return num_int64(s, &n, out);
+    return plain ? num_trunc(s, &n, out) : fail(s, "number written as an unusual string");
 }
 
 /* pid / tid: like get_int, but a string that is not a number is null (Kineto's "Spans" lanes) */
 static int get_id(P *s, int *has, int64_t *out) {
-    if (s->p < s->end && *s->p == '"') {
-        const unsigned char *a, *b;
-        int esc;
-        Num n;
-        if (str_raw(s, &a, &b, &esc) < 0) return -1;
-        if (!esc && a != b && num_scan(a, b, &n) == b) {
-            *has = 1;
-            return str_number_trunc(s, a, b, esc, out);
-        }
-        /* float() reads digits (with spaces, underscores), inf, infinity and nan: those the
-         * Python reader judges; any other string is a label and the id is null */
-        for (const unsigned char *q = a; q < b; q++)
-            if ((*q >= '0' && *q <= '9') || *q == '\\' || *q >= 0x80)
-                return fail(s, "pid/tid string the Python reader must judge");
-        const unsigned char *x = a, *y = b;
-        while (x < y && (*x == ' ' || *x == '\t' || *x == '\n' || *x == '\r' || *x == '\f' || *x == '\v')) x++;
-        while (y > x && (y[-1] == ' ' || y[-1] == '\t' || y[-1] == '\n' || y[-1] == '\r' || y[-1] == '\f' || y[-1] == '\v')) y--;
-        if (x < y && (*x == '+' || *x == '-')) x++;
-        size_t len = (size_t)(y - x);
-        if ((len == 3 && (strncasecmp((const char *)x, "inf", 3) == 0 || strncasecmp((const char *)x, "nan", 3) == 0))
-            || (len == 8 && strncasecmp((const char *)x, "infinity", 8) == 0))
+    int kind, plain;
+    Num n;
+    const unsigned char *a, *b;
+    if (num_field(s, &kind, &n, &plain, &a, &b) < 0) return -1;
+    *has = kind == F_NUMBER || (kind == F_STRING && plain);
+    if (kind == F_NULL) return 0;
+    if (kind == F_NUMBER) return num_int64(s, &n, out);
+    if (plain) return num_trunc(s, &n, out);
+    /* float() reads digits (with spaces, underscores), inf, infinity and nan: those the
+     * Python reader judges; any other string is a label and the id is null */
+    for (const unsigned char *q = a; q < b; q++)
+        if ((*q >= '0' && *q <= '9') || *q == '\\' || *q >= 0x80)
             return fail(s, "pid/tid string the Python reader must judge");
-        *has = 0;
-        return 0;
-    }
-    return get_int(s, has, out);
+    const unsigned char *x = a, *y = b;
+    while (x < y && (*x == ' ' || *x == '\t' || *x == '\n' || *x == '\r' || *x == '\f' || *x == '\v')) x++;
+    while (y > x && (y[-1] == ' ' || y[-1] == '\t' || y[-1] == '\n' || y[-1] == '\r' || y[-1] == '\f' || y[-1] == '\v')) y--;
+    if (x < y && (*x == '+' || *x == '-')) x++;
+    size_t len = (size_t)(y - x);
+    if ((len == 3 && (strncasecmp((const char *)x, "inf", 3) == 0 || strncasecmp((const char *)x, "nan", 3) == 0))
+        || (len == 8 && strncasecmp((const char *)x, "infinity", 8) == 0))
+        return fail(s, "pid/tid string the Python reader must judge");
+    return 0;
 }
 
 static int get_dims(P *s, int *count, int64_t vals[3]) {
