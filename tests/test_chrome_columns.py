@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from overlapviz.ingest import chrome, chrome_columns
+from overlapviz.ingest import chrome, chrome_columns, chrome_events
 
 DATA = Path(__file__).parent / "data"
 KINETO = sorted(
@@ -24,7 +24,8 @@ KINETO = sorted(
     if p.name.startswith(("trace_rank", "rank", "sampled_rank", "nccl_data", "resnet", "gpu_only", "gaunernst", "h200_torch",
                           "transformer_stack"))
 )  # fmt: skip
-CATS = [(c.encode(), b) for c, (b, _) in chrome._SCAN_ROUTE.items()]
+CATS = chrome_columns._CATS
+META_KEYS = chrome_events._META_KEYS
 
 needs_c = pytest.mark.skipif(chrome_columns._kineto is None, reason="the C scanner is not built (no C compiler)")
 
@@ -57,7 +58,7 @@ def _same(a, b) -> bool:
 def test_real_traces_read_alike(path, monkeypatch):
     assert len(KINETO) >= 15
     raw = chrome.read_bytes(path)
-    assert chrome_columns.scan_tables(raw, chrome._SCAN_ROUTE, [chrome._GPU_EVENT] * 3, chrome._META_KEYS) is not None
+    assert chrome_columns.scan_tables(raw) is not None
     pure, err_pure = _read(path, True, monkeypatch)
     fast, err_fast = _read(path, False, monkeypatch)
     assert err_pure is None and err_fast is None
@@ -180,7 +181,7 @@ def test_random_documents_read_alike(doc, tmp_path, monkeypatch):
     if pure is not None:
         assert _same(pure, fast)
     # the scanner itself reads every document this strategy makes (nothing is handed over)
-    assert chrome_columns._kineto.scan(doc, CATS, chrome._META_KEYS) is not None
+    assert chrome_columns._kineto.scan(doc, CATS, META_KEYS) is not None
 
 
 @needs_c
@@ -197,13 +198,13 @@ def test_malformed_json_is_handed_over(doc, data):
     except (ValueError, UnicodeDecodeError):
         pass
     with pytest.raises(chrome_columns._kineto.Unsupported):
-        chrome_columns._kineto.scan(broken, CATS, chrome._META_KEYS)
+        chrome_columns._kineto.scan(broken, CATS, META_KEYS)
 
 
 def _scan_one(event_json: str) -> dict:
     doc = ('{"traceEvents": [' + event_json + "]}").encode()
-    out = chrome_columns._kineto.scan(doc, CATS, chrome._META_KEYS)
-    gpu = chrome_columns._table(out["buckets"][0], chrome._GPU_EVENT, chrome_columns.pa.array(["kernel"] * 64))
+    out = chrome_columns._kineto.scan(doc, CATS, META_KEYS)
+    gpu = chrome_columns._table(out["buckets"][0], chrome_events._GPU_EVENT)
     return gpu.to_pylist()[0]
 
 
@@ -249,20 +250,20 @@ def test_strings_unescape_like_json(name, ascii_only):
 def test_what_the_python_reader_must_judge(event):
     doc = ('{"traceEvents": [' + event + "]}").encode()
     with pytest.raises(chrome_columns._kineto.Unsupported):
-        chrome_columns._kineto.scan(doc, CATS, chrome._META_KEYS)
+        chrome_columns._kineto.scan(doc, CATS, META_KEYS)
 
 
 @needs_c
 def test_documents_without_events_are_handed_over():
     for doc in (b"", b"  ", b"{}", b'{"traceEvents": {}}', b'{"a": 1}', b"[]x", b'{"traceEvents": [], "traceEvents": []}'):
         with pytest.raises(chrome_columns._kineto.Unsupported):
-            chrome_columns._kineto.scan(doc, CATS, chrome._META_KEYS)
+            chrome_columns._kineto.scan(doc, CATS, META_KEYS)
 
 
 @needs_c
 def test_meta_spans_and_counts():
     doc = b'{"schemaVersion": 1, "distributedInfo": {"rank": 3}, "traceEvents": [{"ph": "M"}, {"cat": "cpu_op", "name": "x"}]}'
-    out = chrome_columns._kineto.scan(doc, CATS, chrome._META_KEYS)
+    out = chrome_columns._kineto.scan(doc, CATS, META_KEYS)
     a, b = out["meta"]["distributedInfo"]
     assert json.loads(doc[a:b]) == {"rank": 3} and "schemaVersion" not in out["meta"]
     assert out["n_events"] == 2 and not out["top_list"]
@@ -276,6 +277,6 @@ def test_invalid_utf8_anywhere_is_handed_over(bad):
     """Even in an event ingest ignores: the Python reader rejects the whole document."""
     for event in (b'{"cat": "python_function", "name": "' + bad + b'"}', b'{"cat": "kernel", "args": {"x' + bad + b'": 1}}'):
         with pytest.raises(chrome_columns._kineto.Unsupported):
-            chrome_columns._kineto.scan(b'{"traceEvents": [' + event + b"]}", CATS, chrome._META_KEYS)
+            chrome_columns._kineto.scan(b'{"traceEvents": [' + event + b"]}", CATS, META_KEYS)
     good = "é€😀".encode()
     assert chrome_columns._kineto.scan(b'{"traceEvents": [{"cat": "cpu_op", "name": "' + good + b'"}]}', CATS, ())["n_events"] == 1

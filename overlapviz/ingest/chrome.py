@@ -30,10 +30,8 @@ from overlapviz.ingest.base import RankTrace
 from overlapviz.ingest.chrome_events import (
     _GPU_EVENT,
     _HOST_EVENT,
-    _META_KEYS,
     _ROUTE,
     _RUNTIME_EVENT,
-    _SCAN_ROUTE,
     _events_table,
     _split_typed,
     decode_typed,
@@ -166,7 +164,7 @@ def _gunzip(data: bytes, path: Path) -> bytes:
             raise ValueError(f"{path}: truncated gzip file")
         data = inflater.unused_data.lstrip(b"\x00")  # gzip(1) tolerates zero padding after a member
         if not data:
-            return parts[0] if len(parts) == 1 else b"".join(parts)
+            return b"".join(parts)  # one member: the same bytes object, no copy
         if data[:2] != b"\x1f\x8b":
             raise ValueError(f"{path}: corrupt gzip data: trailing garbage after the compressed data")
 
@@ -246,20 +244,20 @@ class ChromeReader:
         gc.disable()
         try:
             raw = read_bytes(path)
-            fast = chrome_columns.scan_tables(raw, _SCAN_ROUTE, [_GPU_EVENT, _RUNTIME_EVENT, _HOST_EVENT], _META_KEYS)
-            if fast is not None:
+            scanned = chrome_columns.scan_tables(raw)  # the C scanner, else msgspec, else orjson
+            if scanned is None:
+                typed = decode_typed(raw)
+                if typed is None:
+                    return [parse_document(_document(raw, path), path)]
+                del raw  # before the structs become columns: the text and both at once were the peak
+                events, meta = typed
+                del typed
+                scanned = _split_typed(events, path), meta, len(events)
+                del events
+            else:
                 del raw
-                (gpu, runtime, host), meta, n_events = fast
-                return [_assemble(gpu, runtime, host, meta, n_events, path)]
-            typed = decode_typed(raw)
-            if typed is None:
-                return [parse_document(_document(raw, path), path)]
-            del raw
-            events, meta = typed
-            del typed
-            tables = _split_typed(events, path)
-            n_events = len(events)
-            del events
+            tables, meta, n_events = scanned
+            del scanned
             return [_assemble(*tables, meta, n_events, path)]
         except ValueError as exc:  # errors from the column helpers do not know the file
             if str(exc).startswith(str(path)):

@@ -17,6 +17,15 @@ import msgspec
 import numpy as np
 import pyarrow as pa
 
+from overlapviz.ingest.chrome_events import (
+    _BUCKETS,
+    _GPU_EVENT,
+    _HOST_EVENT,
+    _META_KEYS,
+    _ROUTE,
+    _RUNTIME_EVENT,
+)
+
 try:
     from overlapviz.ingest import _kineto
 except ImportError:  # built without a C compiler: the msgspec path reads everything
@@ -25,6 +34,10 @@ except ImportError:  # built without a C compiler: the msgspec path reads everyt
 __all__ = ["available", "scan_tables"]
 
 _INT_ARGS = ("device", "stream", "correlation", "registers per thread", "shared memory", "bytes", "External id")
+# what the scanner keeps: each category's name and bucket (GPU activity, runtime, host)
+_CATS = [(cat.encode(), _BUCKETS.index(bucket)) for cat, (bucket, _) in _ROUTE.items()]
+_CATEGORY = pa.array([category for _, category in _ROUTE.values()], pa.string())  # by category index
+_BUCKET_TYPES = (_GPU_EVENT, _RUNTIME_EVENT, _HOST_EVENT)
 
 
 def available() -> bool:
@@ -32,8 +45,7 @@ def available() -> bool:
     return _kineto is not None and os.environ.get("OVERLAPVIZ_PURE_PYTHON", "") in ("", "0")
 
 
-def scan_tables(raw: bytes, route: dict[str, tuple[int, str]], bucket_types: list[pa.StructType],
-                meta_keys: tuple[str, ...]) -> tuple[list[pa.Table], dict, int] | None:  # fmt: skip
+def scan_tables(raw: bytes) -> tuple[list[pa.Table], dict, int] | None:
     """``(tables, meta, n_events)`` of a Kineto document, or None when the scanner is not
     available or leaves this document to the Python reader.
 
@@ -41,45 +53,31 @@ def scan_tables(raw: bytes, route: dict[str, tuple[int, str]], bucket_types: lis
     ----------
     raw
         The document's JSON bytes (not gzipped).
-    route
-        ``{cat: (bucket, category)}``: the complete events of these categories, by bucket.
-    bucket_types
-        Per bucket, the struct type whose top-level and ``args`` fields its table holds.
-    meta_keys
-        Top-level keys to decode into ``meta`` when present.
 
     Returns
     -------
     tables
-        One table per bucket: the fields of its type (``args`` flattened), ``ph`` (null:
-        only complete events are kept) and ``category``.
+        The GPU activity, runtime and host tables: the fields of ``chrome_events``'s
+        event type for each (``args`` flattened), ``ph`` (null: only complete events are
+        kept) and ``category``, like ``chrome_events._split_typed`` builds.
     meta
-        The present ``meta_keys``, decoded.
+        The keys of ``chrome_events._META_KEYS`` present at the top level, decoded.
     n_events
         Every event of ``traceEvents``, kept or not.
     """
     if not available():
         return None
-    cats = list(route)
     try:
-        out = _kineto.scan(raw, [(c.encode(), route[c][0]) for c in cats], meta_keys)
+        out = _kineto.scan(raw, _CATS, _META_KEYS)
         view = memoryview(raw)
         meta = {k: msgspec.json.decode(view[a:b]) for k, (a, b) in out["meta"].items()}
-        category = pa.array([route[c][1] for c in cats], pa.string())
-        tables = []
-        for b, type_ in enumerate(bucket_types):
-            cols = out["buckets"][b] if b < len(out["buckets"]) else None
-            tables.append(_table(cols, type_, category))
+        tables = [_table(cols, type_) for cols, type_ in zip(out["buckets"], _BUCKET_TYPES, strict=True)]
     except (_kineto.Unsupported, msgspec.DecodeError, pa.ArrowInvalid):
         return None
     return tables, meta, out["n_events"]
 
 
-def _table(cols: dict | None, type_: pa.StructType, category: pa.Array) -> pa.Table:
-    if cols is None:
-        empty = {f.name: pa.array([], f.type) for f in type_ if f.name != "args"}
-        empty.update({f.name: pa.array([], f.type) for f in type_.field("args").type})
-        return pa.table({**empty, "category": pa.array([], pa.string())})
+def _table(cols: dict, type_: pa.StructType) -> pa.Table:
     n = cols["n"]
     builders = {
         "ph": lambda: pa.nulls(n, pa.string()),
@@ -95,7 +93,7 @@ def _table(cols: dict | None, type_: pa.StructType, category: pa.Array) -> pa.Ta
     }
     table = {f.name: builders[f.name]() for f in type_ if f.name != "args"}
     table.update({f.name: builders[f.name]() for f in type_.field("args").type})
-    table["category"] = category.take(pa.array(np.frombuffer(cols["cat"], np.int8)))
+    table["category"] = _CATEGORY.take(pa.array(np.frombuffer(cols["cat"], np.int8)))
     return pa.table(table)
 
 

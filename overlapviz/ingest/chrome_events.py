@@ -6,6 +6,7 @@ msgspec cannot type. ``chrome_columns`` (the C scanner) builds the same tables f
 
 from __future__ import annotations
 
+import re
 from operator import attrgetter
 from pathlib import Path
 
@@ -141,7 +142,7 @@ _DOC_DECODER = msgspec.json.Decoder(_Doc)
 _LIST_DECODER = msgspec.json.Decoder(list[_Event])
 _ROUTE_KEYS = pa.array(list(_ROUTE), pa.string())
 _BUCKETS = ("gpu", "runtime", "host")
-_SCAN_ROUTE = {cat: (_BUCKETS.index(b), v) for cat, (b, v) in _ROUTE.items()}
+_BARE_LIST = re.compile(rb"\s*\[")  # a document that is a bare event list (no copy of it)
 _ROUTE_BUCKET = np.array([_BUCKETS.index(b) for b, _ in _ROUTE.values()], dtype=np.int8)
 
 
@@ -152,7 +153,7 @@ def decode_typed(raw: bytes) -> tuple[list, dict] | None:
     ``meta`` holds the top-level keys of ``_META_KEYS`` that are present, decoded.
     """
     try:
-        if raw.lstrip()[:1] == b"[":
+        if _BARE_LIST.match(raw):
             return _LIST_DECODER.decode(raw), {}
         doc = _DOC_DECODER.decode(raw)
         meta = {k: msgspec.json.decode(v) for k in _META_KEYS if len(v := getattr(doc, k))}
