@@ -386,14 +386,6 @@ def _set(table: pa.Table, name: str, column) -> pa.Table:
     return table.append_column(name, column)
 
 
-def _read_finished(path: str, reader_name: str, rules_json: str) -> list[RankTrace]:
-    rules = _rules_from_json(rules_json)
-    traces = _reader(reader_name).read(Path(path))
-    for t in traces:
-        t.kernels = finish_kernels(t, rules)
-    return traces
-
-
 @dataclass
 class _RankPart:
     """What the parent needs of one rank a process read and wrote: its small tables and facts."""
@@ -416,12 +408,13 @@ def _ingest_file(path: str, reader_name: str, rules_json: str, file_index: int, 
     (parse, classify, steps, conform, Parquet write) stays with the process that holds the
     trace, and no kernels table crosses between processes. The parent checks the ranks.
     """
-    traces = _read_finished(path, reader_name, rules_json)
+    traces = _reader(reader_name).read(Path(path))
+    rules = _rules_from_json(rules_json)
     big = _input_bytes(Path(path)) >= RELEASE_MIN_BYTES
     parts = []
     for ti, t in enumerate(traces):
         rank = _rank_of(t, Path(path), file_index, ti, len(traces))
-        k = t.kernels
+        k = finish_kernels(t, rules)
         n = k.num_rows
         k = _set(k, "run_id", pa.repeat(pa.scalar(run_id, pa.string()), n))
         k = _set(k, "rank", pa.repeat(pa.scalar(rank, pa.int32()), n))
