@@ -125,7 +125,7 @@ def _last_json(text: str):
 def worker_ours(src: str, dataset: str) -> None:
     t0 = time.perf_counter()
     from overlapviz.ingest import chrome_columns, ingest
-    from overlapviz.metrics import analyze_table
+    from overlapviz.analysis.metrics import analyze_table
 
     t1 = time.perf_counter()
     ingest([src], dataset, overwrite=True, progress=False)
@@ -139,7 +139,7 @@ def worker_ours(src: str, dataset: str) -> None:
 
 def worker_ours_analyze(dataset: str) -> None:
     t0 = time.perf_counter()
-    from overlapviz.metrics import analyze_table
+    from overlapviz.analysis.metrics import analyze_table
 
     t1 = time.perf_counter()
     frame = analyze_table(dataset)
@@ -154,7 +154,7 @@ def worker_profile(src: str, dataset: str) -> None:
     import pstats
 
     from overlapviz.ingest import ingest
-    from overlapviz.metrics import analyze_table
+    from overlapviz.analysis.metrics import analyze_table
 
     for label, call in (
         ("ingest(workers=1)", lambda: ingest([src], dataset, overwrite=True, progress=False, workers=1)),

@@ -2,8 +2,8 @@
 
     python -m overlapviz.collectors.report DATASET
 
-The numbers come from the analysis layer (overlapviz.speedup.config_table,
-overlapviz.explain.comm_start_delays); this module only joins and formats them.
+The numbers come from the analysis layer (overlapviz.analysis.speedup.config_table,
+overlapviz.analysis.explain.comm_start_delays); this module only joins and formats them.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ def sweep_table(dataset_path) -> pd.DataFrame:
     manifest (cudaOccupancyMaxActiveBlocksPerMultiprocessor), null for the vendor GEMM.
     """
     from overlapviz import schema
-    from overlapviz.explain import comm_start_delays
-    from overlapviz.speedup import config_table
+    from overlapviz.analysis.explain import comm_start_delays
+    from overlapviz.analysis.speedup import config_table
 
     table = config_table(dataset_path)
     d = comm_start_delays(dataset_path)

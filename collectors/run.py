@@ -8,45 +8,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
-import statistics
 import sys
 import time
 import traceback
 from pathlib import Path
 
+from overlapviz.analysis.statistics import DEFAULT_LEVEL, bootstrap_median
 from overlapviz.collectors import manifest as mf
 from overlapviz.collectors.config import CollectConfig, coerce, preset, run_id as make_run_id
 from overlapviz.collectors.profiler import Profiler, iteration
-
-CONFIDENCE = 0.95
-
-
-def median_ci(values: list[float], confidence: float = CONFIDENCE) -> tuple[float, float | None, float | None]:
-    """Median and a distribution-free confidence interval for it (binomial order statistics).
-
-    Returns (median, low, high); low/high are None with fewer than 6 values, where no pair
-    of order statistics reaches 95 %.
-    """
-    xs = sorted(values)
-    n = len(xs)
-    if n == 0:
-        raise ValueError("no measured iterations")
-    med = statistics.median(xs)
-    # the widest symmetric pair (x_(j), x_(n-j+1)) has coverage 1 - 2 P(B <= j-1), B ~ Bin(n, 1/2);
-    # take the narrowest pair that still covers `confidence`
-    best = None
-    for j in range(1, n // 2 + 1):
-        tail = sum(math.comb(n, i) for i in range(j)) / 2**n
-        if 1 - 2 * tail >= confidence:
-            best = j
-        else:
-            break
-    if best is None:
-        return med, None, None
-    return med, xs[best - 1], xs[n - best]
-
 
 def measure(workload, iterations: int) -> list[float]:
     """Per-iteration time in ms: CUDA events on the main stream on a GPU, the host clock on CPU."""
@@ -128,9 +99,11 @@ def collect_run(config: CollectConfig, run_dir: Path, *, run_id: str | None = No
                 # is its launch: otherwise it also waits, through an event, for the previous
                 # iteration's GEMM on another stream, which start-delay analysis cannot see
                 workload.synchronize()
-        med, lo, hi = median_ci(times[warm:])
+        # the one CI definition (overlapviz.analysis.statistics): the manifest's interval is the one
+        # `overlapviz compare`, the report and the dashboard show for the same iterations
+        med, lo, hi = bootstrap_median(times[warm:])
         mine = {"rank": d.rank, "median_ms": med, "ci_low_ms": lo, "ci_high_ms": hi, "n_measured": len(times) - warm,
-                "confidence": CONFIDENCE}
+                "confidence": DEFAULT_LEVEL}
         device = mf.device_row(d.device.index or 0, workload.ext) if d.is_cuda else None
         if device is not None:
             device["rank"] = d.rank

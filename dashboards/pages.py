@@ -14,6 +14,7 @@ from panel.viewable import Viewer
 from param import Skip
 
 from overlapviz import figures
+from overlapviz.analysis import ranks as ranks_analysis
 from overlapviz.dashboards.store import DataStore, Unavailable
 
 EXPORT_FORMATS = ["png", "svg", "pdf", "html"]
@@ -250,7 +251,7 @@ class ComparePage(Page):
             metrics = self.store.metrics()
         except Unavailable:
             return None
-        return figures.metric_deltas(metrics, a, b)
+        return ranks_analysis.metric_deltas(metrics, a, b)
 
     @param.depends("store.run_a", "store.run_b", "shown")
     def _plot(self):
@@ -332,7 +333,7 @@ class RanksPage(Page):
         mine = metrics.loc[metrics["run_id"] == self.store.run_id]
         if not len(mine):
             return notice(f"No kernels, so no per-rank metrics, for {self.store.run_id}.", "info")
-        strag = figures.straggler_ranks(mine)
+        strag = ranks_analysis.straggler_ranks(mine)
         table = mine.assign(straggler=strag.to_numpy()).round(3)
         return pn.Column(
             pn.pane.HoloViews(figures.ranks(mine), backend="bokeh"),

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import json
 from pathlib import Path
 
@@ -13,22 +12,21 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from overlapviz import figures, schema
+from overlapviz.analysis import explain, metrics, residency, speedup
 
 
 class Unavailable(Exception):
-    """An analysis the page needs is not installed yet or cannot run on this dataset; the page says why."""
+    """An analysis cannot run on this dataset (it raised ValueError saying why); the page shows the reason."""
 
 
-def _analysis(module: str, func: str):
-    """The analysis function ``overlapviz.<module>.<func>``, or Unavailable naming what is missing."""
-    try:
-        mod = importlib.import_module(f"overlapviz.{module}")
-    except ImportError as exc:
-        raise Unavailable(f"overlapviz.{module} is not available in this installation ({exc})") from None
-    fn = getattr(mod, func, None)
-    if fn is None:
-        raise Unavailable(f"overlapviz.{module}.{func} is not available in this installation")
-    return fn
+# the analyses the pages show, by the name their cache entries are kept under
+ANALYSES = {
+    "analyze": metrics.analyze,
+    "config_table": speedup.config_table,
+    "compare": speedup.compare,
+    "kernel_residency": residency.kernel_residency,
+    "comm_start_delays": explain.comm_start_delays,
+}
 
 
 _NULLABLE = {pa.int32(): pd.Int32Dtype(), pa.int64(): pd.Int64Dtype(), pa.bool_(): pd.BooleanDtype()}
@@ -61,22 +59,23 @@ def load_timeline(path: str, stamp: str, run_id: str, ranks: tuple[int, ...] | N
     kernels = table.to_pandas(types_mapper=_NULLABLE.get)
     residency = None
     try:
-        residency = load_analysis(path, stamp, "residency", "kernel_residency")
-    except Unavailable:
+        residency = load_analysis(path, stamp, "kernel_residency")
+    except Unavailable:  # the hover's residency is optional: a timeline without it beats no timeline
         pass
     return figures.TimelineData(kernels, residency=residency)
 
 
 @pn.cache(max_items=16)
-def load_analysis(path: str, stamp: str, module: str, func: str, *args, **kwargs) -> pd.DataFrame:
-    """``overlapviz.<module>.<func>(path, *args, **kwargs)``; Unavailable when missing or failing on this dataset."""
-    fn = _analysis(module, func)
+def load_analysis(path: str, stamp: str, name: str, *args, **kwargs) -> pd.DataFrame:
+    """``ANALYSES[name](path, *args, **kwargs)``; Unavailable when it cannot run on this dataset.
+
+    Only ValueError (the analyses' "this dataset lacks what I need", with the reason) becomes
+    Unavailable; any other exception is a bug and propagates to the server log and the page.
+    """
     try:
-        return fn(path, *args, **kwargs)
+        return ANALYSES[name](path, *args, **kwargs)
     except ValueError as exc:
         raise Unavailable(str(exc)) from None
-    except Exception as exc:  # a failing analysis disables its page with the reason, not the whole dashboard
-        raise Unavailable(f"overlapviz.{module}.{func} failed: {type(exc).__name__}: {exc}") from None
 
 
 def _true(value) -> bool:
@@ -160,22 +159,22 @@ class DataStore(param.Parameterized):
         dev = load_table(self.path, self.stamp, "devices")
         return dev.loc[dev["run_id"] == (self.run_id if run_id is None else run_id)]
 
-    # analyses (teammates' modules); each raises Unavailable with a reason when it cannot be shown
+    # analyses; each raises Unavailable with a reason when it cannot be shown on this dataset
 
     def metrics(self, per: str = "rank") -> pd.DataFrame:
-        return load_analysis(self.path, self.stamp, "metrics", "analyze", per=per)
+        return load_analysis(self.path, self.stamp, "analyze", per=per)
 
     def config_table(self) -> pd.DataFrame:
-        return load_analysis(self.path, self.stamp, "speedup", "config_table")
+        return load_analysis(self.path, self.stamp, "config_table")
 
     def compare(self, run_a: str, run_b: str) -> pd.DataFrame:
-        return load_analysis(self.path, self.stamp, "speedup", "compare", run_a, run_b)
+        return load_analysis(self.path, self.stamp, "compare", run_a, run_b)
 
     def kernel_residency(self) -> pd.DataFrame:
-        return load_analysis(self.path, self.stamp, "residency", "kernel_residency")
+        return load_analysis(self.path, self.stamp, "kernel_residency")
 
     def comm_start_delays(self) -> pd.DataFrame:
-        return load_analysis(self.path, self.stamp, "explain", "comm_start_delays")
+        return load_analysis(self.path, self.stamp, "comm_start_delays")
 
     def configuration_text(self, run_id: str | None = None) -> str:
         """The run's configuration as one line of Markdown."""

@@ -11,7 +11,6 @@ BokehJS inline, so the file opens with no network.
 
 from __future__ import annotations
 
-import importlib
 import os
 import re
 import shutil
@@ -22,6 +21,11 @@ from typing import Iterator, Sequence
 import holoviews as hv
 
 from overlapviz import figures, schema
+from overlapviz.analysis.explain import comm_start_delays
+from overlapviz.analysis.metrics import analyze
+from overlapviz.analysis.ranks import metric_deltas
+from overlapviz.analysis.residency import kernel_residency
+from overlapviz.analysis.speedup import compare as compare_runs, config_table
 
 FIGURES = ("timeline", "heatmap", "speedup", "compare", "residency", "ranks")
 FORMATS = ("png", "svg", "pdf", "html")
@@ -165,14 +169,6 @@ def _drop_external_scripts(html: str) -> str:
 # --- figures from a dataset --------------------------------------------------------------
 
 
-def _analysis(module: str, func: str):
-    try:
-        fn = getattr(importlib.import_module(f"overlapviz.{module}"), func)
-    except (ImportError, AttributeError):
-        raise ValueError(f"overlapviz.{module}.{func} is not available in this installation") from None
-    return fn
-
-
 def _pick_runs(dataset: str, runs: Sequence[str] | None, n: int) -> list[str]:
     table = schema.read_frame(dataset, "runs")
     known = table["run_id"].tolist()
@@ -201,8 +197,8 @@ def _timeline_data(dataset: str, run_id: str, ranks: Sequence[int] | None) -> fi
     if not len(kernels):
         raise ValueError(f"{dataset}: run {run_id!r} has no kernels" + (f" on ranks {list(ranks)}" if ranks else ""))
     try:
-        residency = _analysis("residency", "kernel_residency")(dataset)
-    except Exception:  # the hover's residency is optional: a timeline without it beats no timeline
+        residency = kernel_residency(dataset)
+    except ValueError:  # the hover's residency is optional: a timeline without it beats no timeline
         residency = None
     return figures.TimelineData(kernels, residency=residency)
 
@@ -248,7 +244,7 @@ def build_figure(
         title = figures._title(f"Timeline of {run_id}", _stand_in(dataset, [run_id]))
         return figures.timeline(data, x_range=window_ms, steps=steps.loc[steps["run_id"] == run_id], width=width, title=title)
     if figure in ("heatmap", "speedup"):
-        table = _analysis("speedup", "config_table")(dataset)
+        table = config_table(dataset)
         if runs:
             table = table.loc[table["run_id"].isin(list(runs))]
         table = table.loc[table["setup"].notna()] if "setup" in table else table.iloc[:0]
@@ -258,25 +254,25 @@ def build_figure(
     if figure == "compare":
         a, b = _pick_runs(dataset, runs, 2)
         try:
-            deltas = _analysis("speedup", "compare")(dataset, a, b)
+            deltas = compare_runs(dataset, a, b)
         except ValueError:
-            deltas = figures.metric_deltas(_analysis("metrics", "analyze")(dataset, run_ids=[a, b]), a, b)
+            deltas = metric_deltas(analyze(dataset, run_ids=[a, b]), a, b)
         labels = (figures._title(f"A: {a}", _stand_in(dataset, [a])), figures._title(f"B: {b}", _stand_in(dataset, [b])))
         return figures.compare(_timeline_data(dataset, a, ranks), _timeline_data(dataset, b, ranks), deltas,
                                labels=labels, x_range=window_ms, width=width)  # fmt: skip
     (run_id,) = _pick_runs(dataset, runs, 1)
     if figure == "residency":
-        table = _analysis("residency", "kernel_residency")(dataset)
+        table = kernel_residency(dataset)
         table = table.loc[table["run_id"] == run_id] if "run_id" in table else table
         try:
-            delays = _analysis("explain", "comm_start_delays")(dataset)
+            delays = comm_start_delays(dataset)
             delays = delays.loc[delays["run_id"] == run_id]
         except ValueError:
             delays = None
         if not len(table):
             raise ValueError(f"{dataset}: run {run_id!r} has no kernel launch shapes for a residency figure")
         return figures.residency(table, delays)
-    metrics = _analysis("metrics", "analyze")(dataset, run_ids=[run_id])
+    metrics = analyze(dataset, run_ids=[run_id])
     if not len(metrics):
         raise ValueError(f"{dataset}: run {run_id!r} has no kernels for a ranks figure")
     return figures.ranks(metrics)

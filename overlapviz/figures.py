@@ -1,4 +1,4 @@
-"""Figure builders: ``(table, **opts) -> HoloViews object``, never shown; dashboards and export compose them."""
+"""Figure builders: ``(table, *, keyword options) -> HoloViews object``, never shown; dashboards and export compose them. They draw analysis results and compute no metric."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ import holoviews as hv
 import holoviews.plotting.bokeh  # noqa: F401  (registers the bokeh backend's options without notebook output)
 import numpy as np
 import pandas as pd
+
+from overlapviz.analysis import ranks as ranks_analysis
 
 # builders use bokeh-backend options; register it as current without notebook output (hv.extension prints)
 hv.Store.set_current_backend("bokeh")
@@ -66,7 +68,7 @@ class TimelineData:
         Rows of the ``kernels`` table (at least ``rank, stream, kind, start_ns, end_ns``; the
         hover columns of ``TIMELINE_COLUMNS`` where present). Not modified.
     residency
-        Optional ``overlapviz.residency.kernel_residency`` frame; its ``blocks_per_sm`` and
+        Optional ``overlapviz.analysis.residency.kernel_residency`` frame; its ``blocks_per_sm`` and
         ``limiter`` are shown in the hover, joined on the launch shape.
     origin_ns
         Time shown as 0 ms; the first kernel start by default.
@@ -283,7 +285,8 @@ def step_bands(data: TimelineData, steps: pd.DataFrame | None = None) -> hv.Rect
     )
 
 
-def timeline(kernels: pd.DataFrame, *, x_range=None, residency=None, steps=None, dynamic=False, **opts):
+def timeline(kernels: pd.DataFrame, *, x_range=None, residency=None, steps=None, dynamic=False, max_glyphs: int = MAX_GLYPHS,
+             width: int = 1100, title: str = "Timeline"):
     """Kernels per rank and stream, coloured by kind, with step bands.
 
     Parameters
@@ -297,18 +300,19 @@ def timeline(kernels: pd.DataFrame, *, x_range=None, residency=None, steps=None,
     dynamic
         When True return a ``hv.DynamicMap`` that re-renders on zoom/pan (raster when more than
         ``max_glyphs`` kernels are in view, glyphs otherwise); otherwise one static overlay.
-    **opts
-        ``max_glyphs``, ``width``, ``title`` (see ``timeline_view``).
+    max_glyphs, width, title
+        See ``timeline_view``.
 
     Returns
     -------
     hv.Overlay or hv.DynamicMap
     """
     data = kernels if isinstance(kernels, TimelineData) else TimelineData(kernels, residency=residency)
+    opts = {"steps": steps, "max_glyphs": max_glyphs, "width": width, "title": title}
     if not dynamic:
-        return timeline_view(data, x_range, steps=steps, **opts)
+        return timeline_view(data, x_range, **opts)
     stream = hv.streams.RangeX(x_range=x_range)
-    return hv.DynamicMap(lambda x_range: timeline_view(data, x_range, steps=steps, **opts), streams=[stream])
+    return hv.DynamicMap(lambda x_range: timeline_view(data, x_range, **opts), streams=[stream])
 
 
 # --- configuration grid ---------------------------------------------------------------
@@ -354,19 +358,21 @@ def _facet(table: pd.DataFrame) -> pd.Series:
     return facet + np.where(carve > 0, " · carve-out " + carve.astype(int).astype(str) + " SMs", "")
 
 
-def heatmap(table: pd.DataFrame, *, value: str = "time_ratio", **opts) -> hv.Layout:
+def heatmap(table: pd.DataFrame, *, value: str = "time_ratio", width: int = 420, height: int = 300, cols: int = 2) -> hv.Layout:
     """Heatmaps of ``value`` over shaping (x) and priority (y), one per workload x setup.
 
     Parameters
     ----------
     table
-        ``overlapviz.speedup.config_table`` rows: ``run_id``, ``workload``, ``setup``,
+        ``overlapviz.analysis.speedup.config_table`` rows: ``run_id``, ``workload``, ``setup``,
         ``smem_pad_bytes``, ``comm_priority`` and the value column. Not modified.
     value
         ``time_ratio``, ``speedup`` or ``overlap_fraction``; TimeRatio and speedup are coloured
         on a diverging scale centred on 1 (no change), overlap fraction from 0 to 1.
-    **opts
-        ``width``, ``height`` per panel; ``cols`` panels per row.
+    width, height
+        Per panel, pixels.
+    cols
+        Panels per row.
 
     Returns
     -------
@@ -397,14 +403,14 @@ def heatmap(table: pd.DataFrame, *, value: str = "time_ratio", **opts) -> hv.Lay
         labels = hv.Labels(sub, kdims=["shaping", "priority"], vdims=["text", "text_color"])
         panels.append(
             (hm.opts(cmap=cmap, clim=clim, colorbar=True, tools=["hover", "tap"], xrotation=0, colorbar_opts={"title": short},
-                     width=opts.get("width", 420), height=opts.get("height", 300))
+                     width=width, height=height)
              * labels.opts(text_font_size="10pt", text_color="text_color")).relabel(facet).opts(title=str(facet))
         )  # fmt: skip
     layout = hv.Layout(panels).opts(shared_axes=False, title=_title(VALUE_LABELS.get(value, value), stand_in))
-    return layout.cols(opts.get("cols", 2))
+    return layout.cols(cols)
 
 
-def speedup_bars(table: pd.DataFrame, **opts) -> hv.Overlay:
+def speedup_bars(table: pd.DataFrame, *, width: int = 760, height: int | None = None) -> hv.Overlay:
     """Speedup over baseline per configuration with its confidence interval (a forest plot), per workload.
 
     Parameters
@@ -423,10 +429,10 @@ def speedup_bars(table: pd.DataFrame, **opts) -> hv.Overlay:
     value = pd.to_numeric(grid["speedup"], errors="coerce")
     frame = _plain(pd.DataFrame({"configuration": label, "speedup": value, "run_id": grid["run_id"].astype(str)}))
     stand_in = bool(grid.get("stand_in", pd.Series(False, index=grid.index)).fillna(False).astype(bool).any())
-    height = opts.get("height", max(260, 28 * len(frame) + 110))
+    height = max(260, 28 * len(frame) + 110) if height is None else height
     ydim = hv.Dimension("configuration", label="Configuration")
     points = hv.Scatter(frame, kdims=[ydim], vdims=[hv.Dimension("speedup", label="Speedup vs baseline (×)"), "run_id"]).opts(
-        color="#0072B2", size=9, tools=["hover"], invert_axes=True, width=opts.get("width", 760), height=height,
+        color="#0072B2", size=9, tools=["hover"], invert_axes=True, width=width, height=height,
         show_grid=True)  # fmt: skip
     overlay = points * hv.VLine(1.0).opts(color="black", line_dash="dashed", line_width=1)
     lo, hi = _ci_columns(grid, "speedup")
@@ -448,25 +454,19 @@ def _ci_columns(table: pd.DataFrame, value: str) -> tuple[str | None, str | None
 # --- ranks, residency, compare -------------------------------------------------------------
 
 
-def straggler_ranks(metrics: pd.DataFrame, *, tolerance: float = 0.05) -> pd.Series:
-    """Boolean per row: the rank's span exceeds its run's median span by more than ``tolerance``."""
-    span = pd.to_numeric(metrics["span_us"], errors="coerce")
-    median = span.groupby(metrics["run_id"]).transform("median")
-    return (span > median * (1 + tolerance)).fillna(False)
-
-
-def ranks(metrics: pd.DataFrame, **opts) -> hv.Layout:
+def ranks(metrics: pd.DataFrame, *, width: int = 560, height: int = 340, tolerance: float = 0.05) -> hv.Layout:
     """Per-rank overlapped vs exposed communication and busy span, stragglers highlighted.
 
     Parameters
     ----------
     metrics
-        ``overlapviz.metrics.overlap_metrics(per="rank")`` rows for one run (``rank``,
+        ``overlapviz.analysis.metrics.overlap_metrics(per="rank")`` rows for one run (``rank``,
         ``overlap_us``, ``exposed_comm_us``, ``span_us``, ``run_id``). Not modified.
-    **opts
-        ``width``, ``height``, ``tolerance`` (straggler threshold over the median span, 0.05).
+    width, height
+        Per panel, pixels.
+    tolerance
+        Straggler threshold over the run's median span (:func:`overlapviz.analysis.ranks.straggler_ranks`).
     """
-    width, height = opts.get("width", 560), opts.get("height", 340)
     rank = metrics["rank"].astype(int).astype(str)
     stacked = pd.concat(
         [
@@ -479,7 +479,7 @@ def ranks(metrics: pd.DataFrame, **opts) -> hv.Layout:
                    vdims=[hv.Dimension("us", label="Communication time (µs)")]).opts(
         stacked=True, cmap={"overlapped": "#009E73", "exposed": "#D55E00"}, tools=["hover"], width=width,
         height=height, title="Communication per rank: overlapped vs exposed", legend_position="top_right")  # fmt: skip
-    strag = straggler_ranks(metrics, tolerance=opts.get("tolerance", 0.05))
+    strag = ranks_analysis.straggler_ranks(metrics, tolerance=tolerance)
     spans = pd.DataFrame(
         {"rank": rank, "span_ms": pd.to_numeric(metrics["span_us"]) / 1e3,
          "status": np.where(strag, "straggler (> median + 5%)", "normal")}
@@ -491,19 +491,20 @@ def ranks(metrics: pd.DataFrame, **opts) -> hv.Layout:
     return (comm + span).opts(shared_axes=False)
 
 
-def residency(table: pd.DataFrame, delays: pd.DataFrame | None = None, **opts) -> hv.Layout:
+def residency(table: pd.DataFrame, delays: pd.DataFrame | None = None, *, width: int = 1000, height: int = 380) -> hv.Layout:
     """Resident computation blocks per SM per kernel launch shape (coloured by limiter) and comm start delays.
 
     Parameters
     ----------
     table
-        ``overlapviz.residency.kernel_residency`` rows (``name``, ``blocks_per_sm``, ``limiter``,
+        ``overlapviz.analysis.residency.kernel_residency`` rows (``name``, ``blocks_per_sm``, ``limiter``,
         ``threads_per_block``, ``regs_per_thread``, ``shared_mem_bytes``). Not modified.
     delays
-        Optional ``overlapviz.explain.comm_start_delays`` rows (``start_delay_us``,
+        Optional ``overlapviz.analysis.explain.comm_start_delays`` rows (``start_delay_us``,
         ``n_resident_compute``).
+    width, height
+        Per panel, pixels.
     """
-    width, height = opts.get("width", 1000), opts.get("height", 380)
     shapes = table.assign(
         kernel=_short(table["name"].astype(str))
         + " ["
@@ -548,7 +549,8 @@ def _short(names: pd.Series, n: int = 48) -> pd.Series:
     return names.where(names.str.len() <= n, names.str.slice(0, n - 1) + "…")
 
 
-def compare(data_a: TimelineData, data_b: TimelineData, deltas: pd.DataFrame | None = None, **opts) -> hv.Layout:
+def compare(data_a: TimelineData, data_b: TimelineData, deltas: pd.DataFrame | None = None, *, x_range=None,
+            labels: tuple[str, str] = ("A", "B"), width: int = 1100, max_glyphs: int = MAX_GLYPHS) -> hv.Layout:
     """Two configurations' timelines one above the other on linked time axes, and the metric deltas.
 
     Parameters
@@ -556,29 +558,30 @@ def compare(data_a: TimelineData, data_b: TimelineData, deltas: pd.DataFrame | N
     data_a, data_b
         ``TimelineData`` (or kernels frames) of the two runs; both start at 0 ms.
     deltas
-        Optional table of metric values and their differences (from ``overlapviz.speedup.compare``
+        Optional table of metric values and their differences (from ``overlapviz.analysis.speedup.compare``
         or the metrics frames), shown as a table below.
-    **opts
-        ``x_range``, ``labels`` (two titles), ``width``, ``max_glyphs``.
+    x_range
+        (start, end) in ms; both whole runs when None.
+    labels
+        The two panels' titles.
+    width, max_glyphs
+        See ``timeline_view``.
     """
     data_a = data_a if isinstance(data_a, TimelineData) else TimelineData(data_a)
     data_b = data_b if isinstance(data_b, TimelineData) else TimelineData(data_b)
-    labels = opts.get("labels", ("A", "B"))
-    kw = {k: opts[k] for k in ("width", "max_glyphs") if k in opts}
-    x_range = opts.get("x_range")
-    a = timeline_view(data_a, x_range, title=str(labels[0]), **kw)
-    b = timeline_view(data_b, x_range, title=str(labels[1]), **kw)
+    a = timeline_view(data_a, x_range, title=str(labels[0]), width=width, max_glyphs=max_glyphs)
+    b = timeline_view(data_b, x_range, title=str(labels[1]), width=width, max_glyphs=max_glyphs)
     panels = [a, b]
     if deltas is not None and len(deltas):
         deltas = delta_display(deltas)
-        panels.append(hv.Table(deltas).opts(width=kw.get("width", 1100), height=25 * len(deltas) + 60, title="Metric deltas (B − A)"))
+        panels.append(hv.Table(deltas).opts(width=width, height=25 * len(deltas) + 60, title="Metric deltas (B − A)"))
     return hv.Layout(panels).cols(1)
 
 
 def delta_display(deltas: pd.DataFrame) -> pd.DataFrame:
     """A deltas table as text for display: numbers to 4 significant digits, intervals as ``[low, high]``.
 
-    Accepts ``overlapviz.speedup.compare`` rows (``section, item, a, b, delta, delta_ci_low,
+    Accepts ``overlapviz.analysis.speedup.compare`` rows (``section, item, a, b, delta, delta_ci_low,
     delta_ci_high, ratio``) or ``metric_deltas`` rows; other columns are dropped.
     """
 
@@ -599,21 +602,3 @@ def delta_display(deltas: pd.DataFrame) -> pd.DataFrame:
     if "ratio" in deltas:
         out["B / A"] = deltas["ratio"].map(fmt)
     return pd.DataFrame(out).astype(object)
-
-
-def metric_deltas(metrics: pd.DataFrame, run_a: str, run_b: str) -> pd.DataFrame:
-    """Mean over ranks of each per-rank metric of two runs side by side, and B − A.
-
-    Parameters
-    ----------
-    metrics
-        ``overlapviz.metrics.analyze`` rows (per rank). Not modified.
-    """
-    cols = ["comm_us", "compute_us", "overlap_us", "overlap_fraction", "exposed_comm_us", "span_us", "idle_us"]
-    cols = [c for c in cols if c in metrics]
-    mean = metrics.loc[metrics["run_id"].isin([run_a, run_b])].groupby("run_id")[cols].mean()
-    if run_a not in mean.index or run_b not in mean.index:
-        return pd.DataFrame()
-    a, b = mean.loc[run_a], mean.loc[run_b]
-    return pd.DataFrame({"metric (mean over ranks)": cols, "A": a.to_numpy().round(3), "B": b.to_numpy().round(3),
-                         "B − A": (b - a).to_numpy().round(3)})  # fmt: skip

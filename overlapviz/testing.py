@@ -280,3 +280,179 @@ def generate_trace(
             a, b = int(bounds[s]), int(bounds[s + 1]) - 1
             events.append(step_event(s, launch[a] - 500, launch_end[b] + 500 - (launch[a] - 500)))
     return kineto_trace(events, rank=rank, world_size=world_size, device_properties=device_properties)
+
+
+# --- a collected-style dataset (dashboards, export) -----------------------------------------
+
+# a devices row of an NVIDIA H200 (what the collector records on one)
+H200_DEVICE_ROW = {
+    "device": 0, "name": "NVIDIA H200", "vendor": "nvidia", "arch": "sm_90", "compute_major": 9, "compute_minor": 0,
+    "num_sms": 132, "max_threads_per_sm": 2048, "max_threads_per_block": 1024, "max_blocks_per_sm": 32,
+    "regs_per_sm": 65536, "regs_per_block": 65536, "shared_mem_per_sm": 233472, "shared_mem_per_block": 49152,
+    "shared_mem_per_block_optin": 232448, "warp_size": 32,
+}  # fmt: skip
+
+
+def write_grid_dataset(out, *, pads=(0, 16384), priorities=(0, -1), ranks=2, iters=6, per_iter=4, seed=0,
+                       stand_in=True) -> str:  # fmt: skip
+    """A small collected-style dataset written through the real DatasetWriter: a shaping x priority grid
+    of cb-ar runs (sequential, baseline, optimized), two ranks, GEMM tiles on one stream and an
+    all-reduce on another, steps, iteration times and an H200's limits."""
+    import json
+
+    import pandas as pd
+
+    from overlapviz import schema
+
+    rng = np.random.default_rng(seed)
+    configs = [("sequential", 0, 0), ("baseline", 0, 0)] + [("optimized", p, q) for p in pads for q in priorities]
+    with schema.DatasetWriter(out) as w:
+        for i, (setup, pad, prio) in enumerate(configs):
+            run_id = f"cb-ar-{setup}-pad{pad}-prio{prio}"
+            slow = {"sequential": 1.0, "baseline": 0.85}.get(setup, 0.8 - pad / 400000 + prio * 0.01)
+            w.add("runs", pd.DataFrame([{
+                "run_id": run_id, "source": "collected", "workload": "cb-ar", "setup": setup, "compute_impl": "tiled",
+                "gemm_m": 4096, "gemm_n": 4096, "gemm_k": 4096, "tile_m": 64, "tile_n": 64, "tile_k": 32,
+                "smem_pad_bytes": pad, "comm_priority": prio, "comm_priority_effective": prio, "collective": "all_reduce",
+                "message_bytes": 64 << 20, "world_size": ranks, "n_ranks": ranks, "backend": "stand-in" if stand_in else "nccl",
+                "stand_in": stand_in, "iterations": iters, "warmup_iterations": iters // 3, "device_name": "NVIDIA H200",
+                "status": "ok", "config_json": json.dumps({"setup": setup}),
+            }]))  # fmt: skip
+            for r in range(ranks):
+                w.add("ranks", pd.DataFrame([{"run_id": run_id, "rank": r, "world_size": ranks, "source_format": "chrome"}]))
+                w.add("devices", pd.DataFrame([{"run_id": run_id, "rank": r, **H200_DEVICE_ROW}]))
+                rows, steps, t = [], [], 1_000
+                for it in range(iters):
+                    steps.append({"run_id": run_id, "rank": r, "step": it, "name": f"ovz_iter#{it}", "source": "iteration",
+                                  "start_ns": t - 500, "end_ns": t + 2_000})  # fmt: skip
+                    t0 = t
+                    for k in range(per_iter):
+                        d = int(rng.integers(40_000, 60_000))
+                        rows.append(("gemm_tiled_64x64x32_kernel", "compute", 7, t, t + d, 4096, 128, 128, pad + 32768, it))
+                        t += d + 2_000
+                    cstart = t0 + (30_000 if setup != "sequential" else t - t0)
+                    cdur = int(rng.integers(90_000, 110_000))
+                    rows.append(("ncclDevKernel_AllReduce_Sum_f32_RING_LL", "comm", 13, cstart, cstart + cdur, 16, 512, 96, 0, it))
+                    t = max(t, cstart + cdur) + 5_000 + 3_000 * r
+                k = pd.DataFrame(rows, columns=["name", "kind", "stream", "start_ns", "end_ns", "grid_x", "block_x",
+                                                "regs_per_thread", "shared_mem_bytes", "step"])  # fmt: skip
+                k = k.assign(run_id=run_id, rank=r, device=0, grid_y=1, grid_z=1, block_y=1, block_z=1, category="kernel",
+                             is_host=False, launch_ns=k["start_ns"] - 800, correlation=np.arange(len(k)),
+                             source_format="chrome")  # fmt: skip
+                w.add_kernels(schema.conform(k, schema.KERNELS), run_id, r)
+                w.add("steps", pd.DataFrame(steps))
+                times = slow * (1 + 0.01 * rng.standard_normal(iters))
+                w.add("iterations", pd.DataFrame({"run_id": run_id, "rank": r, "iteration": np.arange(iters),
+                                                  "time_ms": times, "measured": np.arange(iters) >= iters // 3}))  # fmt: skip
+        w.commit()
+    return str(out)
+
+
+# --- the reference computation of the overlap metrics (the tests' one oracle) -------------------
+
+
+def union(intervals: Iterable[tuple[int, int]]) -> list[list[int]]:
+    """Sorted, merged ``[start, end]`` pairs of ``intervals`` (touching ones joined, empty ones dropped);
+    plain Python integers, independent of :mod:`overlapviz.analysis.intervals`."""
+    merged: list[list[int]] = []
+    for a, b in sorted((int(a), int(b)) for a, b in intervals):
+        if b <= a:
+            continue
+        if merged and a <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], b)
+        else:
+            merged.append([a, b])
+    return merged
+
+
+def measure(intervals) -> int:
+    """Total length of disjoint ``intervals``."""
+    return sum(b - a for a, b in intervals)
+
+
+def intersect_measure(xs, ys) -> int:
+    """Length of the intersection of two :func:`union` results."""
+    total, i, j = 0, 0, 0
+    while i < len(xs) and j < len(ys):
+        lo, hi = max(xs[i][0], ys[j][0]), min(xs[i][1], ys[j][1])
+        total += max(0, hi - lo)
+        if xs[i][1] < ys[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total
+
+
+def reference_metrics(activities: Iterable[tuple[str, int, int]]) -> dict:
+    """DESIGN.md's overlap metrics of one group, by the letter: ``activities`` are ``(kind, start_ns, end_ns)``.
+
+    Returns the ``analyze`` fields (``comm_us`` ... ``n_comm_kernels``, ``busy_us``,
+    ``idle_us``, ``memory_us``), None where DESIGN.md says null.
+    """
+    acts = [(k, int(s), int(e)) for k, s, e in activities]
+    by = {kind: union((s, e) for k, s, e in acts if k == kind) for kind in ("comm", "compute", "other", "memory")}
+    comm, compute = measure(by["comm"]), measure(by["compute"])
+    overlap = intersect_measure(by["comm"], by["compute"])
+    busy = measure(union((s, e) for k, s, e in acts if k != "memory"))
+    nonmem = [(s, e) for k, s, e in acts if k != "memory"]
+    span = (max(e for _, e in nonmem) - min(s for s, _ in nonmem)) if nonmem else None
+    return {
+        "comm_us": comm / 1e3,
+        "compute_us": compute / 1e3,
+        "overlap_us": overlap / 1e3,
+        "overlap_fraction": overlap / comm if comm else None,
+        "exposed_comm_us": (comm - overlap) / 1e3,
+        "span_us": None if span is None else span / 1e3,
+        "busy_us": busy / 1e3,
+        "idle_us": None if span is None else (span - busy) / 1e3,
+        "memory_us": measure(by["memory"]) / 1e3,
+        "n_kernels": len(nonmem),
+        "n_comm_kernels": sum(k == "comm" for k, _, _ in acts),
+    }
+
+
+def expected_overlap(comm, compute) -> dict:
+    """:func:`reference_metrics`' ``comm_us, compute_us, overlap_us, overlap_fraction`` of two interval lists."""
+    ref = reference_metrics([("comm", s, e) for s, e in comm] + [("compute", s, e) for s, e in compute])
+    return {k: ref[k] for k in ("comm_us", "compute_us", "overlap_us", "overlap_fraction")}
+
+
+# --- the CLI as a test drives it -----------------------------------------------------------------
+
+
+def ingest_cli(tmp_path, *sources, name: str = "ds", ok: bool = True):
+    """``overlapviz ingest SOURCES -o TMP/NAME --quiet`` in-process; ``(dataset path, click Result)``.
+    With ``ok`` an exit code other than 0 raises AssertionError carrying the output."""
+    from click.testing import CliRunner
+
+    from overlapviz.cli import main
+
+    out = Path(tmp_path) / name
+    result = CliRunner().invoke(main, ["ingest", *map(str, sources), "-o", str(out), "--quiet"])
+    if ok:
+        assert result.exit_code == 0, result.output
+    return out, result
+
+
+def analyze_cli(dataset) -> list[dict]:
+    """``overlapviz analyze DATASET --format json`` in-process, parsed."""
+    import json
+
+    from click.testing import CliRunner
+
+    from overlapviz.cli import main
+
+    result = CliRunner().invoke(main, ["analyze", str(dataset), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)
+
+
+def check_metrics(record: dict, expected: dict) -> None:
+    """Each expected metric equals the record's (relative 1e-9; None must be None)."""
+    import math
+
+    for key, value in expected.items():
+        if value is None:
+            assert record[key] is None, key
+        else:
+            assert record[key] is not None and math.isclose(record[key], value, rel_tol=1e-9, abs_tol=1e-6), (key, record[key], value)

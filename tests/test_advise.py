@@ -9,10 +9,10 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from overlapviz.advise import Footprint, advise, footprints_from_dataset
+from overlapviz.analysis.advise import Footprint, advise, footprints_from_dataset
 from overlapviz.cli import main
-from overlapviz.devices import amd_arch, device_limits
-from overlapviz.residency import occupancy
+from overlapviz.analysis.devices import amd_arch, device_limits
+from overlapviz.analysis.occupancy import occupancy
 
 DATA = Path(__file__).parent / "data"
 H200 = device_limits({"name": "NVIDIA H200", "arch": "sm_90"})

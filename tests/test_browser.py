@@ -13,14 +13,13 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
-from test_dashboard import write_grid_dataset
 
 from overlapviz.export import chromium_options, find_chromium
+from overlapviz.testing import write_grid_dataset
 
 pytestmark = [
     pytest.mark.browser,

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from overlapviz import testing
 from overlapviz.cli import main
 from overlapviz.ingest import ingest
-from overlapviz.metrics import analyze, metric_columns
+from overlapviz.analysis.metrics import analyze, metric_columns
 
 GLOO = Path(__file__).parent / "data" / "gloo_cpu"
 DESIGN_KEYS = {
@@ -215,7 +215,7 @@ def test_csv_floats_are_spelled_as_pandas_spells_them():
     import pyarrow as pa
 
     from overlapviz.cli.analyze import render
-    from overlapviz.metrics import result_schema, to_frame
+    from overlapviz.analysis.metrics import result_schema, to_frame
 
     rng = np.random.default_rng(7)
     special = [0.1 + 0.2, 1e16, 1.5e-7, 123456789.123, 5e-324, 1e22, 2.0**53 + 2, 0.0, 1 / 3]

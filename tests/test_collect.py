@@ -18,7 +18,7 @@ from overlapviz.cli import main
 from overlapviz.collectors import manifest as mf
 from overlapviz.collectors import sweep as sw
 from overlapviz.collectors.config import PRESETS, CollectConfig, cb_ar, gloo_smoke, preset, run_id
-from overlapviz.collectors.run import median_ci
+from overlapviz.analysis.statistics import bootstrap_median
 from overlapviz.collectors.workload import resolve_backend
 from overlapviz.schema import RUNS, read_frame
 
@@ -100,13 +100,6 @@ def test_backend_resolution_refuses_what_cannot_run():
     with pytest.raises(RuntimeError, match="needs a CUDA or ROCm GPU"):
         resolve_backend(cb_ar().replace(backend="nccl"), 2, False, False)
     assert resolve_backend(cb_ar(), 2, True, True) == "rccl"
-
-
-def test_median_ci_uses_binomial_order_statistics():
-    # n = 20: P(B <= 5) = 0.0207 for B ~ Bin(20, 1/2), so (x_(6), x_(15)) covers 95.9 %; (x_(7), x_(14)) only 88.5 %
-    med, lo, hi = median_ci([float(x) for x in range(20, 0, -1)])
-    assert (med, lo, hi) == (10.5, 6.0, 15.0)
-    assert median_ci([1.0, 2.0, 3.0]) == (2.0, None, None)  # too few for 95 %
 
 
 # --- sweep files ------------------------------------------------------------------------
@@ -236,6 +229,10 @@ def test_gloo_run_writes_the_run_directory_contract(gloo_sweep):
         assert timings["rank"] == rank
         assert [(i["iteration"], i["measured"]) for i in timings["iterations"]] == [(i, i >= 2) for i in range(6)]
         assert all(i["time_ms"] > 0 for i in timings["iterations"])
+        # one CI definition: the manifest's interval is overlapviz.analysis.statistics' bootstrap
+        mine = next(r for r in m["measurement"]["ranks"] if r["rank"] == rank)
+        measured = [i["time_ms"] for i in timings["iterations"] if i["measured"]]
+        assert (mine["median_ms"], mine["ci_low_ms"], mine["ci_high_ms"]) == bootstrap_median(measured)
         trace = json.load(gzip.open(rd / f"trace_rank{rank}.json.gz"))
         assert trace["distributedInfo"]["rank"] == rank
         names = [e.get("name") for e in trace["traceEvents"]]

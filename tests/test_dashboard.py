@@ -2,71 +2,13 @@
 
 from __future__ import annotations
 
-import json
-
-import numpy as np
 import pandas as pd
 import panel as pn
 import pytest
 from bokeh.models import Plot
 
 from overlapviz import schema
-
-H200 = {
-    "device": 0, "name": "NVIDIA H200", "vendor": "nvidia", "arch": "sm_90", "compute_major": 9, "compute_minor": 0,
-    "num_sms": 132, "max_threads_per_sm": 2048, "max_threads_per_block": 1024, "max_blocks_per_sm": 32,
-    "regs_per_sm": 65536, "regs_per_block": 65536, "shared_mem_per_sm": 233472, "shared_mem_per_block": 49152,
-    "shared_mem_per_block_optin": 232448, "warp_size": 32,
-}  # fmt: skip
-
-
-def write_grid_dataset(out, *, pads=(0, 16384), priorities=(0, -1), ranks=2, iters=6, per_iter=4, seed=0,
-                       stand_in=True) -> str:  # fmt: skip
-    """A small collected-style dataset written through the real DatasetWriter: a shaping x priority grid
-    of cb-ar runs (sequential, baseline, optimized), two ranks, GEMM tiles on one stream and an
-    all-reduce on another, steps, iteration times and an H200's limits."""
-    rng = np.random.default_rng(seed)
-    configs = [("sequential", 0, 0), ("baseline", 0, 0)] + [("optimized", p, q) for p in pads for q in priorities]
-    with schema.DatasetWriter(out) as w:
-        for i, (setup, pad, prio) in enumerate(configs):
-            run_id = f"cb-ar-{setup}-pad{pad}-prio{prio}"
-            slow = {"sequential": 1.0, "baseline": 0.85}.get(setup, 0.8 - pad / 400000 + prio * 0.01)
-            w.add("runs", pd.DataFrame([{
-                "run_id": run_id, "source": "collected", "workload": "cb-ar", "setup": setup, "compute_impl": "tiled",
-                "gemm_m": 4096, "gemm_n": 4096, "gemm_k": 4096, "tile_m": 64, "tile_n": 64, "tile_k": 32,
-                "smem_pad_bytes": pad, "comm_priority": prio, "comm_priority_effective": prio, "collective": "all_reduce",
-                "message_bytes": 64 << 20, "world_size": ranks, "n_ranks": ranks, "backend": "stand-in" if stand_in else "nccl",
-                "stand_in": stand_in, "iterations": iters, "warmup_iterations": iters // 3, "device_name": "NVIDIA H200",
-                "status": "ok", "config_json": json.dumps({"setup": setup}),
-            }]))  # fmt: skip
-            for r in range(ranks):
-                w.add("ranks", pd.DataFrame([{"run_id": run_id, "rank": r, "world_size": ranks, "source_format": "chrome"}]))
-                w.add("devices", pd.DataFrame([{"run_id": run_id, "rank": r, **H200}]))
-                rows, steps, t = [], [], 1_000
-                for it in range(iters):
-                    steps.append({"run_id": run_id, "rank": r, "step": it, "name": f"ovz_iter#{it}", "source": "iteration",
-                                  "start_ns": t - 500, "end_ns": t + 2_000})  # fmt: skip
-                    t0 = t
-                    for k in range(per_iter):
-                        d = int(rng.integers(40_000, 60_000))
-                        rows.append(("gemm_tiled_64x64x32_kernel", "compute", 7, t, t + d, 4096, 128, 128, pad + 32768, it))
-                        t += d + 2_000
-                    cstart = t0 + (30_000 if setup != "sequential" else t - t0)
-                    cdur = int(rng.integers(90_000, 110_000))
-                    rows.append(("ncclDevKernel_AllReduce_Sum_f32_RING_LL", "comm", 13, cstart, cstart + cdur, 16, 512, 96, 0, it))
-                    t = max(t, cstart + cdur) + 5_000 + 3_000 * r
-                k = pd.DataFrame(rows, columns=["name", "kind", "stream", "start_ns", "end_ns", "grid_x", "block_x",
-                                                "regs_per_thread", "shared_mem_bytes", "step"])  # fmt: skip
-                k = k.assign(run_id=run_id, rank=r, device=0, grid_y=1, grid_z=1, block_y=1, block_z=1, category="kernel",
-                             is_host=False, launch_ns=k["start_ns"] - 800, correlation=np.arange(len(k)),
-                             source_format="chrome")  # fmt: skip
-                w.add_kernels(schema.conform(k, schema.KERNELS), run_id, r)
-                w.add("steps", pd.DataFrame(steps))
-                times = slow * (1 + 0.01 * rng.standard_normal(iters))
-                w.add("iterations", pd.DataFrame({"run_id": run_id, "rank": r, "iteration": np.arange(iters),
-                                                  "time_ms": times, "measured": np.arange(iters) >= iters // 3}))  # fmt: skip
-        w.commit()
-    return str(out)
+from overlapviz.testing import write_grid_dataset
 
 
 @pytest.fixture(scope="module")
@@ -89,11 +31,22 @@ def test_store_binds_runs_and_filters(dataset):
     assert "single-GPU stand-in" in store.configuration_text()
 
 
-def test_store_reports_missing_analysis_instead_of_computing(dataset, monkeypatch):
+def test_store_says_why_an_analysis_cannot_run_and_lets_bugs_through(dataset, monkeypatch):
     from overlapviz.dashboards import store as store_mod
 
-    with pytest.raises(store_mod.Unavailable, match="overlapviz.no_such_module"):
-        store_mod._analysis("no_such_module", "f")
+    def cannot(path, **kw):
+        raise ValueError(f"{path}: no iterations recorded")
+
+    def broken(path, **kw):
+        raise KeyError("a bug")
+
+    monkeypatch.setitem(store_mod.ANALYSES, "analyze", cannot)
+    with pytest.raises(store_mod.Unavailable, match="no iterations recorded"):
+        store_mod.load_analysis(str(dataset), "stamp-cannot", "analyze", per="rank")
+    # a bug in an analysis is not turned into "not available": it reaches the log and the page
+    monkeypatch.setitem(store_mod.ANALYSES, "analyze", broken)
+    with pytest.raises(KeyError, match="a bug"):
+        store_mod.load_analysis(str(dataset), "stamp-broken", "analyze", per="rank")
 
 
 def test_pages_build_and_follow_the_store(dataset):
@@ -122,7 +75,7 @@ def test_pages_build_and_follow_the_store(dataset):
 
 
 def test_metric_deltas_present_analyze_rows():
-    from overlapviz.figures import metric_deltas
+    from overlapviz.analysis.ranks import metric_deltas
 
     m = pd.DataFrame({"run_id": ["a", "a", "b", "b"], "rank": [0, 1, 0, 1], "comm_us": [10.0, 20.0, 5.0, 5.0],
                       "overlap_fraction": [0.5, 0.5, 1.0, 1.0]})  # fmt: skip

@@ -12,8 +12,9 @@ from click.testing import CliRunner
 
 from overlapviz import schema
 from overlapviz.cli import main
-from overlapviz.devices import nvidia_arch
-from overlapviz.explain import blocks_fit, capacity, comm_start_delays, summarize_delays
+from overlapviz.analysis.devices import nvidia_arch
+from overlapviz.analysis.explain import comm_start_delays, summarize_delays
+from overlapviz.analysis.occupancy import blocks_fit, capacity
 
 DATA = Path(__file__).parent / "data"
 H200 = {"run_id": "r", "rank": 0, "device": 0, "name": "NVIDIA H200", "arch": "sm_90", "num_sms": 132}
@@ -164,9 +165,9 @@ def test_cpu_only_gloo_trace_has_delays_but_no_residency(tmp_path):
 
 def test_every_output_key_is_documented(tmp_path, delays):
     """docs/residency.md names every column the four commands print."""
-    from overlapviz.advise import Footprint, advise
-    from overlapviz.residency import kernel_residency
-    from overlapviz.speedup import compare, config_table
+    from overlapviz.analysis.advise import Footprint, advise
+    from overlapviz.analysis.residency import kernel_residency
+    from overlapviz.analysis.speedup import compare, config_table
 
     doc = (Path(__file__).parent.parent / "docs" / "residency.md").read_text()
     ds = _dataset(tmp_path / "ds", KERNELS)
@@ -241,7 +242,7 @@ def test_blocks_fit_names_the_carveout_when_the_largest_step_would_hold_more():
 
 def _coresidency_prediction(row, limits):
     """Blocks of kernel B that fit beside kernel A's resident blocks, by the model, for one probe case."""
-    from overlapviz.residency import occupancy
+    from overlapviz.analysis.occupancy import occupancy
 
     a = occupancy(limits, row.a_threads, row.a_regs, row.a_dynamic_smem, carveout=None if row.a_carveout < 0 else row.a_carveout)
     b_pref = getattr(row, "b_carveout", -1)
@@ -257,7 +258,7 @@ def _coresidency_prediction(row, limits):
 def test_coresidency_on_the_h200_follows_the_carveout_rule():
     """tests/data/carveout_coresidency_h200: kernel A holds every SM for 4 ms, kernel B is launched 0.5 ms later on
     another stream; B's blocks either all start beside A or all wait for it. The model must say which, case by case."""
-    from overlapviz.devices import device_limits
+    from overlapviz.analysis.devices import device_limits
 
     dev = orjson.loads((DATA / "carveout_coresidency_h200" / "device.json").read_bytes())
     limits = device_limits({"name": dev["name"], "arch": "sm_90", "num_sms": dev["num_sms"], "shared_mem_per_sm": dev["shared_mem_per_sm"]})

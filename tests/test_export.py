@@ -9,10 +9,10 @@ import zlib
 
 import pytest
 from click.testing import CliRunner
-from test_dashboard import write_grid_dataset
 
 from overlapviz.cli import main
 from overlapviz.export import find_chromium
+from overlapviz.testing import write_grid_dataset
 
 needs_chromium = pytest.mark.skipif(find_chromium() is None, reason="Debian chromium + chromium-driver not installed")
 

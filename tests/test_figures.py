@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 
 from overlapviz import figures
+from overlapviz.analysis import ranks as ranks_analysis
 
 
 def kernels(n=6, lanes=((0, 7), (0, 13), (1, 7))):
@@ -122,7 +123,7 @@ def test_speedup_bars_with_confidence_interval():
 def test_ranks_marks_stragglers():
     m = pd.DataFrame({"run_id": "r", "rank": [0, 1, 2, 3], "overlap_us": [5.0, 5, 5, 5], "exposed_comm_us": [1.0, 1, 1, 9],
                       "span_us": [100.0, 101, 99, 130]})  # fmt: skip
-    assert figures.straggler_ranks(m).tolist() == [False, False, False, True]
+    assert ranks_analysis.straggler_ranks(m).tolist() == [False, False, False, True]
     layout = figures.ranks(m)
     comm, span = layout
     assert comm.opts.get().kwargs["stacked"] is True
@@ -144,7 +145,7 @@ def test_residency_bars_and_delays():
 
 def test_compare_links_time_axes():
     a, b = figures.TimelineData(kernels()), figures.TimelineData(kernels(9))
-    deltas = figures.metric_deltas(
+    deltas = ranks_analysis.metric_deltas(
         pd.DataFrame({"run_id": ["a", "b"], "rank": [0, 0], "comm_us": [10.0, 4.0]}), "a", "b"
     )
     layout = figures.compare(a, b, deltas, labels=("A", "B"))

@@ -35,7 +35,7 @@ def test_ingest_and_analyze_table_import_no_pandas(tmp_path):
         """
         import sys
         from overlapviz.ingest import ingest
-        from overlapviz.metrics import analyze_table
+        from overlapviz.analysis.metrics import analyze_table
         kineto, gloo, root = sys.argv[1:4]
         ingest([kineto], root + "/kineto", progress=False)
         ingest([gloo], root + "/gloo", progress=False)
@@ -117,6 +117,6 @@ def test_pandas_imported_later_still_converts_exactly():
     assert lines[-1] == "True"
 
 
-@pytest.mark.parametrize("module", ["overlapviz.metrics", "overlapviz.schema", "overlapviz.rules", "overlapviz.cli.analyze"])
+@pytest.mark.parametrize("module", ["overlapviz.analysis.metrics", "overlapviz.schema", "overlapviz.rules", "overlapviz.cli.analyze"])
 def test_modules_import_without_pandas(module):
     assert run_python(f"import {module}").splitlines()[-1] == "False"

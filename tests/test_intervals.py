@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from overlapviz import intervals
-from overlapviz.intervals import IntervalSet
+from overlapviz.analysis import intervals
+from overlapviz.analysis.intervals import IntervalSet
 
 N_GROUPS = 4
 T_MIN, T_MAX = -20, 60  # negative times too: nothing may assume start >= 0

@@ -20,7 +20,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from overlapviz import schema
-from overlapviz.metrics import analyze, metric_columns, overlap_metrics
+from overlapviz.analysis.metrics import analyze, metric_columns, overlap_metrics
+from overlapviz.testing import reference_metrics
 
 KINDS = ("comm", "compute", "memory", "other")
 
@@ -195,37 +196,15 @@ def _frame_of(rows) -> pd.DataFrame:
 
 
 def _brute_force(rows, per: str) -> dict:
-    """DESIGN.md by the letter, one instant at a time (independent of overlapviz.intervals)."""
+    """DESIGN.md by the letter per group, from overlapviz.testing's reference computation
+    (plain-integer interval unions, independent of overlapviz.analysis.intervals)."""
     groups: dict = {}
     for run_id, rank, kind, start, dur, step in rows:
         if per == "step" and step is None:
             continue
         key = (run_id, rank, step) if per == "step" else (run_id, rank)
         groups.setdefault(key, []).append((kind, start, start + dur))
-    out = {}
-    for key, acts in groups.items():
-        cover = {k: np.zeros(T_MAX + 40, bool) for k in KINDS}
-        for kind, s, e in acts:
-            cover[kind][s:e] = True
-        comm, compute = cover["comm"].sum(), cover["compute"].sum()
-        overlap = (cover["comm"] & cover["compute"]).sum()
-        busy = (cover["comm"] | cover["compute"] | cover["other"]).sum()
-        nonmem = [(s, e) for kind, s, e in acts if kind != "memory"]
-        span = (max(e for _, e in nonmem) - min(s for s, _ in nonmem)) if nonmem else None
-        out[key] = {
-            "comm_us": comm / 1e3,
-            "compute_us": compute / 1e3,
-            "overlap_us": overlap / 1e3,
-            "overlap_fraction": overlap / comm if comm else None,
-            "exposed_comm_us": (comm - overlap) / 1e3,
-            "span_us": None if span is None else span / 1e3,
-            "busy_us": busy / 1e3,
-            "idle_us": None if span is None else (span - busy) / 1e3,
-            "memory_us": cover["memory"].sum() / 1e3,
-            "n_kernels": len(nonmem),
-            "n_comm_kernels": sum(kind == "comm" for kind, _, _ in acts),
-        }
-    return out
+    return {key: reference_metrics(acts) for key, acts in groups.items()}
 
 
 def _as_dict(out: pd.DataFrame, per: str) -> dict:
@@ -317,7 +296,7 @@ def test_analyze_dataset_equals_in_memory(tmp_path):
 
 def test_arrow_results_equal_the_pandas_results(tmp_path):
     """analyze_table / overlap_table: the same rows as the pandas API, typed columns, null for NaN."""
-    from overlapviz.metrics import analyze_table, overlap_table, result_schema
+    from overlapviz.analysis.metrics import analyze_table, overlap_table, result_schema
 
     frames = {
         ("run-a", 0): frame([("comm", 0, 100, 1), ("compute", 50, 150, 1), ("memory", 0, 10, 1)]),
@@ -428,7 +407,7 @@ def test_wide_key_ranges_and_negative_times():
 def test_dictionary_encoded_keys_and_kinds_give_the_same_rows():
     """analyze_table reads run_id and kind dictionary-encoded; chunks with their own
     dictionaries, unused and repeated dictionary values must not split or invent groups."""
-    from overlapviz.metrics import overlap_table
+    from overlapviz.analysis.metrics import overlap_table
 
     plain = pa.Table.from_pandas(
         pd.concat([frame([("comm", 0, 100), ("compute", 50, 150)], run_id="b", rank=1),

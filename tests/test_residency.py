@@ -13,8 +13,9 @@ import pandas as pd
 import pytest
 
 from overlapviz import schema
-from overlapviz.devices import amd_arch, device_limits, nvidia_arch
-from overlapviz.residency import kernel_residency, occupancy, occupancy_table, profiler_estimated_occupancy
+from overlapviz.analysis.devices import amd_arch, device_limits, nvidia_arch
+from overlapviz.analysis.occupancy import occupancy, occupancy_table, profiler_estimated_occupancy
+from overlapviz.analysis.residency import kernel_residency
 
 DATA = Path(__file__).parent / "data"
 ROOT = Path(__file__).parent.parent
@@ -273,7 +274,7 @@ def test_default_configuration_never_changes_occupancy():
 
 def test_collected_runs_carry_their_carveout_preference(tmp_path):
     from overlapviz.ingest import ingest
-    from overlapviz.residency import run_carveouts
+    from overlapviz.analysis.residency import run_carveouts
 
     ds = ingest([DATA / "h200_carveout_check" / "runs"], tmp_path / "ds", progress=False)
     pref = run_carveouts(ds)
@@ -292,7 +293,7 @@ def test_collected_runs_carry_their_carveout_preference(tmp_path):
 def test_gcn5_kokkos_trace_has_limits(tmp_path):
     """The AMD engineer's gfx906 (MI50/MI60) Kokkos trace: device_limits must know GCN5."""
     from overlapviz.ingest import ingest
-    from overlapviz.residency import device_table
+    from overlapviz.analysis.residency import device_table
 
     ds = ingest([DATA / "rocprof" / "v1" / "kokkos_gfx906_hiptrace"], tmp_path / "ds", progress=False)
     limits = list(device_table(ds).values())
@@ -307,7 +308,8 @@ def _manifest(pref, *, impl="tiled", backend="stand-in", applied=True):
 
 
 def test_carveout_preference_applies_to_the_kernels_the_collector_set_it_on(tmp_path):
-    from overlapviz.residency import occupancy_with_preference, run_carveouts
+    from overlapviz.analysis.occupancy import occupancy_with_preference
+    from overlapviz.analysis.residency import run_carveouts
 
     runs = pd.DataFrame({"run_id": ["imported", "none", "both", "standin_only", "refused"],
                          "config_json": [None, _manifest(None), _manifest(100), _manifest(32, impl="torch"), _manifest(50, applied=False)]})

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from overlapviz import schema
-from overlapviz.speedup import (
+from overlapviz.analysis.speedup import (
     bootstrap_difference,
     bootstrap_median,
     bootstrap_ratio,

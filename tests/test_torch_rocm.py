@@ -20,7 +20,9 @@ import pandas as pd
 import pytest
 
 from overlapviz.schema import read_frame
-from test_rocprof import analyze, check_metrics, expected_overlap, ingest
+from overlapviz.testing import analyze_cli as analyze
+from overlapviz.testing import check_metrics, expected_overlap
+from overlapviz.testing import ingest_cli as ingest
 
 DATA = Path(__file__).parent / "data" / "torch_rocm"
 TRACES = ["resnet_act_checkpoint.json.gz", "gaunernst_bert-small-uncased__1016001.json.gz", "gpu_only_trace.json.gz"]

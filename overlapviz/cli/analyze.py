@@ -12,7 +12,7 @@ import click
 import orjson
 import pyarrow as pa
 
-from overlapviz import metrics
+from overlapviz.analysis import metrics
 
 FORMATS = ("table", "json", "csv")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from overlapviz import speedup
+from overlapviz.analysis import speedup, statistics
 from overlapviz.cli.residency import FORMATS, render
 
 TABLE_COLUMNS = ["run_id", "workload", "setup", "smem_pad_bytes", "comm_priority", "n_iterations", "median_ms",
@@ -16,9 +16,9 @@ TABLE_COLUMNS = ["run_id", "workload", "setup", "smem_pad_bytes", "comm_priority
 @click.argument("dataset", type=click.Path(file_okay=False, path_type=str))
 @click.argument("run_a", required=False)
 @click.argument("run_b", required=False)
-@click.option("--level", type=float, default=speedup.DEFAULT_LEVEL, show_default=True, help="Confidence level of the bootstrap intervals.")
-@click.option("--resamples", type=click.IntRange(min=100), default=speedup.DEFAULT_RESAMPLES, show_default=True, help="Bootstrap resamples.")
-@click.option("--seed", type=int, default=speedup.DEFAULT_SEED, show_default=True, help="Bootstrap seed.")
+@click.option("--level", type=float, default=statistics.DEFAULT_LEVEL, show_default=True, help="Confidence level of the bootstrap intervals.")
+@click.option("--resamples", type=click.IntRange(min=100), default=statistics.DEFAULT_RESAMPLES, show_default=True, help="Bootstrap resamples.")
+@click.option("--seed", type=int, default=statistics.DEFAULT_SEED, show_default=True, help="Bootstrap seed.")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True, help="Output format.")
 def compare(dataset: str, run_a: str | None, run_b: str | None, level: float, resamples: int, seed: int, fmt: str) -> None:
     """Compare configurations in DATASET.

@@ -8,7 +8,7 @@ import click
 import orjson
 import pandas as pd
 
-from overlapviz import explain, residency as residency_lib
+from overlapviz.analysis import explain, residency as residency_lib
 
 FORMATS = ("table", "json", "csv")
 # columns the table view shows (JSON and CSV carry every column)

@@ -11,8 +11,8 @@ import numpy as np
 import pandas as pd
 
 from overlapviz import schema
-from overlapviz.explain import blocks_fit, capacity
-from overlapviz.residency import _limits_for, device_table, kernel_shapes, occupancy_table
+from overlapviz.analysis.occupancy import blocks_fit, capacity, limits_for, occupancy_table
+from overlapviz.analysis.residency import device_table, kernel_shapes
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,7 @@ def advise(
     """What to change so that ``k`` communication blocks fit beside the computation on one SM.
 
     Three levers, each tried exhaustively with the occupancy rules of
-    :mod:`overlapviz.residency` and the fit rule of :func:`overlapviz.explain.blocks_fit`:
+    :mod:`overlapviz.analysis.residency` and the fit rule of :func:`overlapviz.analysis.occupancy.blocks_fit`:
 
     * ``smem_pad``: extra shared memory per computation block (occupancy shaping), in
       steps of the allocation unit (128 B NVIDIA, 512 B AMD LDS) up to the per-block
@@ -91,7 +91,7 @@ def advise(
     Parameters
     ----------
     limits
-        Device limits (:func:`overlapviz.devices.device_limits`).
+        Device limits (:func:`overlapviz.analysis.devices.device_limits`).
     compute, comm
         The two kernels' footprints. ``compute.grid`` (blocks), when given, caps the
         computation's resident blocks at ceil(grid / SMs) and gives ``compute_waves``.
@@ -278,7 +278,7 @@ def footprints_from_dataset(dataset_path: str | os.PathLike, pattern: str, *, ru
     if k.empty:
         raise ValueError(f"{dataset_path}: kernels matching {pattern!r} have no block size or register count in the trace")
     first = k.iloc[0]
-    limits = _limits_for(device_table(dataset_path), run_id, int(first["rank"]), None if pd.isna(first["device"]) else int(first["device"]))
+    limits = limits_for(device_table(dataset_path), run_id, int(first["rank"]), None if pd.isna(first["device"]) else int(first["device"]))
     if not isinstance(limits, dict):
         raise ValueError(f"{dataset_path}: device limits of run {run_id!r} unknown: {limits or 'no devices row'}")
     g = (

@@ -13,7 +13,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from overlapviz import intervals, schema
+from overlapviz import schema
+from overlapviz.analysis import intervals
 
 PER = ("rank", "step")
 TIME_COLUMNS = (

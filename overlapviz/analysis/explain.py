@@ -7,18 +7,11 @@ import os
 import numpy as np
 import pandas as pd
 
-from overlapviz import intervals, schema
-from overlapviz.residency import (
-    RESOURCES,
-    UNKNOWN_CARVEOUT_NOTE,
-    _limits_for,
-    device_table,
-    kernel_shapes,
-    occupancy_with_preference,
-    run_carveouts,
-)
+from overlapviz import schema
+from overlapviz.analysis import intervals
+from overlapviz.analysis.occupancy import blocks_fit, capacity, kernel_occupancy, limits_for
+from overlapviz.analysis.residency import UNKNOWN_CARVEOUT_NOTE, device_table, kernel_shapes, run_carveouts
 
-FIT_RESOURCES = ("warps", "blocks", "registers", "shared_memory")
 _COLUMNS = [
     "run_id", "rank", "device", "stream", "correlation", "name", "kind", "is_host", "start_ns", "end_ns",
     "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "regs_per_thread", "shared_mem_bytes",
@@ -27,166 +20,17 @@ _COLUMNS = [
 
 
 def footprints(kernels: pd.DataFrame, dev_limits: dict, carveouts: dict | None = None) -> pd.DataFrame:
-    """Per-block resource costs and resident blocks per SM of each kernel (rows with ``threads_per_block``).
+    """:func:`overlapviz.analysis.occupancy.kernel_occupancy` of each kernel, and the blocks it keeps on a busy SM.
 
-    Adds ``blocks_per_sm`` (occupancy alone), ``limiter``, ``warps_per_block``,
-    ``regs_per_warp`` (registers a warp is allocated; AMD: VGPRs a wave is allocated),
-    ``smem_alloc_bytes`` (per block, with reservation and rounding), ``smem_config_bytes``
-    (the SM's shared memory as the driver configures it for the kernel: under the run's
-    carve-out preference from ``carveouts`` = :func:`overlapviz.residency.run_carveouts`,
-    or with none, the smallest carve-out step that holds the kernel's resident blocks),
-    ``smem_config_needed_bytes`` (the least configuration of an SM its blocks join beside
-    others'), ``num_sms`` and
-    ``resident_blocks_per_sm`` = min(``blocks_per_sm``, ceil(grid blocks / SMs)): the
+    Adds ``resident_blocks_per_sm`` = min(``blocks_per_sm``, ceil(grid blocks / SMs)): the
     blocks it keeps on a busy SM while its full waves run (its last, partial wave holds
-    fewer). Columns are null where the shape or the device's limits are unknown;
-    ``residency_note`` says why.
+    fewer). ``kernels`` needs ``grid_blocks`` besides what ``kernel_occupancy`` reads.
     """
-    n = len(kernels)
-    cols = {
-        "blocks_per_sm": np.full(n, np.nan),
-        "limiter": np.full(n, None, dtype=object),
-        "warps_per_block": np.full(n, np.nan),
-        "regs_per_warp": np.full(n, np.nan),
-        "smem_alloc_bytes": np.full(n, np.nan),
-        "smem_config_bytes": np.full(n, np.nan),
-        "smem_config_needed_bytes": np.full(n, np.nan),
-        "num_sms": np.full(n, np.nan),
-        "residency_note": np.full(n, None, dtype=object),
-    }
-    if n:
-        keys = pd.DataFrame(
-            {"run_id": kernels["run_id"].to_numpy(), "rank": kernels["rank"].astype(int).to_numpy(),
-             "device": kernels["device"].astype("Int64").fillna(-1).to_numpy()}
-        )
-        for (run_id, rank, device), idx in keys.groupby(["run_id", "rank", "device"]).indices.items():
-            lim = _limits_for(dev_limits, run_id, int(rank), None if device < 0 else int(device))
-            if not isinstance(lim, dict):
-                cols["residency_note"][idx] = lim or f"no devices row for run {run_id} rank {rank}"
-                continue
-            part = kernels.iloc[idx]
-            threads = part["threads_per_block"].fillna(0).to_numpy(np.int64)
-            ok = threads > 0
-            # registers bound every vendor's residency: unknown registers, unknown residency
-            ok &= part["regs_per_thread"].notna().to_numpy()
-            cols["residency_note"][idx[~ok]] = "launch shape incomplete in the trace (block size or registers missing)"
-            if not ok.any():
-                continue
-            sel = part[ok]
-            t = occupancy_with_preference(
-                lim,
-                sel["name"].to_numpy(object),
-                threads[ok],
-                sel["regs_per_thread"].fillna(0).to_numpy(np.int64),
-                sel["shared_mem_bytes"].fillna(0).to_numpy(np.int64),
-                sgprs=sel["sgprs"].fillna(0).to_numpy(np.int64),
-                accum_vgprs=sel["accum_vgprs"].fillna(0).to_numpy(np.int64),
-                preference=(carveouts or {}).get(run_id),
-            )
-            where = idx[ok]
-            cols["blocks_per_sm"][where] = t["blocks_per_sm"]
-            cols["limiter"][where] = t["limiter"]
-            cols["warps_per_block"][where] = t["warps_per_block"]
-            cols["regs_per_warp"][where] = t["regs_per_block_allocated"] / t["warps_per_block"]
-            cols["smem_alloc_bytes"][where] = t["shared_mem_per_block_allocated"]
-            cols["smem_config_bytes"][where] = t["shared_mem_config"]
-            cols["smem_config_needed_bytes"][where] = t["shared_mem_config_needed"]
-            if lim.get("num_sms"):
-                cols["num_sms"][where] = lim["num_sms"]
-    out = kernels.assign(**cols)
+    out = kernel_occupancy(kernels, dev_limits, carveouts)
     per_sm = np.ceil(out["grid_blocks"].astype("Float64").to_numpy(np.float64, na_value=np.nan) / out["num_sms"].to_numpy())
     resident = np.fmin(out["blocks_per_sm"].to_numpy(), per_sm)
     resident = np.where(np.isnan(per_sm), out["blocks_per_sm"].to_numpy(), resident)
     return out.assign(resident_blocks_per_sm=resident)
-
-
-def capacity(limits: dict) -> dict:
-    """An SM's (CU's) capacity in the units :func:`blocks_fit` uses.
-
-    ``warps`` (warp / wave slots), ``blocks`` (block slots; AMD: workgroup barriers),
-    ``reg_parts`` and ``regs_per_part`` (NVIDIA: 4 register-file sub-partitions of
-    ``regs_per_sm / 4``; AMD: one VGPR file of ``vgprs_per_simd`` per SIMD), and
-    ``shared_mem_per_sm`` (NVIDIA: the largest carve-out; AMD: the LDS).
-    """
-    if limits["vendor"] == "nvidia":
-        parts, per_part = int(limits["sub_partitions"]), int(limits["regs_per_sm"]) // int(limits["sub_partitions"])
-        warps = int(limits["max_threads_per_sm"]) // int(limits["warp_size"])
-        blocks = int(limits["max_blocks_per_sm"])
-        smem = int(limits["shared_mem_per_sm"])
-    else:
-        parts, per_part = int(limits["simds_per_cu"]), int(limits["vgprs_per_simd"])
-        warps = int(limits["max_waves_per_simd"]) * parts
-        blocks = 16 if str(limits.get("arch", "")).startswith("gfx9") else 32
-        smem = int(limits.get("lds_per_cu") or limits["shared_mem_per_sm"])
-    return {"warps": warps, "blocks": blocks, "reg_parts": parts, "regs_per_part": per_part, "shared_mem_per_sm": smem}
-
-
-def blocks_fit(cap: dict, used_warps, used_blocks, used_regs, used_smem, smem_config, warps_per_block, regs_per_warp, smem_alloc,
-               own_config=None):
-    """How many blocks of one kernel fit on an SM beside resident blocks of others (vectorized).
-
-    Parameters
-    ----------
-    cap
-        :func:`capacity` of the device.
-    used_warps, used_blocks, used_regs, used_smem
-        What resident blocks already hold on the SM: warps, block slots, allocated
-        registers (warps x registers per warp) and shared memory bytes.
-    smem_config
-        The SM's shared memory under its current carve-out, bytes.
-    warps_per_block, regs_per_warp, smem_alloc
-        The newcomer's footprint per block.
-    own_config
-        NVIDIA: the least SM configuration the newcomer's blocks join
-        (``shared_mem_config_needed`` of :func:`overlapviz.residency.occupancy`). None: not
-        checked. Where it exceeds ``smem_config`` no block fits: the SM cannot grow its
-        carve-out while the resident blocks run (measured on an H200:
-        tests/data/carveout_coresidency_h200).
-
-    Returns
-    -------
-    (numpy.ndarray, numpy.ndarray, dict)
-        Blocks that fit (>= 0), the limiting resource (``warps``, ``blocks``,
-        ``registers``, ``shared_memory``; ties to the first; ``shared_memory_carveout``
-        where shared memory limits and the SM's largest carve-out would hold more: the
-        configuration the resident kernel left, not the hardware, stops the blocks, or
-        where ``own_config`` exceeds it), and the per-resource counts.
-
-    Notes
-    -----
-    Registers follow the occupancy rule per register-file part: resident warps are
-    spread evenly over the parts, so each part has ``regs_per_part - ceil(used_regs /
-    parts)`` left and takes ``that // regs_per_warp`` more warps; the SM takes
-    ``parts x that // warps_per_block`` blocks. With nothing resident this is exactly
-    the occupancy calculator's register limit.
-    """
-    f = lambda a: np.asarray(a, np.float64)  # noqa: E731  (NaN-aware arithmetic)
-    wpb, rpw, salloc = f(warps_per_block), f(regs_per_warp), f(smem_alloc)
-    parts = cap["reg_parts"]
-    by = {
-        "warps": np.floor((cap["warps"] - f(used_warps)) / wpb),
-        "blocks": cap["blocks"] - f(used_blocks),
-        "registers": np.where(
-            rpw > 0,
-            np.floor(np.floor((cap["regs_per_part"] - np.ceil(f(used_regs) / parts)) / np.where(rpw > 0, rpw, 1)) * parts / wpb),
-            np.inf,
-        ),
-        "shared_memory": np.where(salloc > 0, np.floor((f(smem_config) - f(used_smem)) / np.where(salloc > 0, salloc, 1)), np.inf),
-    }
-    stack = np.vstack([np.maximum(by[r], 0) for r in FIT_RESOURCES])
-    nan = np.isnan(stack).any(axis=0)
-    fit = np.where(nan, np.nan, np.nanmin(np.where(np.isnan(stack), np.inf, stack), axis=0))
-    limiter = np.asarray(FIT_RESOURCES, dtype=object)[np.argmin(np.where(np.isnan(stack), np.inf, stack), axis=0)]
-    if own_config is not None:  # a resource that already stops every block keeps its name (ties to the first)
-        above = (f(own_config) > f(smem_config)) & ~nan & (fit > 0)
-        fit = np.where(above, 0.0, fit)
-        limiter = np.where(above, "shared_memory_carveout", limiter)
-    largest = cap.get("shared_mem_per_sm")
-    if largest is not None:
-        by_largest = np.where(salloc > 0, np.floor((largest - f(used_smem)) / np.where(salloc > 0, salloc, 1)), np.inf)
-        limiter = np.where((limiter == "shared_memory") & (by_largest > by["shared_memory"]), "shared_memory_carveout", limiter)
-    limiter = np.where(nan, None, limiter)
-    return fit, limiter, by
 
 
 def _prev_end_on_stream(k: pd.DataFrame) -> np.ndarray:
@@ -392,7 +236,7 @@ def comm_start_delays(dataset_path: str | os.PathLike, *, run_ids=None) -> pd.Da
         lim = np.full(len(comm), None, dtype=object)
         for _, idx in comm.groupby(["run_id", "rank", "device_key"]).indices.items():
             row = comm.iloc[idx[0]]
-            limits = _limits_for(dev_limits, row["run_id"], int(row["rank"]), None if row["device_key"] < 0 else int(row["device_key"]))
+            limits = limits_for(dev_limits, row["run_id"], int(row["rank"]), None if row["device_key"] < 0 else int(row["device_key"]))
             if not isinstance(limits, dict):
                 continue
             part, ss = comm.iloc[idx], s.iloc[idx]
@@ -500,4 +344,4 @@ def summarize_delays(delays: pd.DataFrame) -> pd.DataFrame:
     ).reset_index()
 
 
-__all__ = ["comm_start_delays", "footprints", "blocks_fit", "capacity", "summarize_delays", "RESOURCES"]
+__all__ = ["comm_start_delays", "footprints", "summarize_delays"]

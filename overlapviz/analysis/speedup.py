@@ -8,10 +8,16 @@ import numpy as np
 import pandas as pd
 
 from overlapviz import schema
+from overlapviz.analysis.statistics import (
+    DEFAULT_LEVEL,
+    DEFAULT_RESAMPLES,
+    DEFAULT_SEED,
+    bootstrap_difference,
+    bootstrap_median,
+    bootstrap_ratio,
+    check_level,
+)
 
-DEFAULT_LEVEL = 0.95
-DEFAULT_RESAMPLES = 2000
-DEFAULT_SEED = 0
 # runs with equal values here run the same workload; only the overlap setup and its knobs differ
 WORKLOAD_KEY = (
     "workload", "compute_impl", "gemm_m", "gemm_n", "gemm_k", "tile_m", "tile_n", "tile_k",
@@ -46,77 +52,6 @@ def iteration_times(dataset_path: str | os.PathLike, *, run_ids=None) -> pd.Data
     )
 
 
-def _boot_medians(x: np.ndarray, rng: np.random.Generator, n_resamples: int) -> np.ndarray:
-    idx = rng.integers(0, len(x), size=(n_resamples, len(x)))
-    return np.median(x[idx], axis=1)
-
-
-def bootstrap_median(x, *, level: float = DEFAULT_LEVEL, n_resamples: int = DEFAULT_RESAMPLES, seed: int = DEFAULT_SEED):
-    """Median of ``x`` and its percentile-bootstrap confidence interval.
-
-    Parameters
-    ----------
-    x
-        Samples (NaN-free).
-    level
-        Two-sided confidence level, e.g. 0.95: the interval is the (1−level)/2 and
-        (1+level)/2 quantiles of the medians of ``n_resamples`` resamples of ``x`` drawn
-        with replacement by ``numpy.random.default_rng(seed)``.
-
-    Returns
-    -------
-    (float, float, float)
-        Median, CI low, CI high; all NaN for an empty ``x``; a single sample gives a
-        zero-width interval.
-    """
-    x = np.asarray(x, np.float64)
-    if len(x) == 0:
-        return (np.nan, np.nan, np.nan)
-    _check_level(level)
-    meds = _boot_medians(x, np.random.default_rng(seed), n_resamples)
-    lo, hi = np.quantile(meds, [(1 - level) / 2, (1 + level) / 2])
-    return (float(np.median(x)), float(lo), float(hi))
-
-
-def bootstrap_ratio(num, den, *, level: float = DEFAULT_LEVEL, n_resamples: int = DEFAULT_RESAMPLES, seed: int = DEFAULT_SEED):
-    """``median(num) / median(den)`` and its percentile-bootstrap confidence interval.
-
-    The two samples are resampled independently (they are different runs), each
-    replicate's ratio of medians is formed, and the interval is its (1−level)/2 and
-    (1+level)/2 quantiles.
-
-    Returns
-    -------
-    (float, float, float)
-        Ratio, CI low, CI high; NaN when either sample is empty.
-    """
-    num, den = np.asarray(num, np.float64), np.asarray(den, np.float64)
-    if len(num) == 0 or len(den) == 0:
-        return (np.nan, np.nan, np.nan)
-    _check_level(level)
-    rng = np.random.default_rng(seed)
-    ratios = _boot_medians(num, rng, n_resamples) / _boot_medians(den, rng, n_resamples)
-    lo, hi = np.quantile(ratios, [(1 - level) / 2, (1 + level) / 2])
-    return (float(np.median(num) / np.median(den)), float(lo), float(hi))
-
-
-def bootstrap_difference(a, b, *, level: float = DEFAULT_LEVEL, n_resamples: int = DEFAULT_RESAMPLES, seed: int = DEFAULT_SEED):
-    """``median(b) − median(a)`` with its percentile-bootstrap confidence interval (independent resamples)."""
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    if len(a) == 0 or len(b) == 0:
-        return (np.nan, np.nan, np.nan)
-    _check_level(level)
-    rng = np.random.default_rng(seed)
-    diffs = _boot_medians(b, rng, n_resamples) - _boot_medians(a, rng, n_resamples)
-    lo, hi = np.quantile(diffs, [(1 - level) / 2, (1 + level) / 2])
-    return (float(np.median(b) - np.median(a)), float(lo), float(hi))
-
-
-def _check_level(level: float) -> None:
-    if not 0 < level < 1:
-        raise ValueError(f"confidence level {level!r} must be between 0 and 1 (e.g. 0.95)")
-
-
 def _is_reference(runs: pd.DataFrame, setup: str) -> pd.Series:
     pad = runs["smem_pad_bytes"].fillna(0) == 0
     prio = runs["comm_priority"].fillna(0) == 0
@@ -145,8 +80,8 @@ def _references(runs: pd.DataFrame, setup: str) -> dict:
 
 
 def _overlap_by_run(dataset_path, run_ids) -> pd.DataFrame:
-    """Run-level overlap from overlapviz.metrics: sums over ranks, and the median step's compute time."""
-    from overlapviz.metrics import analyze  # analysis owns the metric; we only aggregate it
+    """Run-level overlap from overlapviz.analysis.metrics: sums over ranks, and the median step's compute time."""
+    from overlapviz.analysis.metrics import analyze  # analysis owns the metric; we only aggregate it
 
     per_rank = analyze(dataset_path, per="rank", run_ids=run_ids)
     g = per_rank.groupby("run_id")
@@ -179,7 +114,7 @@ def config_table(
     default). Confidence intervals are percentile bootstraps at ``level``
     (:func:`bootstrap_median`, :func:`bootstrap_ratio`), seeded by ``seed``.
 
-    ``overlap_fraction`` is overlapviz.metrics' overlap summed over the run's ranks
+    ``overlap_fraction`` is overlapviz.analysis.metrics' overlap summed over the run's ranks
     (sum overlap_us / sum comm_us) over the whole trace; ``compute_slowdown`` is the
     median per-step compute time (metrics, ``per="step"``) of the run over that of the
     sequential run of the same workload *and the same computation* (same
@@ -196,7 +131,7 @@ def config_table(
         slowdown_run_id, compute_slowdown, level``; sorted by benefit (speedup, then TimeRatio, best first;
         nulls last).
     """
-    _check_level(level)
+    check_level(level)
     runs = schema.read_frame(dataset_path, "runs")
     if run_ids is not None:
         _require_runs(dataset_path, runs, run_ids)
@@ -342,7 +277,7 @@ def compare(
 
 def _run_metrics(dataset_path, run_ids) -> dict:
     """Per run: mean per-rank comm/compute/exposed time (metrics) and start-delay summary (explain)."""
-    from overlapviz.explain import comm_start_delays, summarize_delays
+    from overlapviz.analysis.explain import comm_start_delays, summarize_delays
 
     out: dict = {r: {} for r in run_ids}
     try:

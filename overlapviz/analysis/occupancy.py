@@ -1,4 +1,4 @@
-"""Occupancy: how many blocks of a kernel fit on one SM (NVIDIA) or CU (AMD), which resource limits them, and what still fits beside them.
+"""Occupancy: the one owner of how many blocks of a kernel fit on one SM (NVIDIA) or CU (AMD), which resource limits them, and what still fits beside them.
 
 NVIDIA follows CUDA's ``cuda_occupancy.h`` (the rules behind
 ``cudaOccupancyMaxActiveBlocksPerMultiprocessor``) and was checked row by row against
@@ -11,15 +11,12 @@ workgroup barrier limit), ``registers`` (VGPRs on AMD), ``sgprs`` (AMD gfx9 only
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pandas as pd
 
-from overlapviz import schema
-from overlapviz.devices import device_limits
 
 RESOURCES = ("warps", "blocks", "registers", "sgprs", "shared_memory")
+FIT_RESOURCES = ("warps", "blocks", "registers", "shared_memory")
 UNLIMITED = np.iinfo(np.int64).max // 4  # a resource the kernel does not use never limits
 
 
@@ -281,7 +278,7 @@ def occupancy(
     Parameters
     ----------
     limits
-        A device's limits, as :func:`overlapviz.devices.device_limits` returns them.
+        A device's limits, as :func:`overlapviz.analysis.devices.device_limits` returns them.
     threads_per_block
         Threads (work-items) per block.
     regs_per_thread
@@ -356,85 +353,6 @@ def profiler_estimated_occupancy(limits: dict, threads_per_block, regs_per_threa
     return np.round(100.0 * blocks * occ["threads_per_block"].to_numpy() / float(limits["max_threads_per_sm"]))
 
 
-# --- datasets -------------------------------------------------------------------------
-
-SHAPE_KEYS = ["threads_per_block", "regs_per_thread", "shared_mem_bytes", "sgprs", "accum_vgprs", "wave_size"]
-
-
-def device_table(dataset_path) -> dict:
-    """Completed limits for every ``(run_id, rank, device)`` of a dataset's devices table.
-
-    Returns
-    -------
-    dict
-        ``{(run_id, rank, device): limits}``; a row whose architecture cannot be found maps
-        to the ``ValueError`` message (a str), so callers can say why a kernel has no
-        residency.
-    """
-    devices = schema.read_frame(dataset_path, "devices")
-    out = {}
-    for rec in devices.to_dict("records"):  # one row per device, not per event
-        key = (rec["run_id"], int(rec["rank"]), None if pd.isna(rec["device"]) else int(rec["device"]))
-        try:
-            out[key] = device_limits(rec)
-        except ValueError as exc:
-            out[key] = str(exc)
-    return out
-
-
-UNKNOWN_CARVEOUT_NOTE = "carve-out preference unknown (imported trace): no preference assumed"
-
-
-def _carveout_entry(config_json) -> tuple[int | None, str, frozenset]:
-    unknown = (None, UNKNOWN_CARVEOUT_NOTE, frozenset())
-    if not isinstance(config_json, str) or not config_json:
-        return unknown
-    try:
-        doc = json.loads(config_json)
-    except ValueError:
-        return unknown
-    config = doc.get("config") if isinstance(doc, dict) else None
-    if not isinstance(config, dict) or "smem_carveout_percent" not in config:
-        return unknown
-    value = config["smem_carveout_percent"]
-    if value is None or int(value) < 0:
-        return None, "no carve-out preference (run config): the driver's default", frozenset()
-    effective = doc.get("effective") or {}
-    if not effective.get("smem_carveout_applied"):
-        return None, f"carve-out preference {int(value)} % requested but not applied (run config): the driver's default", frozenset()
-    # the collector sets it on its own tiled GEMM and on the stand-in (collectors/workload.py), never on library kernels
-    facts = effective.get("kernels") or {}
-    names = set()
-    if config.get("compute_impl") == "tiled" and (facts.get("gemm") or {}).get("name"):
-        names.add(facts["gemm"]["name"])
-    if config.get("backend") == "stand-in" and (facts.get("comm") or {}).get("name"):
-        names.add(facts["comm"]["name"])
-    if not names:
-        return None, f"carve-out preference {int(value)} % applied to kernels the manifest does not name: the driver's default assumed", frozenset()
-    return int(value), f"preferred carve-out {int(value)} % on {', '.join(sorted(names))} (run config)", frozenset(names)
-
-
-def run_carveouts(dataset_path) -> dict:
-    """The shared-memory carve-out preference of each run, from its manifest.
-
-    Collected runs record ``config.smem_carveout_percent`` in ``runs.config_json`` (null:
-    no preference, the driver's default) and, under ``effective``, whether it was applied
-    and to which of the collector's kernels (its tiled GEMM, the stand-in); imported traces
-    do not say, and no preference is assumed.
-
-    Returns
-    -------
-    dict
-        ``{run_id: (percent or None, note, kernel names)}``: the preference, a sentence
-        saying where it came from, and the names of the kernels it applies to (other
-        kernels of the run have none).
-    """
-    runs = schema.read_frame(dataset_path, "runs")
-    if "config_json" not in runs:
-        return {r: (None, UNKNOWN_CARVEOUT_NOTE, frozenset()) for r in runs["run_id"]}
-    return {r: _carveout_entry(c) for r, c in zip(runs["run_id"], runs["config_json"])}  # one per run
-
-
 def occupancy_with_preference(limits: dict, names, threads, regs, smem, preference: tuple | None = None, **kw) -> pd.DataFrame:
     """:func:`occupancy_table` for kernels of one run, the run's carve-out preference applied to the kernels it names.
 
@@ -452,15 +370,8 @@ def occupancy_with_preference(limits: dict, names, threads, regs, smem, preferen
     return table.mask(np.broadcast_to(use[:, None], table.shape), preferred)
 
 
-def kernel_shapes(kernels: pd.DataFrame) -> pd.DataFrame:
-    """``kernels`` with ``threads_per_block`` and ``grid_blocks`` (null where the trace lacks them)."""
-    k = kernels
-    threads = k["block_x"].astype("Int64") * k["block_y"].fillna(1).astype("Int64") * k["block_z"].fillna(1).astype("Int64")
-    grid = k["grid_x"].astype("Int64") * k["grid_y"].fillna(1).astype("Int64") * k["grid_z"].fillna(1).astype("Int64")
-    return k.assign(threads_per_block=threads, grid_blocks=grid)
-
-
-def _limits_for(dev_limits: dict, run_id, rank, device):
+def limits_for(dev_limits: dict, run_id, rank, device):
+    """The limits of ``(run_id, rank, device)`` in :func:`overlapviz.analysis.residency.device_table`'s dict (a str: why none), None when absent; a trace that did not say which device gets its rank's only device."""
     hit = dev_limits.get((run_id, rank, device))
     if hit is None:  # a trace that did not say which device: the rank's only device
         cands = [v for (r, k, _d), v in dev_limits.items() if r == run_id and k == rank]
@@ -468,136 +379,164 @@ def _limits_for(dev_limits: dict, run_id, rank, device):
     return hit
 
 
-def attach_occupancy(kernels: pd.DataFrame, dev_limits: dict, *, prefix: str = "", carveouts: dict | None = None) -> pd.DataFrame:
-    """Add occupancy columns to a kernels frame (with ``threads_per_block``), per device.
+def kernel_occupancy(kernels: pd.DataFrame, dev_limits: dict, carveouts: dict | None = None) -> pd.DataFrame:
+    """Occupancy and per-block resource costs of each kernel (rows with ``threads_per_block``): the one per-kernel computation.
 
-    ``carveouts`` maps run ids to their carve-out preference (:func:`run_carveouts`; missing:
-    none), applied to the kernels it names (``kernels`` needs ``name`` then). Adds ``blocks_per_sm``, ``limiter``, ``occupancy``, ``smem_config_bytes`` (the
-    SM's shared memory as the driver configures it for the kernel) and
-    ``residency_note``. Rows whose device has no limits, or whose shape lacks threads or
-    registers, get null occupancy and a ``residency_note`` saying why.
+    Adds ``blocks_per_sm`` (occupancy alone), ``limiter``, ``occupancy``, ``warps_per_block``,
+    ``regs_per_warp`` (registers a warp is allocated; AMD: VGPRs a wave is allocated),
+    ``smem_alloc_bytes`` (per block, with reservation and rounding), ``smem_config_bytes``
+    (the SM's shared memory as the driver configures it for the kernel: under the run's
+    carve-out preference from ``carveouts`` = :func:`overlapviz.analysis.residency.run_carveouts`,
+    or with none, the smallest carve-out step that holds the kernel's resident blocks),
+    ``smem_config_needed_bytes`` (the least configuration of an SM its blocks join beside
+    others') and ``num_sms``. Columns are null where the shape or the device's limits are
+    unknown; ``residency_note`` says why. ``kernels`` needs ``run_id, rank, device, name,
+    threads_per_block, regs_per_thread, shared_mem_bytes`` (``sgprs``, ``accum_vgprs``
+    where known); it is not modified.
     """
     n = len(kernels)
-    blocks = pd.array([pd.NA] * n, dtype="Int64")
-    limiter = np.full(n, None, dtype=object)
-    occ = np.full(n, np.nan)
-    config = np.full(n, np.nan)
-    note = np.full(n, None, dtype=object)
-    carveouts = carveouts or {}
-    shape_cols = ["run_id", "rank", "device"]
+    cols = {
+        "blocks_per_sm": np.full(n, np.nan),
+        "limiter": np.full(n, None, dtype=object),
+        "occupancy": np.full(n, np.nan),
+        "warps_per_block": np.full(n, np.nan),
+        "regs_per_warp": np.full(n, np.nan),
+        "smem_alloc_bytes": np.full(n, np.nan),
+        "smem_config_bytes": np.full(n, np.nan),
+        "smem_config_needed_bytes": np.full(n, np.nan),
+        "num_sms": np.full(n, np.nan),
+        "residency_note": np.full(n, None, dtype=object),
+    }
     if n:
-        dev = kernels["device"].astype("Int64")
-        keys = pd.DataFrame({"run_id": kernels["run_id"], "rank": kernels["rank"].astype(int), "device": dev})
-        for (run_id, rank, device), idx in keys.groupby(shape_cols, dropna=False).indices.items():
-            lim = _limits_for(dev_limits, run_id, int(rank), None if pd.isna(device) else int(device))
-            if lim is None or isinstance(lim, str):
-                note[idx] = lim or f"no devices row for run {run_id} rank {rank}"
+        keys = pd.DataFrame(
+            {"run_id": kernels["run_id"].to_numpy(), "rank": kernels["rank"].astype(int).to_numpy(),
+             "device": kernels["device"].astype("Int64").fillna(-1).to_numpy()}
+        )
+        for (run_id, rank, device), idx in keys.groupby(["run_id", "rank", "device"]).indices.items():
+            lim = limits_for(dev_limits, run_id, int(rank), None if device < 0 else int(device))
+            if not isinstance(lim, dict):
+                cols["residency_note"][idx] = lim or f"no devices row for run {run_id} rank {rank}"
                 continue
             part = kernels.iloc[idx]
-            ok = part["threads_per_block"].notna().to_numpy() & (part["threads_per_block"].fillna(0).to_numpy() > 0)
+            threads = part["threads_per_block"].fillna(0).to_numpy(np.int64)
+            ok = threads > 0
             # registers bound every vendor's residency: unknown registers, unknown residency
             ok &= part["regs_per_thread"].notna().to_numpy()
-            note[idx[~ok]] = "launch shape incomplete in the trace (block size or registers missing)"
+            cols["residency_note"][idx[~ok]] = "launch shape incomplete in the trace (block size or registers missing)"
             if not ok.any():
                 continue
             sel = part[ok]
-            table = occupancy_with_preference(
+            t = occupancy_with_preference(
                 lim,
                 sel["name"].to_numpy(object),
-                sel["threads_per_block"].to_numpy(np.int64),
+                threads[ok],
                 sel["regs_per_thread"].fillna(0).to_numpy(np.int64),
                 sel["shared_mem_bytes"].fillna(0).to_numpy(np.int64),
                 sgprs=sel["sgprs"].fillna(0).to_numpy(np.int64) if "sgprs" in sel else None,
                 accum_vgprs=sel["accum_vgprs"].fillna(0).to_numpy(np.int64) if "accum_vgprs" in sel else None,
-                preference=carveouts.get(run_id),
+                preference=(carveouts or {}).get(run_id),
             )
             where = idx[ok]
-            blocks[where] = table["blocks_per_sm"].to_numpy()
-            limiter[where] = table["limiter"].to_numpy()
-            occ[where] = table["occupancy"].to_numpy()
-            config[where] = table["shared_mem_config"].to_numpy()
-    return kernels.assign(
-        **{
-            f"{prefix}blocks_per_sm": blocks,
-            f"{prefix}limiter": limiter,
-            f"{prefix}occupancy": occ,
-            f"{prefix}smem_config_bytes": pd.array(config, dtype="Float64").astype("Int64"),
-            f"{prefix}residency_note": note,
-        }
-    )
+            cols["blocks_per_sm"][where] = t["blocks_per_sm"]
+            cols["limiter"][where] = t["limiter"]
+            cols["occupancy"][where] = t["occupancy"]
+            cols["warps_per_block"][where] = t["warps_per_block"]
+            cols["regs_per_warp"][where] = t["regs_per_block_allocated"] / t["warps_per_block"]
+            cols["smem_alloc_bytes"][where] = t["shared_mem_per_block_allocated"]
+            cols["smem_config_bytes"][where] = t["shared_mem_config"]
+            cols["smem_config_needed_bytes"][where] = t["shared_mem_config_needed"]
+            if lim.get("num_sms"):
+                cols["num_sms"][where] = lim["num_sms"]
+    return kernels.assign(**cols)
 
 
-def kernel_residency(dataset_path, *, run_ids=None) -> pd.DataFrame:
-    """One row per distinct kernel launch shape in a dataset, with its residency.
+# --- what fits beside resident blocks ---------------------------------------------------
+
+
+def capacity(limits: dict) -> dict:
+    """An SM's (CU's) capacity in the units :func:`blocks_fit` uses.
+
+    ``warps`` (warp / wave slots), ``blocks`` (block slots; AMD: workgroup barriers),
+    ``reg_parts`` and ``regs_per_part`` (NVIDIA: 4 register-file sub-partitions of
+    ``regs_per_sm / 4``; AMD: one VGPR file of ``vgprs_per_simd`` per SIMD), and
+    ``shared_mem_per_sm`` (NVIDIA: the largest carve-out; AMD: the LDS).
+    """
+    if limits["vendor"] == "nvidia":
+        parts, per_part = int(limits["sub_partitions"]), int(limits["regs_per_sm"]) // int(limits["sub_partitions"])
+        warps = int(limits["max_threads_per_sm"]) // int(limits["warp_size"])
+        blocks = int(limits["max_blocks_per_sm"])
+        smem = int(limits["shared_mem_per_sm"])
+    else:
+        parts, per_part = int(limits["simds_per_cu"]), int(limits["vgprs_per_simd"])
+        warps = int(limits["max_waves_per_simd"]) * parts
+        blocks = 16 if str(limits.get("arch", "")).startswith("gfx9") else 32
+        smem = int(limits.get("lds_per_cu") or limits["shared_mem_per_sm"])
+    return {"warps": warps, "blocks": blocks, "reg_parts": parts, "regs_per_part": per_part, "shared_mem_per_sm": smem}
+
+
+def blocks_fit(cap: dict, used_warps, used_blocks, used_regs, used_smem, smem_config, warps_per_block, regs_per_warp, smem_alloc,
+               own_config=None):
+    """How many blocks of one kernel fit on an SM beside resident blocks of others (vectorized).
 
     Parameters
     ----------
-    dataset_path
-        An overlapviz dataset directory.
-    run_ids
-        Only these runs (all by default).
+    cap
+        :func:`capacity` of the device.
+    used_warps, used_blocks, used_regs, used_smem
+        What resident blocks already hold on the SM: warps, block slots, allocated
+        registers (warps x registers per warp) and shared memory bytes.
+    smem_config
+        The SM's shared memory under its current carve-out, bytes.
+    warps_per_block, regs_per_warp, smem_alloc
+        The newcomer's footprint per block.
+    own_config
+        NVIDIA: the least SM configuration the newcomer's blocks join
+        (``shared_mem_config_needed`` of :func:`occupancy`). None: not
+        checked. Where it exceeds ``smem_config`` no block fits: the SM cannot grow its
+        carve-out while the resident blocks run (measured on an H200:
+        tests/data/carveout_coresidency_h200).
 
     Returns
     -------
-    pandas.DataFrame
-        Columns ``run_id, device_name, arch, name, kind, threads_per_block,
-        regs_per_thread, shared_mem_bytes, blocks_per_sm, limiter, occupancy,
-        n_launches, total_us, grid_blocks_median, waves`` (grid blocks over
-        ``blocks_per_sm * num_sms``: how many full rounds the grid needs),
-        ``smem_config_bytes`` (NVIDIA: the shared memory the driver configures the SM
-        with for this kernel, under the run's carve-out preference; AMD: the CU's LDS),
-        ``carveout_note`` (NVIDIA: where the preference came from; null on AMD, which has
-        no carve-out) and ``residency_note``, sorted by ``total_us`` descending. Host activities and
-        memcpy/memset are left out. ``blocks_per_sm`` is null where the trace lacks the
-        launch shape or the device's limits (``residency_note`` says which).
+    (numpy.ndarray, numpy.ndarray, dict)
+        Blocks that fit (>= 0), the limiting resource (``warps``, ``blocks``,
+        ``registers``, ``shared_memory``; ties to the first; ``shared_memory_carveout``
+        where shared memory limits and the SM's largest carve-out would hold more: the
+        configuration the resident kernel left, not the hardware, stops the blocks, or
+        where ``own_config`` exceeds it), and the per-resource counts.
+
+    Notes
+    -----
+    Registers follow the occupancy rule per register-file part: resident warps are
+    spread evenly over the parts, so each part has ``regs_per_part - ceil(used_regs /
+    parts)`` left and takes ``that // regs_per_warp`` more warps; the SM takes
+    ``parts x that // warps_per_block`` blocks. With nothing resident this is exactly
+    the occupancy calculator's register limit.
     """
-    cols = ["run_id", "rank", "device", "name", "kind", "is_host", "start_ns", "end_ns", "grid_x", "grid_y", "grid_z",
-            "block_x", "block_y", "block_z", "regs_per_thread", "shared_mem_bytes", "sgprs", "accum_vgprs"]
-    k = schema.read_frame(dataset_path, "kernels", columns=cols, run_ids=run_ids)
-    k = k[(~k["is_host"].fillna(False)) & k["kind"].isin(["compute", "comm", "other"])]
-    k = kernel_shapes(k)
-    dev_limits = device_table(dataset_path)
-    keys = ["run_id", "rank", "device", "name", "kind", "threads_per_block", "regs_per_thread", "shared_mem_bytes", "sgprs", "accum_vgprs"]
-    g = (
-        k.assign(dur_ns=k["end_ns"] - k["start_ns"])
-        .groupby(keys, dropna=False, sort=False)
-        .agg(n_launches=("dur_ns", "size"), total_ns=("dur_ns", "sum"), grid_blocks_median=("grid_blocks", "median"))
-        .reset_index()
-    )
-    carveouts = run_carveouts(dataset_path)
-    g = attach_occupancy(g, dev_limits, carveouts=carveouts)
-    names, archs, sms = [], [], []
-    for rec in g[["run_id", "rank", "device"]].itertuples(index=False):  # per distinct shape
-        lim = _limits_for(dev_limits, rec.run_id, int(rec.rank), None if pd.isna(rec.device) else int(rec.device))
-        ok = isinstance(lim, dict)
-        names.append(lim.get("name") if ok else None)
-        archs.append(lim.get("arch") if ok else None)
-        sms.append(lim.get("num_sms") if ok else None)
-    g = g.assign(device_name=names, arch=archs, num_sms=pd.array(sms, dtype="Int64"))
-    # shapes repeat across ranks of a run: merge them
-    keys2 = ["run_id", "device_name", "arch", "name", "kind", "threads_per_block", "regs_per_thread", "shared_mem_bytes"]
-    out = (
-        g.groupby(keys2, dropna=False, sort=False)
-        .agg(
-            blocks_per_sm=("blocks_per_sm", "first"),
-            limiter=("limiter", "first"),
-            occupancy=("occupancy", "first"),
-            smem_config_bytes=("smem_config_bytes", "first"),
-            n_launches=("n_launches", "sum"),
-            total_ns=("total_ns", "sum"),
-            grid_blocks_median=("grid_blocks_median", "median"),
-            num_sms=("num_sms", "first"),
-            residency_note=("residency_note", "first"),
-        )
-        .reset_index()
-    )
-    denom = out["blocks_per_sm"].astype("Float64") * out["num_sms"].astype("Float64")
-    waves = out["grid_blocks_median"].astype("Float64") / denom.where(denom > 0)
-    vendor_nv = out["arch"].astype(str).str.startswith("sm_").to_numpy()
-    notes = out["run_id"].map({r: v[1] for r, v in carveouts.items()}).fillna(UNKNOWN_CARVEOUT_NOTE)
-    carve_note = np.where(vendor_nv, notes.to_numpy(object), None)
-    out = out.assign(total_us=out["total_ns"] / 1000.0, waves=waves, carveout_note=carve_note).drop(columns=["total_ns", "num_sms"])
-    order = ["run_id", "device_name", "arch", "name", "kind", "threads_per_block", "regs_per_thread", "shared_mem_bytes",
-             "blocks_per_sm", "limiter", "occupancy", "n_launches", "total_us", "grid_blocks_median", "waves",
-             "smem_config_bytes", "carveout_note", "residency_note"]
-    return out[order].sort_values(["run_id", "total_us"], ascending=[True, False], kind="stable").reset_index(drop=True)
+    f = lambda a: np.asarray(a, np.float64)  # noqa: E731  (NaN-aware arithmetic)
+    wpb, rpw, salloc = f(warps_per_block), f(regs_per_warp), f(smem_alloc)
+    parts = cap["reg_parts"]
+    by = {
+        "warps": np.floor((cap["warps"] - f(used_warps)) / wpb),
+        "blocks": cap["blocks"] - f(used_blocks),
+        "registers": np.where(
+            rpw > 0,
+            np.floor(np.floor((cap["regs_per_part"] - np.ceil(f(used_regs) / parts)) / np.where(rpw > 0, rpw, 1)) * parts / wpb),
+            np.inf,
+        ),
+        "shared_memory": np.where(salloc > 0, np.floor((f(smem_config) - f(used_smem)) / np.where(salloc > 0, salloc, 1)), np.inf),
+    }
+    stack = np.vstack([np.maximum(by[r], 0) for r in FIT_RESOURCES])
+    nan = np.isnan(stack).any(axis=0)
+    fit = np.where(nan, np.nan, np.nanmin(np.where(np.isnan(stack), np.inf, stack), axis=0))
+    limiter = np.asarray(FIT_RESOURCES, dtype=object)[np.argmin(np.where(np.isnan(stack), np.inf, stack), axis=0)]
+    if own_config is not None:  # a resource that already stops every block keeps its name (ties to the first)
+        above = (f(own_config) > f(smem_config)) & ~nan & (fit > 0)
+        fit = np.where(above, 0.0, fit)
+        limiter = np.where(above, "shared_memory_carveout", limiter)
+    largest = cap.get("shared_mem_per_sm")
+    if largest is not None:
+        by_largest = np.where(salloc > 0, np.floor((largest - f(used_smem)) / np.where(salloc > 0, salloc, 1)), np.inf)
+        limiter = np.where((limiter == "shared_memory") & (by_largest > by["shared_memory"]), "shared_memory_carveout", limiter)
+    limiter = np.where(nan, None, limiter)
+    return fit, limiter, by

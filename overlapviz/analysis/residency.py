@@ -1,0 +1,194 @@
+"""Residency of a dataset's kernels: device limits per run, carve-out preferences, and one row per kernel launch shape with its occupancy (rules in :mod:`overlapviz.analysis.occupancy`)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+
+from overlapviz import schema
+from overlapviz.analysis.devices import device_limits
+from overlapviz.analysis.occupancy import kernel_occupancy, limits_for
+
+# --- datasets -------------------------------------------------------------------------
+
+SHAPE_KEYS = ["threads_per_block", "regs_per_thread", "shared_mem_bytes", "sgprs", "accum_vgprs", "wave_size"]
+
+
+def device_table(dataset_path) -> dict:
+    """Completed limits for every ``(run_id, rank, device)`` of a dataset's devices table.
+
+    Returns
+    -------
+    dict
+        ``{(run_id, rank, device): limits}``; a row whose architecture cannot be found maps
+        to the ``ValueError`` message (a str), so callers can say why a kernel has no
+        residency.
+    """
+    devices = schema.read_frame(dataset_path, "devices")
+    out = {}
+    for rec in devices.to_dict("records"):  # one row per device, not per event
+        key = (rec["run_id"], int(rec["rank"]), None if pd.isna(rec["device"]) else int(rec["device"]))
+        try:
+            out[key] = device_limits(rec)
+        except ValueError as exc:
+            out[key] = str(exc)
+    return out
+
+
+UNKNOWN_CARVEOUT_NOTE = "carve-out preference unknown (imported trace): no preference assumed"
+
+
+def _carveout_entry(config_json) -> tuple[int | None, str, frozenset]:
+    unknown = (None, UNKNOWN_CARVEOUT_NOTE, frozenset())
+    if not isinstance(config_json, str) or not config_json:
+        return unknown
+    try:
+        doc = json.loads(config_json)
+    except ValueError:
+        return unknown
+    config = doc.get("config") if isinstance(doc, dict) else None
+    if not isinstance(config, dict) or "smem_carveout_percent" not in config:
+        return unknown
+    value = config["smem_carveout_percent"]
+    if value is None or int(value) < 0:
+        return None, "no carve-out preference (run config): the driver's default", frozenset()
+    effective = doc.get("effective") or {}
+    if not effective.get("smem_carveout_applied"):
+        return None, f"carve-out preference {int(value)} % requested but not applied (run config): the driver's default", frozenset()
+    # the collector sets it on its own tiled GEMM and on the stand-in (collectors/workload.py), never on library kernels
+    facts = effective.get("kernels") or {}
+    names = set()
+    if config.get("compute_impl") == "tiled" and (facts.get("gemm") or {}).get("name"):
+        names.add(facts["gemm"]["name"])
+    if config.get("backend") == "stand-in" and (facts.get("comm") or {}).get("name"):
+        names.add(facts["comm"]["name"])
+    if not names:
+        return None, f"carve-out preference {int(value)} % applied to kernels the manifest does not name: the driver's default assumed", frozenset()
+    return int(value), f"preferred carve-out {int(value)} % on {', '.join(sorted(names))} (run config)", frozenset(names)
+
+
+def run_carveouts(dataset_path) -> dict:
+    """The shared-memory carve-out preference of each run, from its manifest.
+
+    Collected runs record ``config.smem_carveout_percent`` in ``runs.config_json`` (null:
+    no preference, the driver's default) and, under ``effective``, whether it was applied
+    and to which of the collector's kernels (its tiled GEMM, the stand-in); imported traces
+    do not say, and no preference is assumed.
+
+    Returns
+    -------
+    dict
+        ``{run_id: (percent or None, note, kernel names)}``: the preference, a sentence
+        saying where it came from, and the names of the kernels it applies to (other
+        kernels of the run have none).
+    """
+    runs = schema.read_frame(dataset_path, "runs")
+    if "config_json" not in runs:
+        return {r: (None, UNKNOWN_CARVEOUT_NOTE, frozenset()) for r in runs["run_id"]}
+    return {r: _carveout_entry(c) for r, c in zip(runs["run_id"], runs["config_json"])}  # one per run
+
+
+def kernel_shapes(kernels: pd.DataFrame) -> pd.DataFrame:
+    """``kernels`` with ``threads_per_block`` and ``grid_blocks`` (null where the trace lacks them)."""
+    k = kernels
+    threads = k["block_x"].astype("Int64") * k["block_y"].fillna(1).astype("Int64") * k["block_z"].fillna(1).astype("Int64")
+    grid = k["grid_x"].astype("Int64") * k["grid_y"].fillna(1).astype("Int64") * k["grid_z"].fillna(1).astype("Int64")
+    return k.assign(threads_per_block=threads, grid_blocks=grid)
+
+
+def attach_occupancy(kernels: pd.DataFrame, dev_limits: dict, *, prefix: str = "", carveouts: dict | None = None) -> pd.DataFrame:
+    """Add occupancy columns to a kernels frame (with ``threads_per_block``), per device.
+
+    :func:`overlapviz.analysis.occupancy.kernel_occupancy`'s ``blocks_per_sm`` (Int64),
+    ``limiter``, ``occupancy``, ``smem_config_bytes`` (Int64) and ``residency_note``, each
+    name after ``prefix``. ``carveouts`` maps run ids to their carve-out preference
+    (:func:`run_carveouts`; missing: none).
+    """
+    occ = kernel_occupancy(kernels, dev_limits, carveouts)
+    return kernels.assign(
+        **{
+            f"{prefix}blocks_per_sm": pd.array(occ["blocks_per_sm"].to_numpy(), dtype="Float64").astype("Int64"),
+            f"{prefix}limiter": occ["limiter"].to_numpy(object),
+            f"{prefix}occupancy": occ["occupancy"].to_numpy(np.float64),
+            f"{prefix}smem_config_bytes": pd.array(occ["smem_config_bytes"].to_numpy(), dtype="Float64").astype("Int64"),
+            f"{prefix}residency_note": occ["residency_note"].to_numpy(object),
+        }
+    )
+
+
+def kernel_residency(dataset_path, *, run_ids=None) -> pd.DataFrame:
+    """One row per distinct kernel launch shape in a dataset, with its residency.
+
+    Parameters
+    ----------
+    dataset_path
+        An overlapviz dataset directory.
+    run_ids
+        Only these runs (all by default).
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns ``run_id, device_name, arch, name, kind, threads_per_block,
+        regs_per_thread, shared_mem_bytes, blocks_per_sm, limiter, occupancy,
+        n_launches, total_us, grid_blocks_median, waves`` (grid blocks over
+        ``blocks_per_sm * num_sms``: how many full rounds the grid needs),
+        ``smem_config_bytes`` (NVIDIA: the shared memory the driver configures the SM
+        with for this kernel, under the run's carve-out preference; AMD: the CU's LDS),
+        ``carveout_note`` (NVIDIA: where the preference came from; null on AMD, which has
+        no carve-out) and ``residency_note``, sorted by ``total_us`` descending. Host activities and
+        memcpy/memset are left out. ``blocks_per_sm`` is null where the trace lacks the
+        launch shape or the device's limits (``residency_note`` says which).
+    """
+    cols = ["run_id", "rank", "device", "name", "kind", "is_host", "start_ns", "end_ns", "grid_x", "grid_y", "grid_z",
+            "block_x", "block_y", "block_z", "regs_per_thread", "shared_mem_bytes", "sgprs", "accum_vgprs"]
+    k = schema.read_frame(dataset_path, "kernels", columns=cols, run_ids=run_ids)
+    k = k[(~k["is_host"].fillna(False)) & k["kind"].isin(["compute", "comm", "other"])]
+    k = kernel_shapes(k)
+    dev_limits = device_table(dataset_path)
+    keys = ["run_id", "rank", "device", "name", "kind", "threads_per_block", "regs_per_thread", "shared_mem_bytes", "sgprs", "accum_vgprs"]
+    g = (
+        k.assign(dur_ns=k["end_ns"] - k["start_ns"])
+        .groupby(keys, dropna=False, sort=False)
+        .agg(n_launches=("dur_ns", "size"), total_ns=("dur_ns", "sum"), grid_blocks_median=("grid_blocks", "median"))
+        .reset_index()
+    )
+    carveouts = run_carveouts(dataset_path)
+    g = attach_occupancy(g, dev_limits, carveouts=carveouts)
+    names, archs, sms = [], [], []
+    for rec in g[["run_id", "rank", "device"]].itertuples(index=False):  # per distinct shape
+        lim = limits_for(dev_limits, rec.run_id, int(rec.rank), None if pd.isna(rec.device) else int(rec.device))
+        ok = isinstance(lim, dict)
+        names.append(lim.get("name") if ok else None)
+        archs.append(lim.get("arch") if ok else None)
+        sms.append(lim.get("num_sms") if ok else None)
+    g = g.assign(device_name=names, arch=archs, num_sms=pd.array(sms, dtype="Int64"))
+    # shapes repeat across ranks of a run: merge them
+    keys2 = ["run_id", "device_name", "arch", "name", "kind", "threads_per_block", "regs_per_thread", "shared_mem_bytes"]
+    out = (
+        g.groupby(keys2, dropna=False, sort=False)
+        .agg(
+            blocks_per_sm=("blocks_per_sm", "first"),
+            limiter=("limiter", "first"),
+            occupancy=("occupancy", "first"),
+            smem_config_bytes=("smem_config_bytes", "first"),
+            n_launches=("n_launches", "sum"),
+            total_ns=("total_ns", "sum"),
+            grid_blocks_median=("grid_blocks_median", "median"),
+            num_sms=("num_sms", "first"),
+            residency_note=("residency_note", "first"),
+        )
+        .reset_index()
+    )
+    denom = out["blocks_per_sm"].astype("Float64") * out["num_sms"].astype("Float64")
+    waves = out["grid_blocks_median"].astype("Float64") / denom.where(denom > 0)
+    vendor_nv = out["arch"].astype(str).str.startswith("sm_").to_numpy()
+    notes = out["run_id"].map({r: v[1] for r, v in carveouts.items()}).fillna(UNKNOWN_CARVEOUT_NOTE)
+    carve_note = np.where(vendor_nv, notes.to_numpy(object), None)
+    out = out.assign(total_us=out["total_ns"] / 1000.0, waves=waves, carveout_note=carve_note).drop(columns=["total_ns", "num_sms"])
+    order = ["run_id", "device_name", "arch", "name", "kind", "threads_per_block", "regs_per_thread", "shared_mem_bytes",
+             "blocks_per_sm", "limiter", "occupancy", "n_launches", "total_us", "grid_blocks_median", "waves",
+             "smem_config_bytes", "carveout_note", "residency_note"]
+    return out[order].sort_values(["run_id", "total_us"], ascending=[True, False], kind="stable").reset_index(drop=True)
