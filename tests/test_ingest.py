@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 
 from overlapviz import schema
 from overlapviz.cli import main
-from overlapviz.ingest import collective_names, ingest
+from overlapviz.collectives import collective_names
+from overlapviz.ingest import ingest
 from overlapviz.rules import Rule, default_rules
 from overlapviz.testing import (
     cpu_op_event,

@@ -13,7 +13,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-import overlapviz.ingest as ingest_mod
+from overlapviz.ingest import driver, files, pool
 from overlapviz import schema
 from overlapviz.ingest import chrome, ingest
 from overlapviz.testing import (
@@ -101,10 +101,10 @@ def _generated(tmp_path, n_ranks=3):
 def test_worker_pool_gives_what_one_process_gives(tmp_path, monkeypatch):
     src = _generated(tmp_path)
     one = ingest([src], tmp_path / "one", workers=1, progress=False)
-    monkeypatch.setattr(ingest_mod, "POOL_MIN_BYTES", 0)
+    monkeypatch.setattr(pool, "POOL_MIN_BYTES", 0)
     forked = []
-    real_pool = ingest_mod.ProcessPoolExecutor
-    monkeypatch.setattr(ingest_mod, "ProcessPoolExecutor", lambda *a, **kw: forked.append(kw) or real_pool(*a, **kw))
+    real_pool = pool.ProcessPoolExecutor
+    monkeypatch.setattr(pool, "ProcessPoolExecutor", lambda *a, **kw: forked.append(kw) or real_pool(*a, **kw))
     two = ingest([src], tmp_path / "two", workers=2, progress=False)
     assert forked and forked[0]["max_workers"] == 1  # the parent reads too: one forked process for 2 workers
     for table, order in (("kernels", ["rank", "start_ns", "stream"]), ("steps", ["rank", "start_ns"]), ("ranks", ["rank"])):
@@ -115,7 +115,7 @@ def test_worker_pool_gives_what_one_process_gives(tmp_path, monkeypatch):
 
 def test_small_inputs_are_read_without_forking(tmp_path, monkeypatch):
     src = _generated(tmp_path, n_ranks=2)
-    monkeypatch.setattr(ingest_mod, "ProcessPoolExecutor", lambda *a, **kw: pytest.fail("forked a pool for 2 small files"))
+    monkeypatch.setattr(pool, "ProcessPoolExecutor", lambda *a, **kw: pytest.fail("forked a pool for 2 small files"))
     out = ingest([src], tmp_path / "ds", workers=2, progress=False)
     assert len(schema.read_frame(out, "kernels")) == 4_000
 
@@ -124,7 +124,7 @@ def test_bad_file_read_by_the_pool_fails_naming_it(tmp_path, monkeypatch):
     src = _generated(tmp_path)
     data = (src / "rank2.json.gz").read_bytes()
     (src / "rank2.json.gz").write_bytes(data[:-30])
-    monkeypatch.setattr(ingest_mod, "POOL_MIN_BYTES", 0)
+    monkeypatch.setattr(pool, "POOL_MIN_BYTES", 0)
     with pytest.raises(ValueError, match=r"rank2\.json\.gz: truncated gzip"):
         ingest([src], tmp_path / "ds", workers=2, progress=False)
     assert not (tmp_path / "ds").exists()
@@ -133,29 +133,29 @@ def test_bad_file_read_by_the_pool_fails_naming_it(tmp_path, monkeypatch):
 def test_input_bytes_reads_the_gzip_trailer(tmp_path):
     src = _generated(tmp_path, n_ranks=1)
     f = src / "rank0.json.gz"
-    assert ingest_mod._input_bytes(f) == len(gzip.decompress(f.read_bytes()))
+    assert files.input_bytes(f) == len(gzip.decompress(f.read_bytes()))
     plain = tmp_path / "plain.json"
     plain.write_bytes(b"[]")
-    assert ingest_mod._input_bytes(plain) == 2
+    assert files.input_bytes(plain) == 2
 
 
 def _record_reads(monkeypatch, log: Path):
     """Make every process append '<pid> <file>' to ``log`` when it ingests a file."""
-    real = ingest_mod._ingest_file
+    real = driver._ingest_file
 
     def spy(path, *args):
         with open(log, "a") as fh:
             fh.write(f"{os.getpid()} {Path(path).name}\n")
         return real(path, *args)
 
-    spy.__module__, spy.__qualname__ = ingest_mod.__name__, "_ingest_file"  # pickled by that name
-    monkeypatch.setattr(ingest_mod, "_ingest_file", spy)
+    spy.__module__, spy.__qualname__ = driver.__name__, "_ingest_file"  # pickled by that name
+    monkeypatch.setattr(driver, "_ingest_file", spy)
 
 
 def test_parent_and_worker_both_read_and_write_and_the_result_is_the_in_process_one(tmp_path, monkeypatch):
     src = _generated(tmp_path, n_ranks=6)
     one = ingest([src], tmp_path / "one", workers=1, progress=False)
-    monkeypatch.setattr(ingest_mod, "POOL_MIN_BYTES", 0)
+    monkeypatch.setattr(pool, "POOL_MIN_BYTES", 0)
     _record_reads(monkeypatch, tmp_path / "reads.log")
     two = ingest([src], tmp_path / "two", workers=2, progress=False)
     reads = [line.split() for line in (tmp_path / "reads.log").read_text().splitlines()]
@@ -174,7 +174,7 @@ def test_duplicate_rank_read_by_the_pool_names_the_files_in_file_order(tmp_path,
     write_trace(generate_trace(2_000, rank=0, world_size=4, seed=9, n_steps=4), src / "zz_rank0.json.gz")
     with pytest.raises(ValueError) as one:
         ingest([src], tmp_path / "one", workers=1, progress=False)
-    monkeypatch.setattr(ingest_mod, "POOL_MIN_BYTES", 0)
+    monkeypatch.setattr(pool, "POOL_MIN_BYTES", 0)
     with pytest.raises(ValueError) as two:
         ingest([src], tmp_path / "two", workers=2, progress=False)
     assert str(two.value) == str(one.value)
@@ -186,7 +186,7 @@ def test_failed_file_stops_the_worker_before_the_directory_goes(tmp_path, monkey
     src = _generated(tmp_path, n_ranks=6)
     data = (src / "rank1.json.gz").read_bytes()
     (src / "rank1.json.gz").write_bytes(data[:-30])
-    monkeypatch.setattr(ingest_mod, "POOL_MIN_BYTES", 0)
+    monkeypatch.setattr(pool, "POOL_MIN_BYTES", 0)
     _record_reads(monkeypatch, tmp_path / "reads.log")
     with pytest.raises(ValueError, match=r"rank1\.json\.gz: truncated gzip"):
         ingest([src], tmp_path / "ds", workers=2, progress=False)

@@ -16,12 +16,15 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from click.testing import CliRunner
 
-from overlapviz.cli import main
+from overlapviz.collectives import api_collective
 from overlapviz.ingest import detect
-from overlapviz.ingest.rocprof import api_collective, gfx_arch
+from overlapviz.ingest.rocprof_common import gfx_arch
 from overlapviz.schema import read_frame
+from overlapviz.testing import analyze_cli as analyze
+from overlapviz.testing import check_metrics, expected_overlap
+from overlapviz.testing import ingest_cli as ingest
+from overlapviz.testing import measure, union
 
 DATA = Path(__file__).parent / "data" / "rocprof"
 V1_CSV = DATA / "v1" / "llamacpp_gfx1201_stats"
@@ -32,64 +35,9 @@ V3_JSON = DATA / "v3" / "tracelens_mi350x_json" / "908_results.json.gz"
 COMM = re.compile(r"nccl|rccl|msccl", re.IGNORECASE)
 
 
-def ingest(tmp_path: Path, *sources, name: str = "ds", ok: bool = True):
-    out = tmp_path / name
-    result = CliRunner().invoke(main, ["ingest", *map(str, sources), "-o", str(out), "--quiet"])
-    if ok:
-        assert result.exit_code == 0, result.output
-    return out, result
-
-
-def analyze(dataset: Path) -> list[dict]:
-    result = CliRunner().invoke(main, ["analyze", str(dataset), "--format", "json"])
-    assert result.exit_code == 0, result.output
-    return json.loads(result.output)
-
-
 def rows(path: Path) -> list[dict]:
     with open(path, newline="") as f:
         return list(csv.DictReader(f))
-
-
-def union(intervals):
-    merged = []
-    for a, b in sorted(intervals):
-        if merged and a <= merged[-1][1]:
-            merged[-1][1] = max(merged[-1][1], b)
-        else:
-            merged.append([a, b])
-    return merged
-
-
-def measure(intervals) -> int:
-    return sum(b - a for a, b in intervals)
-
-
-def intersect(xs, ys) -> int:
-    total, i, j = 0, 0, 0
-    while i < len(xs) and j < len(ys):
-        lo, hi = max(xs[i][0], ys[j][0]), min(xs[i][1], ys[j][1])
-        total += max(0, hi - lo)
-        if xs[i][1] < ys[j][1]:
-            i += 1
-        else:
-            j += 1
-    return total
-
-
-def expected_overlap(comm, compute) -> dict:
-    c, k = union(comm), union(compute)
-    both = intersect(c, k)
-    return {"comm_us": measure(c) / 1e3, "compute_us": measure(k) / 1e3, "overlap_us": both / 1e3,
-            "overlap_fraction": both / measure(c) if c else None}  # fmt: skip
-
-
-def check_metrics(record: dict, expected: dict) -> None:
-    for key, value in expected.items():
-        if value is None:
-            assert record[key] is None, key
-        else:
-            assert record[key] == pytest.approx(value, rel=1e-9, abs=1e-6), key
 
 
 # --- legacy rocprof v1 ------------------------------------------------------------------
@@ -461,7 +409,9 @@ def test_collective_and_arch_names():
     assert api_collective("ncclAllReduce") == "all_reduce"
     assert api_collective("ncclAllToAllv") == "all_to_all"
     assert api_collective("ncclReduceScatter") == "reduce_scatter"
-    assert api_collective("ncclSend") == "send_recv"
+    # one vocabulary for every format: the call names the direction, as Kineto's record_param_comms does
+    assert api_collective("ncclSend") == "send" and api_collective("ncclRecv") == "recv"
+    assert api_collective("ncclSendRecv") == "send_recv"
     assert api_collective("ncclCommGetAsyncError") is None and api_collective("ncclGroupEnd") is None
     assert gfx_arch(None, 90402) == "gfx942" and gfx_arch(None, 90010) == "gfx90a"
     assert gfx_arch(None, 90500) == "gfx950" and gfx_arch(None, 120001) == "gfx1201"

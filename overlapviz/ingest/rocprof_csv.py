@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from overlapviz.ingest.base import RankTrace
-from overlapviz.ingest.rocprof import (
+from overlapviz.ingest.base import RankTrace, rank_from_name
+from overlapviz.ingest.rocprof_common import (
     amd_device_row,
     assign_collectives,
     blocks,
@@ -19,7 +19,6 @@ from overlapviz.ingest.rocprof import (
     clean_kernel_names,
     device_table,
     kernel_table,
-    rank_from_name,
     v3_csv_role,
     v3_group,
 )
@@ -178,7 +177,7 @@ def _v1_sysinfo_devices(path: Path) -> list[dict]:
 
     GPU agents in rocminfo order are HIP devices 0, 1, ... (rocprof's ``gpu-id``).
     """
-    from overlapviz.ingest.rocprof import _v1_base, parse_rocminfo, rocminfo_agents
+    from overlapviz.ingest.rocprof_common import _v1_base, parse_rocminfo, rocminfo_agents
 
     sysinfo = path.with_name(_v1_base(path) + ".sysinfo.txt")
     if not sysinfo.exists():

@@ -11,8 +11,8 @@ import orjson
 import pandas as pd
 import pyarrow as pa
 
-from overlapviz.ingest.base import RankTrace
-from overlapviz.ingest.rocprof import (
+from overlapviz.ingest.base import RankTrace, rank_from_name
+from overlapviz.ingest.rocprof_common import (
     amd_device_row,
     assign_collectives,
     blocks,
@@ -20,7 +20,6 @@ from overlapviz.ingest.rocprof import (
     clean_kernel_names,
     device_table,
     kernel_table,
-    rank_from_name,
     rocminfo_agents,
 )
 
@@ -212,7 +211,7 @@ def _v1_flows(acts: pd.DataFrame, api: pd.DataFrame, events: list[dict]) -> pd.D
 
 def _v1_csv_details(path: Path, acts: pd.DataFrame) -> dict:
     """Grid, block, LDS and registers from the ``<base>.csv`` rocprof wrote beside the JSON, if any."""
-    from overlapviz.ingest.rocprof import _v1_base, _is_v1
+    from overlapviz.ingest.rocprof_common import _v1_base, _is_v1
     from overlapviz.ingest.rocprof_csv import read_v1_csv
 
     csv_path = path.with_name(_v1_base(path) + ".csv")

@@ -1,0 +1,301 @@
+"""The ingest driver: read each run's files (in this process and a pool), classify, write one Parquet file per run x rank, and assemble the run's small tables."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from overlapviz import schema
+from overlapviz.ingest import pool
+from overlapviz.ingest.base import RankTrace, rank_from_name
+from overlapviz.ingest.classify import finish_kernels, set_column, split_multi_gpu
+from overlapviz.ingest.discover import _TIMINGS_RE, MANIFEST, RunSource, discover
+from overlapviz.ingest.files import input_bytes
+from overlapviz.ingest.registry import reader_named
+from overlapviz.rules import RuleSet, default_rules
+
+__all__ = ["ingest"]
+
+# after a file with at least this much content, freed memory is handed back to the OS
+# (see pool.release_memory); below it there is little to hand back and trimming costs time
+RELEASE_MIN_BYTES = 8 * 1024 * 1024
+
+
+@dataclass
+class _RankPart:
+    """What the parent needs of one rank a process read and wrote: its small tables and facts."""
+
+    rank: int
+    kernels_file: str  # relative to the dataset directory
+    n_kernels: int
+    steps: pa.Table | None
+    devices: pa.Table | None
+    info: dict
+    top_device: int | None  # the device most of the rank's kernels ran on
+
+
+def _ingest_file(path: str, reader_name: str, rules_json: str, file_index: int, run_id: str,
+                 directory: str) -> list[_RankPart]:
+    """Read one trace file, finish its kernels and write each rank's kernels file into the
+    dataset's temporary ``directory``; return only the small per-rank parts.
+
+    Runs wherever the file is read (the parent or a worker), so the expensive per-file work
+    (parse, classify, steps, conform, Parquet write) stays with the process that holds the
+    trace, and no kernels table crosses between processes. The parent checks the ranks.
+    """
+    reader = reader_named(reader_name)
+    traces = reader.read(Path(path))
+    rules = _rules_from_json(rules_json)
+    if getattr(reader, "per_process", False):
+        traces = split_multi_gpu(traces, rules)
+    big = input_bytes(Path(path)) >= RELEASE_MIN_BYTES
+    parts = []
+    for ti, t in enumerate(traces):
+        rank = _rank_of(t, Path(path), file_index, ti, len(traces))
+        k = finish_kernels(t, rules)
+        n = k.num_rows
+        k = set_column(k, "run_id", pa.repeat(pa.scalar(run_id, pa.string()), n))
+        k = set_column(k, "rank", pa.repeat(pa.scalar(rank, pa.int32()), n))
+        rel, n = schema.write_kernels(k, directory, run_id, rank)
+        parts.append(_RankPart(rank, rel, n, t.steps, t.devices, t.info, _top_device(k)))
+        big = big or k.nbytes >= RELEASE_MIN_BYTES
+        del k
+        t.kernels = None
+    del traces
+    if big:
+        pool.release_memory()
+    return parts
+
+
+def _rank_of(t: RankTrace, path: Path, file_index: int, trace_index: int, n_traces: int) -> int:
+    rank = t.rank
+    if rank is None:
+        rank = rank_from_name(path.name) if n_traces == 1 else None
+    if rank is None:
+        rank = file_index if n_traces == 1 else trace_index
+    return int(rank)
+
+
+@functools.lru_cache(maxsize=16)
+def _rules_from_json(text: str) -> RuleSet:
+    return RuleSet.from_json(text)  # frozen: one parse per rule set, not one per file
+
+
+def ingest(
+    sources: Sequence[str | os.PathLike],
+    out: str | os.PathLike,
+    *,
+    rules: RuleSet | None = None,
+    run_id: str | None = None,
+    overwrite: bool = False,
+    workers: int | None = None,
+    progress: bool | None = None,
+) -> Path:
+    """Ingest traces into the dataset directory ``out`` and return its path.
+
+    Parameters
+    ----------
+    sources
+        Trace files, run directories (per-rank files, or a collected run with
+        ``manifest.json``) and sweep directories; see the module docstring.
+    out
+        The dataset directory to create. Built in a temporary directory beside it and moved
+        into place at the end, so a failure leaves ``out`` as it was.
+    rules
+        Kind rules for every run. None: a collected run's manifest ``kind_rules`` where given,
+        else the DESIGN.md defaults (``rules.default_rules``).
+    run_id
+        The run's id when the sources make exactly one run.
+    overwrite
+        Replace an existing non-empty ``out``.
+    workers
+        Processes reading traces at once, this one included (default ``min(2, cpu
+        count)``); each holds one trace in memory at a time. Below ``POOL_MIN_BYTES`` of
+        trace content in all, this process reads every file alone.
+    progress
+        Show a progress bar on stderr; None: only when stderr is a terminal.
+
+    Raises
+    ------
+    ValueError
+        One line naming the file and the problem (missing, not a trace, truncated or corrupt,
+        missing fields, bad durations, duplicate ranks, unwritable output, ...).
+    """
+    if isinstance(sources, (str, os.PathLike)):
+        sources = [sources]
+    runs = discover(sources, run_id=run_id)
+    run_rules = {r.run_id: _run_rules(r, rules) for r in runs}
+    # dataset.json records the rules every run shares (each run's own are in runs.kind_rules)
+    shared = {rs.to_json() for rs in run_rules.values()}
+    default_set = next(iter(run_rules.values())) if len(shared) == 1 else (rules or default_rules())
+    n_workers = max(1, int(workers) if workers is not None else min(2, os.cpu_count() or 1))
+    if progress is None:
+        progress = sys.stderr.isatty()
+    tasks = [(ri, fi, path, reader) for ri, r in enumerate(runs) for fi, (path, reader) in enumerate(r.files)]
+
+    with schema.DatasetWriter(out, overwrite=overwrite, rules=default_set.to_dict()) as writer:
+        state = [_RunState() for _ in runs]
+        bar = pool.progress_bar(len(tasks), progress)
+        rules_json = {rid: rs.to_json() for rid, rs in run_rules.items()}
+        jobs = [(t, (str(t[2]), t[3], rules_json[runs[t[0]].run_id], t[1], runs[t[0]].run_id, str(writer.directory)))
+                for t in tasks]
+        # closing: on an error the worker is stopped before the writer removes its directory
+        with contextlib.closing(pool.ordered_map(_ingest_file, jobs, n_workers)) as results:
+            try:
+                for (ri, fi, path, _), parts in results:
+                    _add_parts(writer, runs[ri], state[ri], path, parts)
+                    bar.update(1)
+            finally:
+                bar.close()
+        for r, st in zip(runs, state):
+            _add_run(writer, r, st, run_rules[r.run_id])
+        meta = {"runs": [r.run_id for r in runs], "ingested_from": [str(s) for s in sources]}
+        return writer.commit(meta)
+
+
+def _run_rules(run: RunSource, explicit: RuleSet | None) -> RuleSet:
+    if explicit is not None:
+        return explicit
+    recorded = (run.manifest or {}).get("kind_rules")
+    if recorded:
+        try:
+            return RuleSet.from_dict(recorded)
+        except ValueError as exc:
+            raise ValueError(f"{run.directory / MANIFEST}: {exc}") from None
+    return default_rules()
+
+
+@dataclass
+class _RunState:
+    ranks: dict = field(default_factory=dict)  # rank -> source path
+    infos: list = field(default_factory=list)
+    devices: list = field(default_factory=list)  # device names seen, most used first per rank
+    n_kernels: int = 0
+
+
+def _add_parts(writer, run: RunSource, st: _RunState, path: Path, parts: list[_RankPart]) -> None:
+    """Count one file's ranks (kernels files already written) and add their small tables."""
+    for part in parts:
+        rank = part.rank
+        if rank in st.ranks:
+            raise ValueError(f"{path}: rank {rank} of run {run.run_id!r} also comes from {st.ranks[rank]}")
+        st.ranks[rank] = path
+        writer.add_kernels_file(part.kernels_file, part.n_kernels, run.run_id, rank)
+        st.n_kernels += part.n_kernels
+        ident = {"run_id": run.run_id, "rank": rank}
+        if part.steps is not None and part.steps.num_rows:
+            writer.add("steps", _with_ident(part.steps, ident))
+        devices = part.devices if part.devices is not None and part.devices.num_rows else _manifest_devices(run, rank)
+        if devices is not None and devices.num_rows:
+            writer.add("devices", _with_ident(devices, ident))
+            st.devices.append(_device_name(devices, part.top_device))
+        info = {c: part.info.get(c) for c in schema.RANKS.names if c in part.info} | ident
+        if run.manifest and not info.get("host"):
+            info["host"] = (run.manifest.get("run") or {}).get("host")
+        writer.add("ranks", pa.Table.from_pylist([info]))
+        st.infos.append(part.info)
+
+
+def _with_ident(table: pa.Table, ident: dict) -> pa.Table:
+    n = table.num_rows
+    table = set_column(table, "run_id", pa.repeat(pa.scalar(ident["run_id"], pa.string()), n))
+    return set_column(table, "rank", pa.repeat(pa.scalar(ident["rank"], pa.int32()), n))
+
+
+def _manifest_devices(run: RunSource, rank: int) -> pa.Table | None:
+    rows = [d for d in (run.manifest or {}).get("devices") or [] if isinstance(d, dict)]
+    rows = [d for d in rows if d.get("rank") in (None, rank)]
+    if not rows:
+        return None
+    rows = [{k: v for k, v in d.items() if k in schema.DEVICES.names and k not in ("run_id", "rank")} for d in rows]
+    try:
+        return schema.conform(pa.Table.from_pylist(rows), pa.schema([f for f in schema.DEVICES if f.name not in ("run_id", "rank")]))
+    except (ValueError, pa.ArrowInvalid) as exc:
+        raise ValueError(f"{run.directory / MANIFEST}: devices: {exc}") from None
+
+
+def _top_device(kernels: pa.Table) -> int | None:
+    """The device most of ``kernels`` ran on (the first seen of a tie); None where unknown."""
+    dev = kernels.column("device").drop_null() if "device" in kernels.column_names else pa.array([])
+    if not len(dev):
+        return None
+    counts = pc.value_counts(dev)
+    return counts.field("values")[int(np.argmax(counts.field("counts").to_numpy()))].as_py()
+
+
+def _device_name(devices: pa.Table, top_device: int | None) -> str | None:
+    """Name of the device most of the rank's kernels ran on (the first listed where unknown)."""
+    if "name" not in devices.column_names:
+        return None
+    names = devices.column("name").to_pylist()
+    ids = devices.column("device").to_pylist() if "device" in devices.column_names else []
+    if top_device is not None and ids and top_device in ids:
+        return names[ids.index(top_device)]
+    return names[0] if names else None
+
+
+_RUN_FACTS = ("world_size", "backend", "nccl_version", "hip_version", "cuda_version", "torch_version", "host")
+
+
+def _add_run(writer, run: RunSource, st: _RunState, rules: RuleSet) -> None:
+    row: dict = {}
+    if run.manifest is not None:
+        row.update({k: v for k, v in (run.manifest.get("run") or {}).items() if k in schema.RUNS.names})
+        row["source"] = "collected"
+        row["config_json"] = json.dumps(run.manifest, sort_keys=True, default=str)
+    else:
+        row["source"] = "imported"
+    for key in _RUN_FACTS:  # what the traces say fills what the manifest does not
+        if row.get(key) is None:
+            row[key] = next((i.get(key) for i in st.infos if i.get(key) is not None), None)
+    if row.get("device_name") is None:
+        row["device_name"] = next((d for d in st.devices if d), None)
+    row.setdefault("status", "ok")
+    row.update(
+        run_id=run.run_id,
+        n_ranks=len(st.ranks),
+        source_paths=json.dumps([str(p) for p, _ in run.files] or ([str(run.directory)] if run.directory else [])),
+        kind_rules=rules.to_json(),
+    )
+    where = run.directory / MANIFEST if run.manifest is not None else run.run_id
+    try:
+        writer.add("runs", pa.Table.from_pylist([row]))
+    except (ValueError, pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        raise ValueError(f"{where}: {exc}") from None
+    for path in run.timings:
+        writer.add("iterations", _timings(path, run.run_id))
+
+
+def _timings(path: Path, run_id: str) -> pa.Table:
+    """``timings_rank<N>.json`` as ITERATIONS rows."""
+    try:
+        doc = json.loads(path.read_text())
+        rank = int(doc.get("rank", _TIMINGS_RE.match(path.name).group(1)))
+        items = doc["iterations"]
+        rows = [
+            {
+                "run_id": run_id,
+                "rank": rank,
+                "iteration": int(it["iteration"]),
+                "time_ms": float(it["time_ms"]),
+                "measured": bool(it.get("measured", True)),
+            }
+            for it in items
+        ]
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: not valid JSON ({exc})") from None
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise ValueError(f"{path}: not a timings file ({type(exc).__name__}: {exc})") from None
+    if not rows:
+        return schema.empty(schema.ITERATIONS)
+    return pa.Table.from_pylist(rows)

@@ -1,0 +1,52 @@
+"""The registry of trace readers: which formats ingest knows, and which one reads a file (by content, not by name)."""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import importlib.util
+from pathlib import Path
+
+from overlapviz.ingest.base import Reader
+from overlapviz.ingest.files import head_bytes
+
+__all__ = ["detect", "reader_named", "readers"]
+
+# the most specific formats first: rocprof's CSV/JSON before Chrome's JSON
+READER_MODULES = ("overlapviz.ingest.rocprof", "overlapviz.ingest.chrome")
+
+
+def readers() -> list[Reader]:
+    """Every registered trace reader, the most specific formats first (rocprof before Chrome).
+
+    Importing them is cheap: each format's parsing modules are imported by its ``read``.
+    """
+    return list(_registered_readers())
+
+
+@functools.lru_cache(maxsize=1)
+def _registered_readers() -> tuple[Reader, ...]:
+    found: list[Reader] = []
+    for module in READER_MODULES:
+        if importlib.util.find_spec(module) is not None:
+            found.extend(importlib.import_module(module).READERS)
+    return tuple(found)
+
+
+def reader_named(name: str) -> Reader:
+    for r in _registered_readers():
+        if r.name == name:
+            return r
+    raise ValueError(f"no trace reader named {name!r}")
+
+
+def detect(path: Path) -> Reader | None:
+    """The reader whose ``sniff`` accepts ``path`` (by content, not by name), or None."""
+    head = head_bytes(path)
+    for r in _registered_readers():
+        if r.sniff(path, head):
+            return r
+    return None
+
+
+# --- discovery ------------------------------------------------------------------------
