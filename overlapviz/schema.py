@@ -132,6 +132,36 @@ KERNELS = pa.schema(
         ("step", pa.int64()),  # profiler step / collector iteration containing launch_ns; null where none
         ("collective", pa.string()),  # all_reduce, all_to_all, ... for comm kernels where known
         ("source_format", pa.string()),  # chrome, rocprof_v1_csv, rocprof_v1_json, rocprof_v3_csv, rocprof_v3_json
+        ("launch_tid", pa.int64()),  # host thread of the launch call (by correlation); null where unknown
+        # what the profiler recorded of a collective (record_param_comms / the kernel's args); null elsewhere
+        ("comm_group", pa.string()),  # process group name
+        ("comm_group_ranks", pa.string()),  # the group's ranks, as recorded
+        ("comm_group_size", pa.int32()),
+        ("comm_seq", pa.int64()),  # the collective's sequence number in its group
+        ("comm_in_elems", pa.int64()),
+        ("comm_out_elems", pa.int64()),
+        ("comm_dtype", pa.string()),
+    ]
+)
+
+# --- syncs: the host's event records, stream waits and synchronizations (why a stream waited)
+SYNCS = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("rank", pa.int32()),
+        ("source", pa.string()),  # runtime (the host API call) | cuda_sync (Kineto's cuda_sync / CUPTI sync record)
+        ("kind", pa.string()),  # event_record | stream_wait_event | event_sync | stream_sync | context_sync | event_query
+        ("name", pa.string()),  # as recorded: cudaStreamWaitEvent, hipEventRecord, "Stream Wait Event", ...
+        ("pid", pa.int64()),
+        ("tid", pa.int64()),  # host thread of a runtime call; null for cuda_sync records
+        ("start_ns", pa.int64()),  # host clock
+        ("end_ns", pa.int64()),
+        ("correlation", pa.int64()),
+        ("device", pa.int32()),
+        ("stream", pa.int64()),  # the stream the record names (the waiting stream of a wait); null where not named
+        ("event_id", pa.int64()),  # wait_on_cuda_event_id; null where not named
+        ("wait_on_stream", pa.int64()),  # the recording stream a wait names; null where not named (-1)
+        ("wait_on_record_correlation", pa.int64()),  # the record call a wait names; null where not named (-1)
     ]
 )
 
@@ -249,6 +279,7 @@ TABLES = {
     "devices": DEVICES,
     "steps": STEPS,
     "iterations": ITERATIONS,
+    "syncs": SYNCS,
 }
 
 

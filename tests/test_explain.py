@@ -1,290 +1,305 @@
-"""Communication start delay, resident computation and fit rules on small constructed traces and a real A100 trace."""
+"""`overlapviz explain` (DESIGN.md "Why a collective started late") on constructed datasets whose causes are known, and on real H200 runs.
+
+Constructed datasets are written through the real DatasetWriter (kernels and syncs tables),
+so these tests hold the analysis to the contract whatever reader produced the tables; the
+readers' sync records are tested in test_kineto_syncs.py, real traces in test_explain_real.py.
+"""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import orjson
 import pandas as pd
+import pyarrow as pa
 import pytest
 from click.testing import CliRunner
 
 from overlapviz import schema
+from overlapviz.analysis.explain import KEYS, LAUNCH_LATENCY_NS, explain, summarize
+from overlapviz.analysis.peers import bus_factor, collective_instances
 from overlapviz.cli import main
-from overlapviz.analysis.devices import nvidia_arch
-from overlapviz.analysis.explain import comm_start_delays, summarize_delays
-from overlapviz.analysis.occupancy import blocks_fit, capacity
 
 DATA = Path(__file__).parent / "data"
-H200 = {"run_id": "r", "rank": 0, "device": 0, "name": "NVIDIA H200", "arch": "sm_90", "num_sms": 132}
+H200 = {"device": 0, "name": "NVIDIA H200", "arch": "sm_90", "num_sms": 132}
+BASE = 1_700_000_000_123_456_789  # epoch-scale ns: nothing may pass through float64
+TID = 77
 
 
-def _k(name, kind, stream, start, end, *, launch=None, block=256, regs=64, smem=0, grid=132, category="kernel"):
-    return dict(name=name, kind=kind, stream=stream, start_ns=start, end_ns=end, launch_ns=launch, device=0,
+def _k(name, kind, stream, start, end, *, launch=None, block=256, regs=64, smem=0, grid=132, corr=None, tid=TID,
+       category="kernel", **extra):
+    return dict(name=name, kind=kind, stream=stream, start_ns=BASE + start, end_ns=BASE + end,
+                launch_ns=None if launch is None else BASE + launch, launch_tid=None if launch is None else tid, device=0,
                 grid_x=grid, grid_y=1, grid_z=1, block_x=block, block_y=1, block_z=1, regs_per_thread=regs,
-                shared_mem_bytes=smem, category=category, is_host=False)
+                shared_mem_bytes=smem, category=category, is_host=False, correlation=corr, **extra)  # fmt: skip
 
 
-def _dataset(path, kernels, devices=(H200,)):
+def _sync(kind, t, *, source="runtime", corr=None, stream=None, wait_on_stream=None, record=None, tid=TID):
+    return dict(source=source, kind=kind, name=kind, tid=tid if source == "runtime" else None, start_ns=BASE + t,
+                end_ns=BASE + t + 1_000, correlation=corr, device=0, stream=stream, wait_on_stream=wait_on_stream,
+                wait_on_record_correlation=record)  # fmt: skip
+
+
+def _table(rows: list[dict]) -> pa.Table:
+    # through Arrow, not pandas: a column with nulls stays int64 (pandas would make it float64 and
+    # round epoch-scale ns, the very loss the tool must not have)
+    return pa.Table.from_pylist([{k: v for k, v in r.items() if k != "rank"} for r in rows])
+
+
+def _dataset(path, kernels, syncs=(), *, ranks=(0,), devices=True):
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
     with schema.DatasetWriter(path) as w:
         w.add("runs", pd.DataFrame([{"run_id": "r"}]))
-        w.add("devices", pd.DataFrame(list(devices)))
-        w.add_kernels(pd.DataFrame(kernels).assign(run_id="r", rank=0), "r", 0)
+        for rank in ranks:
+            mine = [k for k in kernels if k.get("rank", 0) == rank]
+            if devices:
+                w.add("devices", pd.DataFrame([{"run_id": "r", "rank": rank, **H200}]))
+            t = _table(mine)
+            t = t.append_column("run_id", pa.array(["r"] * len(t))).append_column("rank", pa.array([rank] * len(t), pa.int32()))
+            w.add_kernels(schema.conform(t, schema.KERNELS), "r", rank)
+            mine_s = [s for s in syncs if s.get("rank", 0) == rank]
+            if mine_s:
+                t = _table(mine_s)
+                t = t.append_column("run_id", pa.array(["r"] * len(t))).append_column("rank", pa.array([rank] * len(t), pa.int32()))
+                w.add("syncs", t)
         w.commit()
     return path
 
 
-COMM = dict(block=512, regs=32, smem=0, grid=132)
+COMM = dict(block=512, regs=32, smem=0, grid=8)
 KERNELS = [
-    # a GEMM filling the device: 4096 blocks, 4 resident per SM (registers: 64 x 32 = 2048/warp)
-    _k("gemm", "compute", 7, 0, 100_000, launch=0, smem=16384, grid=4096),
-    _k("small", "compute", 8, 10_000, 30_000, launch=9_000, block=128, regs=32),
-    _k("memcpy HtoD", "memory", 20, 0, 5_000, block=None, regs=None, category="gpu_memcpy"),
-    # launched at 2 µs, its stream busy until 5 µs: ready at 5 µs, started at 40 µs
-    _k("ncclDevKernel_A", "comm", 20, 40_000, 50_000, launch=2_000, **COMM),
-    # ready at its launch (60 µs), after the previous comm ended (50 µs)
-    _k("ncclDevKernel_B", "comm", 20, 61_000, 62_000, launch=60_000, **COMM),
-    # nothing resident
-    _k("ncclDevKernel_C", "comm", 20, 150_500, 151_000, launch=150_000, **COMM),
-    # a padded GEMM: 3 blocks per SM (57472 + 1024 B -> 58496 B each), leaving registers for one comm block
-    _k("gemm_padded", "compute", 7, 200_000, 300_000, launch=199_000, smem=57472, grid=4096),
-    _k("ncclDevKernel_G", "comm", 20, 211_000, 212_000, launch=210_000, **COMM),
-    # launch unknown: the first on its stream has no ready time; the second is ready when the first ends
-    _k("ncclDevKernel_D", "comm", 21, 400_000, 401_000, **COMM),
-    _k("ncclDevKernel_E", "comm", 21, 403_000, 404_000, **COMM),
+    # a GEMM filling the device: 4096 blocks, 4 resident per SM by registers (256 threads x 64 regs)
+    _k("gemm", "compute", 7, 0, 100_000, launch=0, grid=4096, corr=1),
+    _k("memcpy HtoD", "memory", 20, 0, 5_000, block=None, regs=None, grid=None, category="gpu_memcpy", corr=2),
+    # launched at 2 µs, its stream busy until 5 µs, no block fits beside the GEMM: waits for it to drain
+    _k("ncclDevKernel_A", "comm", 20, 40_000, 50_000, launch=2_000, corr=3, **COMM),
+    # nothing resident: starts 500 ns after its launch
+    _k("ncclDevKernel_C", "comm", 20, 150_500, 151_000, launch=150_000, corr=4, **COMM),
+    # a partial grid: 44 blocks of 200 KB shared memory (1 per SM) hold 44 SMs; 88 are free
+    _k("reduce_small_grid", "compute", 8, 200_000, 400_000, launch=199_000, grid=44, smem=200_000, corr=5),
+    _k("ncclDevKernel_F", "comm", 20, 211_000, 212_000, launch=210_000, corr=6, **COMM),  # fits at once
+    _k("ncclDevKernel_U", "comm", 20, 300_000, 301_000, launch=230_000, corr=7, **COMM),  # room, late: unknown
+    # a GEMM in its last wave: 1066 blocks, 4 per SM -> 3 waves; at 80 % only 10 blocks (3 SMs) remain
+    _k("gemm_tail", "compute", 7, 500_000, 600_000, launch=499_000, grid=1066, corr=8),
+    _k("ncclDevKernel_T", "comm", 20, 581_000, 582_000, launch=580_000, corr=9, **COMM),
+    # queued behind a long kernel on its own stream
+    _k("long_on_comm_stream", "compute", 21, 700_000, 900_000, launch=699_000, grid=1, corr=10),
+    _k("ncclDevKernel_S", "comm", 21, 901_000, 902_000, launch=701_000, corr=11, **COMM),
+    # started exactly at its launch
+    _k("ncclDevKernel_N", "comm", 22, 950_000, 951_000, launch=950_000, corr=12, **COMM),
 ]
 
 
 @pytest.fixture(scope="module")
-def delays(tmp_path_factory):
-    return comm_start_delays(_dataset(tmp_path_factory.mktemp("explain") / "ds", KERNELS)).set_index("name")
+def plain(tmp_path_factory):
+    return explain(_dataset(tmp_path_factory.mktemp("explain") / "ds", KERNELS)).set_index("name")
 
 
-def test_start_delay_is_start_minus_the_later_of_launch_and_stream(delays):
-    a = delays.loc["ncclDevKernel_A"]
-    assert (a["launch_ns"], a["prev_end_ns"], a["ready_ns"], a["ready_from"]) == (2_000, 5_000, 5_000, "previous_on_stream")
-    assert a["start_delay_us"] == 35.0
-    b = delays.loc["ncclDevKernel_B"]
-    assert (b["prev_end_ns"], b["ready_ns"], b["ready_from"], b["start_delay_us"]) == (50_000, 60_000, "launch", 1.0)
-    d, e = delays.loc["ncclDevKernel_D"], delays.loc["ncclDevKernel_E"]
-    assert pd.isna(d["ready_ns"]) and pd.isna(d["start_delay_us"]) and pd.isna(d["ready_from"])
-    assert (e["ready_ns"], e["ready_from"], e["start_delay_us"]) == (401_000, "previous_on_stream", 2.0)
+def test_keys_are_designs_and_times_are_exact_int64(plain):
+    assert set(KEYS) <= set(plain.reset_index().columns)  # their order: test_cli_json_keys_and_formats
+    a = plain.loc["ncclDevKernel_A"]
+    assert a["start_ns"] == BASE + 40_000 and a["launch_ns"] == BASE + 2_000  # exact at epoch scale
+    assert a["start_minus_launch_ns"] == 38_000 and a["stream_ready_ns"] == BASE + 5_000
+    assert (a["ready_ns"], a["ready_from"], a["start_delay_us"]) == (BASE + 5_000, "stream", 35.0)
+    assert (a["stream_wait_ns"], a["dependency_wait_ns"], a["ready_wait_ns"]) == (3_000, 0, 35_000)
 
 
-def test_resident_computation_at_launch_and_at_ready(delays):
-    a = delays.loc["ncclDevKernel_A"]
-    assert (a["n_resident_compute_at_launch"], a["resident_compute_at_launch"]) == (1, "gemm")
-    assert (a["n_resident_compute"], a["resident_compute"], a["resident_compute_blocks_per_sm"]) == (1, "gemm", 4)
-    c = delays.loc["ncclDevKernel_C"]
-    assert c["n_resident_compute"] == 0 and pd.isna(c["resident_compute"]) and c["resident_compute_blocks_per_sm"] == 0
+def test_no_room_beside_a_full_grid_is_sm_resources_with_the_resource_and_blocker(plain):
+    a = plain.loc["ncclDevKernel_A"]
+    assert (a["cause"], a["blocking_resource"], a["blocker"]) == ("sm_resources", "registers", "gemm")
+    assert (a["comm_blocks_fit_per_sm"], a["free_sms"], a["sms_with_room"]) == (0, 0, 0)
 
 
-def test_fit_rules(delays):
-    # 4 GEMM blocks hold 32 warps x 2048 registers = the whole register file: no comm block fits
-    a = delays.loc["ncclDevKernel_A"]
-    assert (a["comm_blocks_fit_per_sm"], a["fit_limiter"]) == (0, "registers")
-    # alone: 512 threads x 32 regs -> 4 blocks (warps 64 // 16 = 4, registers 16 warps/part x 4 // 16 = 4)
-    c = delays.loc["ncclDevKernel_C"]
-    assert (c["comm_blocks_fit_per_sm"], c["fit_limiter"], c["comm_blocks_per_sm_alone"]) == (4, "warps", 4)
-    assert c["comm_blocks_needed_per_sm"] == 1
-    # beside 3 padded GEMM blocks: 16384 - 24 x 2048 / 4 = 4096 registers per part -> 4 warps -> 16 warps -> 1 block
-    g = delays.loc["ncclDevKernel_G"]
-    assert (g["n_resident_compute"], g["resident_compute"]) == (1, "gemm_padded")
-    assert (g["comm_blocks_fit_per_sm"], g["fit_limiter"]) == (1, "registers")
+def test_a_partial_grid_leaves_free_sms_and_is_never_sm_resources(plain):
+    f, u = plain.loc["ncclDevKernel_F"], plain.loc["ncclDevKernel_U"]
+    assert (f["free_sms"], f["n_resident_compute"], f["resident_compute"]) == (88, 1, "reduce_small_grid")
+    assert f["comm_blocks_fit_per_sm"] >= 1 and f["cause"] == "launch_latency"
+    # room, yet 70 µs from launch to start: the model cannot say why, and says so
+    assert u["free_sms"] == 88 and u["cause"] == "unknown" and pd.isna(u["blocker"])
 
 
-def test_computation_during_the_wait(delays):
-    # A waited from 5 to 40 µs: the GEMM covered all of it, "small" 20 µs of it
-    a = delays.loc["ncclDevKernel_A"]
-    assert (a["n_compute_during_wait"], a["wait_blocker"], a["wait_compute_busy_fraction"]) == (2, "gemm", 1.0)
-    assert (a["comm_blocks_fit_per_sm_beside_blocker"], a["fit_limiter_beside_blocker"]) == (0, "registers")
-    g = delays.loc["ncclDevKernel_G"]
-    assert (g["wait_blocker"], g["comm_blocks_fit_per_sm_beside_blocker"]) == ("gemm_padded", 1)
-    c = delays.loc["ncclDevKernel_C"]
-    assert c["n_compute_during_wait"] == 0 and pd.isna(c["wait_blocker"]) and c["wait_compute_busy_fraction"] == 0.0
-    assert pd.isna(c["comm_blocks_fit_per_sm_beside_blocker"])
-    d, e = delays.loc["ncclDevKernel_D"], delays.loc["ncclDevKernel_E"]
-    assert pd.isna(d["n_compute_during_wait"]) and pd.isna(d["wait_compute_busy_fraction"])
-    assert e["n_compute_during_wait"] == 0 and e["wait_compute_busy_fraction"] == 0.0
+def test_a_grid_in_its_last_wave_holds_only_the_sms_its_remaining_blocks_need(plain):
+    t = plain.loc["ncclDevKernel_T"]
+    assert t["free_sms"] == 132 - 3 and t["cause"] == "launch_latency"
 
 
-def test_blocks_fit_reduces_to_the_occupancy_calculator_when_nothing_is_resident():
-    cap = capacity(nvidia_arch(9, 0))
-    fit, lim, by = blocks_fit(cap, 0, 0, 0, 0, 233472, 8, 2048, 1024)
-    assert (fit[0], lim[0]) == (4, "registers")  # occupancy(sm_90, 256 threads, 64 regs) = 4
-    fit, lim, _ = blocks_fit(cap, 60, 4, 0, 0, 233472, 8, 2048, 1024)
-    assert (fit[0], lim[0]) == (0, "warps")
+def test_stream_order_none_and_launch_latency(plain):
+    s, n, c = plain.loc["ncclDevKernel_S"], plain.loc["ncclDevKernel_N"], plain.loc["ncclDevKernel_C"]
+    assert (s["cause"], s["ready_from"], s["stream_wait_ns"]) == ("stream_order", "stream", 199_000)
+    assert n["cause"] == "none" and n["start_delay_us"] == 0.0
+    assert c["cause"] == "launch_latency" and c["start_delay_us"] == 0.5 and c["free_sms"] == 132
+    assert 500 <= LAUNCH_LATENCY_NS
 
 
-def test_missing_limits_or_shapes_give_null_fit_with_a_reason(tmp_path):
-    kernels = [_k("gemm", "compute", 7, 0, 100, launch=0, regs=None), _k("nccl_x", "comm", 20, 50, 60, launch=40, **COMM)]
-    d = comm_start_delays(_dataset(tmp_path / "a", kernels)).iloc[0]
-    assert pd.isna(d["comm_blocks_fit_per_sm"]) and "launch shape is unknown" in d["residency_note"]
-    assert d["start_delay_us"] == pytest.approx(0.01)
-    nodev = comm_start_delays(_dataset(tmp_path / "b", kernels[1:], devices=())).iloc[0]
-    assert pd.isna(nodev["comm_blocks_fit_per_sm"]) and "no devices row" in nodev["residency_note"]
+# --- dependencies: the comm stream waits on an event recorded after a long gradient kernel ----------
+
+DEP = [
+    _k("grad_kernel", "compute", 7, 110_000, 300_000, launch=100_000, grid=4096, corr=900),
+    _k("ncclDevKernel_AllReduce", "comm", 20, 305_000, 306_000, launch=103_000, corr=903, **COMM),
+]
+RECORD = _sync("event_record", 101_000, corr=901)
+WAIT = _sync("stream_wait_event", 102_000, corr=902)
 
 
-def test_a100_trace_long_delays_are_the_blocked_collectives(tmp_path):
-    """HTA's A100 NCCL trace: the three collectives that waited ~0.5 ms were launched while a
-    batch-norm kernel held the SMs; NCCL's 544-thread, 96-register blocks could not fit beside it."""
-    from overlapviz.ingest import ingest
-
-    ds = ingest([DATA / "hta_nccl_parser_config" / "nccl_data.json.gz"], tmp_path / "ds", progress=False)
-    d = comm_start_delays(ds)
-    assert len(d) == 21 and (d["ready_from"] == "launch").all()
-    blocked = d[d["comm_blocks_fit_per_sm"] == 0]
-    assert len(blocked) == 3 and (blocked["start_delay_us"] > 400).all()
-    assert (blocked["n_resident_compute"] == 1).all() and blocked["resident_compute"].str.contains("cudnn").all()
-    assert (blocked["wait_compute_busy_fraction"] > 0.9).all() and (blocked["comm_blocks_fit_per_sm_beside_blocker"] == 0).all()
-    free = d[d["comm_blocks_fit_per_sm"] == 1]
-    assert len(free) == 18 and (free["start_delay_us"] < 40).all() and (free["n_resident_compute"] == 0).all()
-    s = summarize_delays(d).iloc[0]
-    assert (s["n_comm_kernels"], s["n_blocked"]) == (21, 3)
+def _one(tmp_path, syncs, kernels=DEP):
+    return explain(_dataset(tmp_path / "ds", kernels, syncs)).set_index("name").loc["ncclDevKernel_AllReduce"]
 
 
-def test_cli_delays_json(tmp_path):
-    ds = _dataset(tmp_path / "ds", KERNELS)
-    res = CliRunner().invoke(main, ["residency", str(ds), "--delays", "--format", "json"])
+def test_dependency_inferred_from_host_order(tmp_path):
+    c = _one(tmp_path, [RECORD, WAIT])
+    assert (c["dependency_ready_ns"], c["dependency_source"], c["producer"]) == (BASE + 300_000, "inferred", "grad_kernel")
+    assert (c["ready_from"], c["cause"], c["start_delay_us"]) == ("dependency", "dependency", 5.0)
+    assert c["dependency_wait_ns"] == 197_000 and c["start_minus_launch_ns"] == 202_000
+    assert pd.isna(c["blocking_resource"])  # the GEMM's registers are not blamed for a dependency
+
+
+def test_dependency_named_by_the_cuda_sync_record(tmp_path):
+    sync = _sync("stream_wait_event", 102_000, source="cuda_sync", corr=902, stream=20, wait_on_stream=7, record=901)
+    c = _one(tmp_path, [RECORD, WAIT, sync])
+    assert (c["dependency_source"], c["cause"], c["producer_correlation"]) == ("cuda_sync", "dependency", 900)
+
+
+def test_cuda_sync_fields_at_minus_one_do_not_count(tmp_path):
+    # torch 2.11 / CUDA 13 on an H200: the record names the waiting stream, not the recording one
+    sync = _sync("stream_wait_event", 102_000, source="cuda_sync", corr=902, stream=20)
+    c = _one(tmp_path, [RECORD, WAIT, sync])
+    assert (c["dependency_source"], c["cause"]) == ("inferred", "dependency")
+
+
+def test_the_sync_record_decides_the_recording_stream_against_host_order(tmp_path):
+    # the host's last launch before the record was on stream 9 (a short kernel), but the record
+    # names stream 7: the producer is the gradient kernel
+    kernels = DEP + [_k("short_other", "compute", 9, 100_600, 100_700, launch=100_500, grid=1, corr=950)]
+    inferred = _one(tmp_path / "a", [RECORD, WAIT], kernels)
+    assert inferred["producer"] == "short_other" and inferred["cause"] != "dependency"
+    sync = _sync("stream_wait_event", 102_000, source="cuda_sync", corr=902, stream=20, wait_on_stream=7)
+    named = _one(tmp_path / "b", [RECORD, WAIT, sync], kernels)
+    assert (named["producer"], named["cause"], named["dependency_source"]) == ("grad_kernel", "dependency", "cuda_sync")
+
+
+def test_a_wait_gates_only_the_next_launch_on_its_stream(tmp_path):
+    later = _k("ncclDevKernel_Later", "comm", 20, 400_000, 401_000, launch=399_000, corr=904, **COMM)
+    d = explain(_dataset(tmp_path / "ds", DEP + [later], [RECORD, WAIT])).set_index("name")
+    assert d.loc["ncclDevKernel_AllReduce", "cause"] == "dependency"
+    assert pd.isna(d.loc["ncclDevKernel_Later", "dependency_ready_ns"])
+
+
+def test_an_inferred_link_the_trace_contradicts_is_dropped(tmp_path):
+    # the guessed producer ends after the collective started: the GPU would not have let it start
+    early = [DEP[0], _k("ncclDevKernel_AllReduce", "comm", 20, 120_000, 121_000, launch=103_000, corr=903, **COMM)]
+    c = _one(tmp_path, [RECORD, WAIT], early)
+    assert pd.isna(c["dependency_ready_ns"]) and c["cause"] != "dependency"
+
+
+def test_no_wait_no_dependency(tmp_path):
+    c = _one(tmp_path, [RECORD])
+    assert pd.isna(c["dependency_ready_ns"]) and pd.isna(c["dependency_source"])
+
+
+# --- peers ------------------------------------------------------------------------------------------
+
+
+def test_peer_wait_by_group_and_sequence_then_by_position(tmp_path):
+    ks = []
+    for rank, start in ((0, 10_000), (1, 25_000)):
+        ks.append(_k("ncclDevKernel_AllReduce", "comm", 20, start, 40_000, launch=start - 1_000, corr=1, rank=rank,
+                     comm_group="0", comm_seq=5, collective="all_reduce", **COMM))  # fmt: skip
+        ks.append(_k("ncclDevKernel_AllGather", "comm", 20, 50_000 + rank * 7_000, 60_000, launch=45_000, corr=2, rank=rank,
+                     collective="all_gather", **COMM))  # fmt: skip
+    d = explain(_dataset(tmp_path / "ds", ks, ranks=(0, 1)))
+    ar = d[d["name"] == "ncclDevKernel_AllReduce"].set_index("rank")
+    assert (ar.loc[0, "peer_wait_us"], ar.loc[1, "peer_wait_us"]) == (15.0, 0.0)
+    assert ar.loc[0, "instance"] == ar.loc[1, "instance"] == "seq:0#5"
+    ag = d[d["name"] == "ncclDevKernel_AllGather"].set_index("rank")
+    assert (ag.loc[0, "peer_wait_us"], ag.loc[1, "peer_wait_us"]) == (7.0, 0.0)
+    inst = collective_instances(d, message_bytes=pd.Series(1_000_000, index=d.index)).set_index("instance")
+    row = inst.loc["seq:0#5"]
+    assert (row["n_ranks"], row["slowest_rank"], row["arrival_skew_us"]) == (2, 1, 15.0)
+    assert row["time_us"] == 15.0 and row["algbw_gbps"] == pytest.approx(1_000_000 / 15_000)
+    assert row["busbw_gbps"] == pytest.approx(row["algbw_gbps"] * bus_factor("all_reduce", 2))
+    s = summarize(d).set_index("rank")
+    assert s.loc[0, "peer_wait_us"] == 22.0 and s.loc[1, "peer_wait_us"] == 0.0
+
+
+def test_bus_factors_follow_nccl_tests():
+    assert bus_factor("all_reduce", 8) == 2 * 7 / 8
+    assert bus_factor("all_gather", 8) == bus_factor("reduce_scatter", 8) == bus_factor("all_to_all", 8) == 7 / 8
+    assert bus_factor("broadcast", 8) == 1.0 and bus_factor("mystery", 8) is None
+
+
+# --- unknowns are said, not guessed ------------------------------------------------------------------
+
+
+def test_missing_limits_or_shapes_give_no_sm_claim(tmp_path):
+    kernels = [_k("gemm", "compute", 7, 0, 100_000, launch=0, regs=None, grid=4096),
+               _k("nccl_x", "comm", 20, 60_000, 61_000, launch=1_000, **COMM)]  # fmt: skip
+    d = explain(_dataset(tmp_path / "a", kernels)).iloc[0]
+    assert pd.isna(d["comm_blocks_fit_per_sm"]) and "gemm" in d["residency_note"] and d["cause"] == "unknown"
+    nodev = explain(_dataset(tmp_path / "b", kernels, devices=False)).iloc[0]
+    assert pd.isna(nodev["comm_blocks_fit_per_sm"]) and nodev["cause"] == "unknown"
+
+
+def test_summary_sums_start_minus_launch_by_cause(plain):
+    s = summarize(plain.reset_index()).iloc[0]
+    d = plain
+    for cause in ("sm_resources", "stream_order", "launch_latency", "unknown", "none"):
+        want = d.loc[d["cause"] == cause, "start_minus_launch_ns"].astype("Int64").sum() / 1000
+        assert s[f"{cause}_us"] == pytest.approx(want), cause
+    assert s["n_comm_kernels"] == len(d) and s["n_blocked"] == 1 and s["top_blockers"] == "gemm (1)"
+
+
+def test_cli_json_keys_and_formats(tmp_path):
+    ds = _dataset(tmp_path / "ds", DEP, [RECORD, WAIT])
+    runner = CliRunner()
+    res = runner.invoke(main, ["explain", str(ds), "--format", "json"])
     assert res.exit_code == 0, res.output
-    recs = {r["name"]: r for r in orjson.loads(res.output)}
-    assert recs["ncclDevKernel_A"]["start_delay_us"] == 35.0 and recs["ncclDevKernel_A"]["fit_limiter"] == "registers"
-    assert recs["ncclDevKernel_D"]["start_delay_us"] is None and recs["ncclDevKernel_C"]["resident_compute"] is None
+    (rec,) = orjson.loads(res.output)
+    assert list(rec)[: len(KEYS)] == KEYS
+    assert rec["start_ns"] == BASE + 305_000 and isinstance(rec["ready_ns"], int) and rec["cause"] == "dependency"
+    res = runner.invoke(main, ["explain", str(ds), "--summary", "--format", "csv"])
+    assert res.exit_code == 0 and res.output.splitlines()[0].startswith("run_id,rank,n_comm_kernels")
+    assert "dependency_us" in res.output.splitlines()[0]
+    res = runner.invoke(main, ["explain", str(ds)])
+    assert res.exit_code == 0 and "dependency" in res.output
+    # residency --delays is the same implementation
+    res = runner.invoke(main, ["residency", str(ds), "--delays", "--format", "json"])
+    assert orjson.loads(res.output)[0]["cause"] == "dependency"
+    bad = runner.invoke(main, ["explain", str(tmp_path / "nope")])
+    assert bad.exit_code == 1 and "not an overlapviz dataset" in bad.output
 
 
-def test_cpu_only_gloo_trace_has_delays_but_no_residency(tmp_path):
-    from overlapviz.ingest import ingest
-
-    ds = ingest([DATA / "gloo_cpu"], tmp_path / "ds", progress=False)
-    d = comm_start_delays(ds)
-    assert len(d) > 0 and d["name"].str.startswith("gloo:").all()
-    assert d["comm_blocks_fit_per_sm"].isna().all() and d["n_resident_compute"].isna().all()
-    assert d["residency_note"].str.contains("host activity").all()
-
-
-def test_every_output_key_is_documented(tmp_path, delays):
-    """docs/residency.md names every column the four commands print."""
-    from overlapviz.analysis.advise import Footprint, advise
-    from overlapviz.analysis.residency import kernel_residency
-    from overlapviz.analysis.speedup import compare, config_table
-
-    doc = (Path(__file__).parent.parent / "docs" / "residency.md").read_text()
-    ds = _dataset(tmp_path / "ds", KERNELS)
-    with schema.DatasetWriter(tmp_path / "it") as w:
-        w.add("runs", pd.DataFrame([{"run_id": "a", "setup": "sequential"}, {"run_id": "b", "setup": "baseline"}]))
-        w.add("iterations", pd.DataFrame([{"run_id": r, "rank": 0, "iteration": 0, "time_ms": 1.0, "measured": True} for r in "ab"]))
-        w.commit()
-    frames = [delays.reset_index(), kernel_residency(ds), config_table(tmp_path / "it"), compare(tmp_path / "it", "a", "b"),
-              advise(nvidia_arch(9, 0) | {"num_sms": 132}, Footprint(256, 64, 0, grid=999), Footprint(512, 32, 0, grid=8))]
-    words = set(re.findall(r"[a-z_]+", doc))
-    missing = sorted({c for f in frames for c in f.columns if c not in words})
-    assert not missing, missing
-
+# --- real H200 runs of the collector (tests/data/h200_carveout_check) -------------------------------
 
 CARVE = DATA / "h200_carveout_check"
-# run ids of tests/data/h200_carveout_check (manifest config.smem_carveout_percent: None = the driver's default)
 PAD112K_DEFAULT, PAD112K_100 = "cb-ar_optimized_tiled64x64x32-pad112k_phigh_standin_ca2155fe", "cb-ar_optimized_tiled64x64x32-pad112k_phigh_standin_41a177af"
-PAD64K_DEFAULT, PAD64K_100 = "cb-ar_optimized_tiled64x64x32-pad64k_phigh_standin_821717de", "cb-ar_optimized_tiled64x64x32-pad64k_phigh_standin_184eebf3"
-PAD0_DEFAULT, PAD0_100 = "cb-ar_optimized_tiled64x64x32-pad0k_phigh_standin_ed5c1ad0", "cb-ar_optimized_tiled64x64x32-pad0k_phigh_standin_37564e85"
 
 
 @pytest.fixture(scope="module")
-def carve_delays(tmp_path_factory):
+def carve(tmp_path_factory):
     from overlapviz.ingest import ingest
 
-    ds = ingest([CARVE / "runs"], tmp_path_factory.mktemp("carve") / "ds", progress=False)
-    return comm_start_delays(ds)
+    return explain(ingest([CARVE / "runs"], tmp_path_factory.mktemp("carve") / "ds", progress=False))
 
 
-def test_h200_default_carveout_keeps_the_comm_block_out(carve_delays):
-    """Real H200: at 1 GEMM block per SM (132096 B) the stand-in (512 threads, 96 regs, 24576 B) fits by
-    registers beside it, but with no preference the driver gave the SM the 132 KB step (135168 B): no room."""
-    d = carve_delays.groupby("run_id")
+def test_h200_default_carveout_keeps_the_comm_block_out(carve):
+    """At 1 GEMM block per SM (132096 B) the stand-in fits by registers, but with no carve-out preference
+    the driver gave the SM the 132 KB step: no room. Measured: ~148 µs of waiting against ~9 µs."""
+    d = carve.groupby("run_id")
     default, forced = d.get_group(PAD112K_DEFAULT), d.get_group(PAD112K_100)
-    assert len(default) == 3 and (default["n_resident_compute"] == 1).all()
-    assert (default["comm_blocks_fit_per_sm"] == 0).all() and (default["fit_limiter"] == "shared_memory_carveout").all()
-    assert (default["sm_smem_config_bytes"] == 132 * 1024).all() and default["smem_carveout_percent"].isna().all()
-    assert default["carveout_note"].str.contains("no carve-out preference").all()
-    assert (forced["comm_blocks_fit_per_sm"] >= 1).all() and (forced["fit_limiter"] == "registers").all()
-    assert (forced["sm_smem_config_bytes"] == 228 * 1024).all() and (forced["smem_carveout_percent"] == 100).all()
-    # what the model separates is what the device did: ~148 µs of waiting against ~9 µs
+    assert (default["cause"] == "sm_resources").all() and (default["blocking_resource"] == "shared_memory_carveout").all()
+    assert default["blocker"].str.startswith("ovz_gemm").all()
+    assert (forced["cause"] == "launch_latency").all() and (forced["comm_blocks_fit_per_sm"] >= 1).all()
     assert default["start_delay_us"].median() > 80 and forced["start_delay_us"].median() < 15
 
 
-@pytest.mark.parametrize("run_id", [PAD0_DEFAULT, PAD0_100, PAD64K_DEFAULT, PAD64K_100])
-def test_h200_registers_keep_the_comm_block_out_at_any_carveout(carve_delays, run_id):
-    # 5 (pad 0) or 2 (pad 64 KB) GEMM blocks of 8 warps x 1536 registers leave < 16 warps x 3072 registers
-    d = carve_delays[carve_delays["run_id"] == run_id]
-    assert len(d) == 3 and (d["comm_blocks_fit_per_sm"] == 0).all() and (d["fit_limiter"] == "registers").all()
+def test_h200_sequential_runs_wait_on_their_stream(carve):
+    seq = carve[carve["run_id"].str.contains("sequential")]
+    assert len(seq) == 3 and (seq["cause"] == "stream_order").all() and (seq["free_sms"] == 132).all()
 
 
-def test_imported_trace_carveout_is_unknown(tmp_path):
-    from overlapviz.ingest import ingest
-
-    ds = ingest([DATA / "hta_nccl_parser_config" / "nccl_data.json.gz"], tmp_path / "ds", progress=False)
-    d = comm_start_delays(ds)
-    assert d["carveout_note"].str.contains("unknown").all() and d["smem_carveout_percent"].isna().all()
-    assert d["sm_smem_config_bytes"].notna().all()
-
-
-def test_blocks_fit_names_the_carveout_when_the_largest_step_would_hold_more():
-    cap = capacity(nvidia_arch(9, 0))
-    # one 132096 B GEMM block in the 135168 B step: 3072 B left; the largest step would leave 101376 B
-    fit, lim, _ = blocks_fit(cap, 8, 1, 8 * 1536, 132096, 135168, 16, 3072, 24576)
-    assert (fit[0], lim[0]) == (0, "shared_memory_carveout")
-    fit, lim, _ = blocks_fit(cap, 8, 1, 8 * 1536, 132096, 233472, 16, 3072, 24576)
-    assert (fit[0], lim[0]) == (1, "registers")
-    # at the largest carve-out the memory itself is the limit
-    fit, lim, _ = blocks_fit(cap, 0, 1, 0, 220000, 233472, 1, 256, 24576)
-    assert (fit[0], lim[0]) == (0, "shared_memory")
-
-
-def _coresidency_prediction(row, limits):
-    """Blocks of kernel B that fit beside kernel A's resident blocks, by the model, for one probe case."""
-    from overlapviz.analysis.occupancy import occupancy
-
-    a = occupancy(limits, row.a_threads, row.a_regs, row.a_dynamic_smem, carveout=None if row.a_carveout < 0 else row.a_carveout)
-    b_pref = getattr(row, "b_carveout", -1)
-    b = occupancy(limits, row.b_threads, row.b_regs, row.b_dynamic_smem, carveout=None if b_pref < 0 else b_pref)
-    n = min(a["blocks_per_sm"], row.a_grid // limits["num_sms"])
-    wa = a["warps_per_block"]
-    fit, lim, _ = blocks_fit(capacity(limits), n * wa, n, n * a["regs_per_block_allocated"], n * a["shared_mem_per_block_allocated"],
-                             a["shared_mem_config"], b["warps_per_block"], b["regs_per_block_allocated"] / b["warps_per_block"],
-                             b["shared_mem_per_block_allocated"], own_config=b["shared_mem_config_needed"])
-    return a, int(fit[0]), lim[0]
-
-
-def test_coresidency_on_the_h200_follows_the_carveout_rule():
-    """tests/data/carveout_coresidency_h200: kernel A holds every SM for 4 ms, kernel B is launched 0.5 ms later on
-    another stream; B's blocks either all start beside A or all wait for it. The model must say which, case by case."""
-    from overlapviz.analysis.devices import device_limits
-
-    dev = orjson.loads((DATA / "carveout_coresidency_h200" / "device.json").read_bytes())
-    limits = device_limits({"name": dev["name"], "arch": "sm_90", "num_sms": dev["num_sms"], "shared_mem_per_sm": dev["shared_mem_per_sm"]})
-    t = pd.read_csv(DATA / "carveout_coresidency_h200" / "coresidency_h200.csv")
-    assert len(t) >= 60 and t.groupby("case")["b_blocks_beside_a"].nunique().eq(1).all()  # all or nothing, every rep
-    cases = t.drop_duplicates("case")
-    verdicts = []
-    for row in cases.itertuples(index=False):  # one per measured case
-        a, fit, lim = _coresidency_prediction(row, limits)
-        assert a["blocks_per_sm"] == row.a_occupancy_cuda, row.case
-        beside = row.b_blocks_beside_a == row.b_grid
-        assert beside == (fit > 0) and (beside or row.b_blocks_beside_a == 0), (row.case, fit, lim)
-        verdicts.append((row.case, beside, lim))
-    # both outcomes occur, and most waits are the carve-out's doing, not the memory's
-    assert {v[1] for v in verdicts} == {True, False}
-    assert sum(1 for _c, ok, lim in verdicts if not ok and lim == "shared_memory_carveout") >= 5
-
-
-def test_a_newcomer_needing_a_larger_carveout_waits():
-    cap = capacity(nvidia_arch(9, 0))
-    # one zero-smem block (1 KB reserved) in the 8 KB step leaves 7 KB: a 6 KB block would fit by memory, but its
-    # kernel's own configuration (100 KB) is larger than the SM's: it waits (measured: a1of8_1024_b6144)
-    fit, lim, _ = blocks_fit(cap, 8, 1, 8 * 512, 1024, 8192, 4, 512, 6144, own_config=102400)
-    assert (fit[0], lim[0]) == (0, "shared_memory_carveout")
-    fit, lim, _ = blocks_fit(cap, 8, 1, 8 * 512, 1024, 8192, 4, 512, 6144, own_config=8192)
-    assert fit[0] == 1
-    # a resource that already stops it keeps its name
-    fit, lim, _ = blocks_fit(cap, 64, 1, 0, 1024, 8192, 4, 512, 6144, own_config=102400)
-    assert (fit[0], lim[0]) == (0, "warps")
+def test_every_output_column_is_documented(plain):
+    doc = (Path(__file__).parent.parent / "docs" / "explain.md").read_text()
+    d = plain.reset_index()
+    frames = [d, summarize(d), collective_instances(d)]
+    missing = sorted({c for f in frames for c in f.columns if f"`{c}`" not in doc})
+    assert not missing, missing

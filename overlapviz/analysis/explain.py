@@ -1,4 +1,27 @@
-"""Why a collective did or did not start: its start delay, the computation resident beside it, and how many of its blocks fit."""
+"""Why each collective started late (DESIGN.md): its ready time from launch, stream order and event dependencies; SM room by occupancy and grid; one cause; peers across ranks.
+
+For a communication kernel ``c`` (start ``S``, launch ``L``):
+
+* ``stream_ready_ns`` / ``dependency_ready_ns``: :mod:`overlapviz.analysis.dependencies`;
+  ``ready_ns`` the latest known of ``L``, stream and dependency (``ready_from``: the first
+  of ``launch``, ``stream``, ``dependency`` that reaches it).
+* ``S − L`` splits into ``stream_wait_ns`` = max(0, stream − L), ``dependency_wait_ns`` =
+  max(0, dependency − max(L, stream)) and ``ready_wait_ns`` = S − ready.
+* SM room at ``ready_ns``: each computation kernel resident then (one per stream:
+  start <= ready < end) with ``G`` blocks and ``b`` blocks per SM (occupancy) on an
+  ``N``-SM device is in wave ``w`` of ``ceil(G / (N b))`` (its elapsed fraction of its
+  duration) and holds ``min(N, ceil(G_left / b))`` SMs, ``G_left = G − w N b``. SMs that
+  none holds are free, and ``c`` fits there (its occupancy alone); on a held SM it fits
+  beside ``b`` of that kernel's blocks by :func:`overlapviz.analysis.occupancy.blocks_fit`.
+  ``comm_blocks_fit_per_sm`` is the best SM's; ``sms_with_room`` how many SMs take one
+  block. Unknown (null) where the device limits or a launch shape are unknown.
+* ``cause``: ``none`` when S <= L; else the largest of the three parts, the ready part
+  named ``sm_resources`` when no block of ``c`` fits at ready (then ``blocking_resource``
+  and ``blocker``: the resident computation kernel whose end, or last wave, came last
+  before ``S``), ``launch_latency`` when it is at most ``LAUNCH_LATENCY_NS``, else
+  ``unknown``. Ties go to ``dependency``, then ``stream_order``.
+* ``peer_wait_us``: :mod:`overlapviz.analysis.peers`.
+"""
 
 from __future__ import annotations
 
@@ -6,342 +29,338 @@ import os
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from overlapviz import schema
-from overlapviz.analysis import intervals
+from overlapviz.analysis import peers
+from overlapviz.analysis.dependencies import UNKNOWN, dependency_ready, stream_ready
 from overlapviz.analysis.occupancy import blocks_fit, capacity, kernel_occupancy, limits_for
-from overlapviz.analysis.residency import UNKNOWN_CARVEOUT_NOTE, device_table, kernel_shapes, run_carveouts
+from overlapviz.analysis.residency import device_table, run_carveouts
 
-_COLUMNS = [
-    "run_id", "rank", "device", "stream", "correlation", "name", "kind", "is_host", "start_ns", "end_ns",
-    "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "regs_per_thread", "shared_mem_bytes",
-    "sgprs", "accum_vgprs", "launch_ns", "step", "collective",
-]
+__all__ = ["CAUSES", "LAUNCH_LATENCY_NS", "KEYS", "explain", "summarize", "comm_start_delays", "summarize_delays"]
 
-
-def footprints(kernels: pd.DataFrame, dev_limits: dict, carveouts: dict | None = None) -> pd.DataFrame:
-    """:func:`overlapviz.analysis.occupancy.kernel_occupancy` of each kernel, and the blocks it keeps on a busy SM.
-
-    Adds ``resident_blocks_per_sm`` = min(``blocks_per_sm``, ceil(grid blocks / SMs)): the
-    blocks it keeps on a busy SM while its full waves run (its last, partial wave holds
-    fewer). ``kernels`` needs ``grid_blocks`` besides what ``kernel_occupancy`` reads.
-    """
-    out = kernel_occupancy(kernels, dev_limits, carveouts)
-    per_sm = np.ceil(out["grid_blocks"].astype("Float64").to_numpy(np.float64, na_value=np.nan) / out["num_sms"].to_numpy())
-    resident = np.fmin(out["blocks_per_sm"].to_numpy(), per_sm)
-    resident = np.where(np.isnan(per_sm), out["blocks_per_sm"].to_numpy(), resident)
-    return out.assign(resident_blocks_per_sm=resident)
-
-
-def _prev_end_on_stream(k: pd.DataFrame) -> np.ndarray:
-    """End of the latest-ending earlier activity on the same stream (NaN for the first)."""
-    key = ["run_id", "rank", "device_key", "stream"]
-    s = k.sort_values(key + ["start_ns", "end_ns"], kind="stable")
-    cm = s.groupby(key, sort=False)["end_ns"].cummax()
-    prev = cm.groupby([s[c] for c in key], sort=False).shift(1)
-    return prev.reindex(k.index).to_numpy(np.float64, na_value=np.nan)
+CAUSES = ("stream_order", "dependency", "sm_resources", "launch_latency", "unknown", "none")
+# ready -> start with room for the collective: up to this much is the launch path's own
+# latency under the profiler (measured on an H200: 8-29 µs on an idle or lightly loaded GPU, sample_traces/scenarios)
+LAUNCH_LATENCY_NS = 50_000
+# DESIGN.md's keys of `overlapviz explain`, in order
+KEYS = [
+    "run_id", "rank", "stream", "correlation", "name", "collective", "start_ns", "launch_ns", "stream_ready_ns",
+    "dependency_ready_ns", "dependency_source", "ready_ns", "ready_from", "start_delay_us", "cause",
+    "blocking_resource", "blocker", "comm_blocks_fit_per_sm", "peer_wait_us",
+]  # fmt: skip
+EXTRA = [
+    "device", "step", "end_ns", "launch_tid", "start_minus_launch_ns", "stream_wait_ns", "dependency_wait_ns",
+    "ready_wait_ns", "producer", "producer_correlation", "producer_stream", "n_resident_compute", "resident_compute",
+    "free_sms", "sms_with_room", "num_sms", "comm_group", "comm_seq", "instance", "residency_note",
+]  # fmt: skip
+_READ = [
+    "run_id", "rank", "device", "stream", "correlation", "name", "kind", "is_host", "start_ns", "end_ns", "grid_x",
+    "grid_y", "grid_z", "block_x", "block_y", "block_z", "regs_per_thread", "shared_mem_bytes", "sgprs", "accum_vgprs",
+    "launch_ns", "launch_tid", "step", "collective", "comm_group", "comm_seq",
+]  # fmt: skip
+_SYNC_INTS = ("tid", "start_ns", "correlation", "stream", "wait_on_stream", "wait_on_record_correlation")
+_RESOURCE = {"blocks": "block_slots"}  # the fit model's names -> DESIGN.md's
 
 
-def _resident_at(comm: pd.DataFrame, compute: pd.DataFrame, when: str) -> pd.DataFrame:
-    """Compute kernels running at ``comm[when]`` (start <= t < end), any stream of the same device.
-
-    Streams serialise their kernels, so per stream at most one kernel runs at t: the last
-    one started at or before t, if it has not ended. One ``merge_asof`` per (comm,
-    stream) pair finds it.
-    """
-    left = comm.loc[comm[when].notna(), ["cid", "run_id", "rank", "device_key", when]].rename(columns={when: "t"})
-    streams = compute[["run_id", "rank", "device_key", "stream"]].drop_duplicates()
-    pairs = left.merge(streams, on=["run_id", "rank", "device_key"])
-    if pairs.empty:
-        return pairs.assign(kid=pd.Series(dtype="int64"))
-    pairs = pairs.assign(t=pairs["t"].astype(np.int64)).sort_values("t", kind="stable")
-    right = compute[["run_id", "rank", "device_key", "stream", "start_ns", "end_ns", "kid"]]
-    right = right.assign(start_ns=right["start_ns"].astype(np.int64)).sort_values("start_ns", kind="stable")
-    hit = pd.merge_asof(
-        pairs, right, left_on="t", right_on="start_ns", by=["run_id", "rank", "device_key", "stream"], direction="backward"
-    )
-    return hit[hit["end_ns"].notna() & (hit["end_ns"] > hit["t"])][["cid", "kid"]].astype(np.int64)
+def _ints(table: pa.Table, name: str) -> np.ndarray:
+    col = table.column(name)
+    return pc.fill_null(col, UNKNOWN).to_numpy().astype(np.int64) if len(col) else np.empty(0, np.int64)
 
 
-def _summarise(resident: pd.DataFrame, compute: pd.DataFrame, n_comm: int) -> pd.DataFrame:
-    """Per comm kernel: how many compute kernels are resident, their names, and the per-SM resources they hold."""
-    r = resident.merge(compute, on="kid")
-    warps = r["resident_blocks_per_sm"] * r["warps_per_block"]
-    r = r.assign(
-        u_blocks=r["resident_blocks_per_sm"],
-        u_warps=warps,
-        u_regs=warps * r["regs_per_warp"],
-        u_smem=r["resident_blocks_per_sm"] * r["smem_alloc_bytes"],
-    )
-    g = r.groupby("cid")
-    uniq = r[["cid", "name"]].drop_duplicates().sort_values(["cid", "name"], kind="stable")
-    names = uniq.groupby("cid")["name"].agg("; ".join)
-    out = pd.DataFrame(
-        {
-            "n": g.size(),
-            "names": names,
-            "u_blocks": g["u_blocks"].sum(min_count=1),
-            "u_warps": g["u_warps"].sum(min_count=1),
-            "u_regs": g["u_regs"].sum(min_count=1),
-            "u_smem": g["u_smem"].sum(min_count=1),
-            "smem_config": g["smem_config_bytes"].max(),
-            "unknown": r["resident_blocks_per_sm"].isna().groupby(r["cid"]).any(),
-        }
-    )
-    return out.reindex(np.arange(n_comm))
+def _strs(table: pa.Table, name: str) -> np.ndarray:
+    return np.asarray(table.column(name).to_pylist(), dtype=object)
 
 
-def _during_wait(comm: pd.DataFrame, compute: pd.DataFrame) -> pd.DataFrame:
-    """Per comm kernel: the computation that ran while it waited, i.e. in [ready, start).
-
-    Returns ``cid``-indexed ``n`` (compute kernels overlapping the window, any stream of
-    the device), ``blocker`` (the kernel with the longest overlap; its ``kid``) and
-    ``busy`` (the fraction of the window covered by the union of computation).
-    Kernels of one stream run one after another, so the kernels of a stream that overlap
-    a window are a contiguous run: the first ending after ready to the last starting
-    before start; two ``merge_asof`` calls find both ends.
-    """
-    keys = ["run_id", "rank", "device_key", "stream"]
-    n = len(comm)
-    empty = pd.DataFrame({"n": np.zeros(n), "blocker": np.full(n, -1), "busy": np.full(n, np.nan)})
-    win = comm.loc[comm["ready_ns"].notna(), ["cid", "run_id", "rank", "device_key", "ready_ns", "start_ns"]]
-    win = win.assign(t0=win["ready_ns"].astype(np.int64), t1=win["start_ns"].astype(np.int64))
-    win = win[win["t1"] > win["t0"]]
-    if win.empty or compute.empty:
-        return empty.assign(busy=np.where(comm["ready_ns"].notna().to_numpy(), np.nan, np.nan))
-    c = compute[keys + ["start_ns", "end_ns", "kid"]].assign(
-        start_ns=compute["start_ns"].astype(np.int64), end_ns=compute["end_ns"].astype(np.int64)
-    ).sort_values(keys + ["start_ns"], kind="stable").reset_index(drop=True)
-    c = c.assign(row=np.arange(len(c)), reach=c.groupby(keys, sort=False)["end_ns"].cummax())
-    pairs = win.merge(c[keys].drop_duplicates(), on=["run_id", "rank", "device_key"])
-    lo = pd.merge_asof(pairs.sort_values("t0", kind="stable"), c[keys + ["reach", "row"]].sort_values("reach", kind="stable"),
-                       left_on="t0", right_on="reach", by=keys, direction="forward", allow_exact_matches=False)
-    hi = pd.merge_asof(pairs.sort_values("t1", kind="stable"), c[keys + ["start_ns", "row"]].sort_values("start_ns", kind="stable"),
-                       left_on="t1", right_on="start_ns", by=keys, direction="backward", allow_exact_matches=False)
-    both = lo[["cid", "stream", "t0", "t1", "row"]].merge(hi[["cid", "stream", "row"]], on=["cid", "stream"], suffixes=("_lo", "_hi"))
-    both = both.dropna(subset=["row_lo", "row_hi"])
-    count = (both["row_hi"] - both["row_lo"] + 1).clip(lower=0).astype(np.int64).to_numpy()
-    rows = np.repeat(both["row_lo"].astype(np.int64).to_numpy(), count) + (
-        np.arange(count.sum()) - np.repeat(np.cumsum(count) - count, count)
-    )
-    ex = pd.DataFrame({"cid": np.repeat(both["cid"].to_numpy(), count), "t0": np.repeat(both["t0"].to_numpy(), count),
-                       "t1": np.repeat(both["t1"].to_numpy(), count), "row": rows})
-    ex = ex.assign(start=c["start_ns"].to_numpy()[rows], end=c["end_ns"].to_numpy()[rows], kid=c["kid"].to_numpy()[rows])
-    ex = ex.assign(overlap=np.minimum(ex["end"], ex["t1"]) - np.maximum(ex["start"], ex["t0"]))
-    ex = ex[ex["overlap"] > 0]
-    out = empty.copy()
-    if len(ex):
-        g = ex.groupby("cid")
-        out.loc[g.size().index, "n"] = g.size().to_numpy()
-        top = ex.loc[g["overlap"].idxmax()]
-        out.loc[top["cid"].to_numpy(), "blocker"] = top["kid"].to_numpy()
-        # union of the overlapping parts per comm kernel (intervals.merge keeps it exact)
-        u = intervals.merge(ex["cid"].to_numpy(), np.maximum(ex["start"], ex["t0"]).to_numpy(), np.minimum(ex["end"], ex["t1"]).to_numpy())
-        covered = intervals.measure(u, n)
-        w = win.set_index("cid")
-        out.loc[w.index, "busy"] = covered[w.index] / (w["t1"] - w["t0"]).to_numpy()
-    else:
-        out.loc[win["cid"].to_numpy(), "busy"] = 0.0
-    out.loc[win["cid"].to_numpy(), "busy"] = out.loc[win["cid"].to_numpy(), "busy"].fillna(0.0)
-    return out
-
-
-def _names(s: pd.Series) -> np.ndarray:
-    return np.asarray([v if isinstance(v, str) else None for v in s.tolist()], dtype=object)
-
-
-def comm_start_delays(dataset_path: str | os.PathLike, *, run_ids=None) -> pd.DataFrame:
-    """One row per communication kernel: its start delay and what was resident beside it.
-
-    Start delay (DESIGN.md) = kernel start − ready, where ready is the later of its launch
-    call (``launch_ns``) and the end of the previous activity on its stream. Where one of
-    the two is unknown the other alone gives ready (``ready_from`` says which); where both
-    are, ready is null. Delays are not clamped: a negative one means the trace's host and
-    device clocks disagree.
-
-    A compute kernel is resident at time t when it runs on the same device (any stream)
-    with start <= t < end. Each holds ``resident_blocks_per_sm`` blocks on a busy SM
-    (see :func:`footprints`); the communication kernel's blocks that still fit beside
-    all of them, and the resource that stops more, come from :func:`blocks_fit`.
-
-    Parameters
-    ----------
-    dataset_path
-        An overlapviz dataset directory.
-    run_ids
-        Only these runs (all by default).
+def explain(dataset_path: str | os.PathLike, *, run_ids=None) -> pd.DataFrame:
+    """One record per communication kernel: why it started when it did (module docstring).
 
     Returns
     -------
     pandas.DataFrame
-        Columns ``run_id, rank, device, stream, step, name, collective, correlation,
-        start_ns, end_ns, launch_ns, prev_end_ns, ready_ns, ready_from, start_delay_us,
-        duration_us, grid_blocks, threads_per_block, regs_per_thread, shared_mem_bytes,
-        comm_blocks_per_sm_alone, comm_blocks_needed_per_sm, n_resident_compute_at_launch,
-        resident_compute_at_launch, n_resident_compute, resident_compute,
-        resident_compute_blocks_per_sm, comm_blocks_fit_per_sm, fit_limiter,
-        comm_blocks_fit_per_sm_at_launch, fit_limiter_at_launch, n_compute_during_wait,
-        wait_blocker, wait_compute_busy_fraction, comm_blocks_fit_per_sm_beside_blocker,
-        fit_limiter_beside_blocker, sm_smem_config_bytes, smem_carveout_percent,
-        carveout_note, residency_note`` (see :func:`_during_wait`); ``n_*``
-        and ``resident_*`` are "at ready" unless the name says ``at_launch``. Sorted by
-        run, rank, start. Fit columns are null where a launch shape or the device limits
-        are unknown (``residency_note`` says which). ``sm_smem_config_bytes`` is the SM's
-        shared memory the fit at ready used: the configuration the resident computation
-        left (the largest when several), else the communication kernel's own;
-        ``smem_carveout_percent`` the run's preference (null: none, or unknown for an
-        imported trace: ``carveout_note`` says which). NVIDIA only; null on AMD.
+        ``KEYS`` then ``EXTRA`` columns; times int64 ns (nullable), ``start_delay_us`` and
+        ``peer_wait_us`` float µs computed from exact ns. Sorted by run, rank, start.
     """
-    k = schema.read_frame(dataset_path, "kernels", columns=_COLUMNS, run_ids=run_ids)
-    k = kernel_shapes(k).reset_index(drop=True)
-    k = k.assign(device_key=k["device"].astype("Int64").fillna(-1).astype(np.int64))
-    prev_end = _prev_end_on_stream(k)
-    k = k.assign(prev_end_ns=pd.array(np.where(np.isnan(prev_end), np.nan, prev_end), dtype="Float64").astype("Int64"))
-    comm = k[k["kind"] == "comm"].reset_index(drop=True)
-    comm = comm.assign(cid=np.arange(len(comm)))
-    launch = comm["launch_ns"].astype("Float64").to_numpy(np.float64, na_value=np.nan)
-    prev = comm["prev_end_ns"].astype("Float64").to_numpy(np.float64, na_value=np.nan)
-    ready = np.fmax(launch, prev)
-    ready_from = np.select(
-        [np.isnan(launch) & np.isnan(prev), np.isnan(prev) | (launch >= prev), np.isnan(launch) | (prev > launch)],
-        [None, "launch", "previous_on_stream"],
-        None,
-    )
-    comm = comm.assign(ready_ns=pd.array(ready, dtype="Float64").astype("Int64"), ready_from=ready_from)
-
+    k = schema.read_kernels(dataset_path, columns=_READ, run_ids=run_ids)
+    syncs = schema.read_table(dataset_path, "syncs") if "syncs" in schema.TABLES else None
+    if syncs is not None and run_ids is not None:
+        syncs = syncs.filter(pc.is_in(syncs.column("run_id"), pa.array(list(run_ids), pa.string())))
     dev_limits = device_table(dataset_path)
     carveouts = run_carveouts(dataset_path)
-    gpu = ~k["is_host"].fillna(False)
-    compute = k[(k["kind"] == "compute") & gpu].reset_index(drop=True)
-    compute = footprints(compute.assign(kid=np.arange(len(compute))), dev_limits, carveouts)
-    comm = footprints(comm, dev_limits, carveouts)
+    parts = []
+    keys = pa.table({"run_id": k.column("run_id"), "rank": k.column("rank")})
+    groups = keys.group_by(["run_id", "rank"], use_threads=False).aggregate([]).to_pylist() if k.num_rows else []
+    run_col = _strs(k, "run_id") if k.num_rows else np.empty(0, object)
+    rank_col = _ints(k, "rank")
+    for g in sorted(groups, key=lambda r: (r["run_id"], r["rank"])):
+        rows = np.flatnonzero((run_col == g["run_id"]) & (rank_col == g["rank"]))
+        rk = k.take(pa.array(rows))
+        rs = None
+        if syncs is not None and syncs.num_rows:
+            m = pc.and_(pc.equal(syncs.column("run_id"), g["run_id"]), pc.equal(syncs.column("rank"), g["rank"]))
+            rs = syncs.filter(m)
+        part = _explain_rank(rk, rs, dev_limits, carveouts)
+        if part is not None:
+            parts.append(part)
+    out = pd.concat(parts, ignore_index=True) if parts else _empty()
+    out = peers.attach_peer_wait(out)
+    return out[KEYS + EXTRA].sort_values(["run_id", "rank", "start_ns"], kind="stable").reset_index(drop=True)
 
-    at_ready = _summarise(_resident_at(comm, compute, "ready_ns"), compute, len(comm))
-    at_launch = _summarise(_resident_at(comm, compute, "launch_ns"), compute, len(comm))
 
-    wait = _during_wait(comm, compute)
-    fit_cols = {}
-    sm_config = np.full(len(comm), np.nan)
-    blocker = compute.set_index("kid").reindex(wait["blocker"].to_numpy())
-    bwarps = blocker["resident_blocks_per_sm"].to_numpy() * blocker["warps_per_block"].to_numpy()
-    at_blocker = pd.DataFrame(
-        {"u_warps": bwarps, "u_blocks": blocker["resident_blocks_per_sm"].to_numpy(),
-         "u_regs": bwarps * blocker["regs_per_warp"].to_numpy(),
-         "u_smem": blocker["resident_blocks_per_sm"].to_numpy() * blocker["smem_alloc_bytes"].to_numpy(),
-         "smem_config": blocker["smem_config_bytes"].to_numpy(),
-         "unknown": (wait["blocker"].to_numpy() >= 0) & np.isnan(blocker["resident_blocks_per_sm"].to_numpy())}
-    )
-    for tag, s in (("", at_ready), ("_at_launch", at_launch), ("_beside_blocker", at_blocker)):
-        fit = np.full(len(comm), np.nan)
-        lim = np.full(len(comm), None, dtype=object)
-        for _, idx in comm.groupby(["run_id", "rank", "device_key"]).indices.items():
-            row = comm.iloc[idx[0]]
-            limits = limits_for(dev_limits, row["run_id"], int(row["rank"]), None if row["device_key"] < 0 else int(row["device_key"]))
-            if not isinstance(limits, dict):
-                continue
-            part, ss = comm.iloc[idx], s.iloc[idx]
-            used = lambda c: ss[c].fillna(0).to_numpy(np.float64)  # noqa: E731  (no resident kernel: nothing used)
-            # the SM keeps the carve-out of the computation already on it; alone, the comm kernel's own
-            res_config = ss["smem_config"].to_numpy(np.float64)
-            config = np.where(np.isnan(res_config), part["smem_config_bytes"].to_numpy(np.float64), res_config)
-            f, lm, _ = blocks_fit(
-                capacity(limits), used("u_warps"), used("u_blocks"), used("u_regs"), used("u_smem"), config,
-                part["warps_per_block"], part["regs_per_warp"], part["smem_alloc_bytes"],
-                own_config=part["smem_config_needed_bytes"],
-            )
-            unknown = ss["unknown"].eq(True).to_numpy(bool)
-            fit[idx] = np.where(unknown, np.nan, f)
-            lim[idx] = np.where(unknown, None, lm)
-            if tag == "" and limits["vendor"] == "nvidia":
-                sm_config[idx] = np.where(unknown, np.nan, config)
-        fit_cols[f"comm_blocks_fit_per_sm{tag}"] = pd.array(np.where(np.isnan(fit), np.nan, fit), dtype="Float64").astype("Int64")
-        fit_cols[f"fit_limiter{tag}"] = lim
-    host = comm["is_host"].fillna(False).to_numpy(bool)
-    no_blocker = wait["blocker"].to_numpy() < 0
-    fit_cols["comm_blocks_fit_per_sm_beside_blocker"] = fit_cols["comm_blocks_fit_per_sm_beside_blocker"].copy()
-    fit_cols["comm_blocks_fit_per_sm_beside_blocker"][no_blocker] = pd.NA
-    fit_cols["fit_limiter_beside_blocker"] = np.where(no_blocker, None, fit_cols["fit_limiter_beside_blocker"])
-    for col in ("comm_blocks_fit_per_sm", "comm_blocks_fit_per_sm_at_launch", "comm_blocks_fit_per_sm_beside_blocker"):
-        fit_cols[col] = fit_cols[col].copy()
-        fit_cols[col][host] = pd.NA
-    for col in ("fit_limiter", "fit_limiter_at_launch", "fit_limiter_beside_blocker"):
-        fit_cols[col] = np.where(host, None, fit_cols[col])
-    note = comm["residency_note"].to_numpy(object).copy()
-    note[host] = "host activity (CPU-only trace): no SM residency"
-    unknown_res = at_ready["unknown"].eq(True).to_numpy(bool)
-    note = np.where(note == None, np.where(unknown_res, "a resident compute kernel's launch shape is unknown", None), note)  # noqa: E711
-    sm_config[host] = np.nan
-    nvidia = np.isfinite(sm_config)
-    pref = comm["run_id"].map({r: v[0] for r, v in carveouts.items()}).astype("Float64").to_numpy(np.float64, na_value=np.nan)
-    carve_note = comm["run_id"].map({r: v[1] for r, v in carveouts.items()}).fillna(UNKNOWN_CARVEOUT_NOTE).to_numpy(object)
+def _empty() -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series(dtype=object) for c in KEYS + EXTRA if c != "peer_wait_us"})
 
+
+def _explain_rank(k: pa.Table, syncs: pa.Table | None, dev_limits: dict, carveouts: dict) -> pd.DataFrame | None:
+    kind = _strs(k, "kind")
+    is_comm = kind == "comm"
+    if not is_comm.any():
+        return None
+    host = pc.fill_null(k.column("is_host"), False).to_numpy(zero_copy_only=False)
+    gpu = (~host) & (kind != "")
+    stream, start, end = _ints(k, "stream"), _ints(k, "start_ns"), _ints(k, "end_ns")
+    device = _ints(k, "device")
+    launch, launch_tid = _ints(k, "launch_ns"), _ints(k, "launch_tid")
+    # a stream is a (device, stream) pair; host activities (CPU-only traces) run on their thread
+    lane = np.unique(np.stack([device, stream, host.astype(np.int64)]), axis=1, return_inverse=True)[1].reshape(-1).astype(np.int64)
+    s_ready = stream_ready(lane, start, end)
+    sync_cols = {}
+    if syncs is not None and syncs.num_rows:
+        sync_cols = {c: _ints(syncs, c) for c in _SYNC_INTS}
+        sync_cols["kind"] = _strs(syncs, "kind")
+        sync_cols["source"] = _strs(syncs, "source")
+        # the stream ids syncs name are the trace's; map them onto this rank's lanes
+        sid = {int(s): int(lnum) for s, lnum, h in zip(stream.tolist(), lane.tolist(), host.tolist()) if not h}
+        for c in ("stream", "wait_on_stream"):
+            sync_cols[c] = np.array([sid.get(int(v), UNKNOWN - 1) if v != UNKNOWN else UNKNOWN for v in sync_cols[c]], np.int64)
+    g = np.flatnonzero(gpu)
+    ready = dependency_ready(stream=lane[g], start=start[g], end=end[g], launch=launch[g], launch_tid=launch_tid[g], syncs=sync_cols)
+    dep = np.full(len(start), UNKNOWN, np.int64)
+    dep_src = np.full(len(start), None, dtype=object)
+    prod = np.full(len(start), UNKNOWN, np.int64)
+    dep[g], dep_src[g] = ready.dependency_ready_ns, ready.source
+    prod[g] = np.where(ready.producer >= 0, g[np.maximum(ready.producer, 0)], UNKNOWN)
+
+    c = np.flatnonzero(is_comm)
+    L, S, D, start_c = launch[c], s_ready[c], dep[c], start[c]
+    known = np.stack([L, S, D])
+    ready_ns = np.where((known == UNKNOWN).all(axis=0), UNKNOWN, np.max(np.where(known == UNKNOWN, np.iinfo(np.int64).min, known), axis=0))
+    which = np.argmax(known == ready_ns, axis=0)
+    ready_from = np.where(ready_ns == UNKNOWN, None, np.array(["launch", "stream", "dependency"], dtype=object)[which])
+    total = np.where(L != UNKNOWN, start_c - L, UNKNOWN)
+    stream_wait = np.where((L != UNKNOWN) & (S != UNKNOWN), np.maximum(0, S - L), 0)
+    base = np.maximum(L, S)  # unknowns are -1, below any time
+    dep_wait = np.where((D != UNKNOWN) & (base != UNKNOWN), np.maximum(0, D - base), 0)
+    ready_wait = np.where(ready_ns != UNKNOWN, start_c - ready_ns, UNKNOWN)
+
+    room = _sm_room(k, c, ready_ns, host, kind, device, lane, start, end, dev_limits, carveouts)
+    fit = room["fit"]
+    ready_part = np.where(
+        ~np.isnan(fit) & (fit == 0), "sm_resources",
+        np.where(np.maximum(ready_wait, 0) <= LAUNCH_LATENCY_NS, "launch_latency", "unknown"),
+    ).astype(object)  # fmt: skip
+    parts = np.stack([dep_wait, stream_wait, np.maximum(ready_wait, 0)])
+    pick = np.argmax(parts, axis=0)  # ties: dependency, then stream order
+    cause = np.where(pick == 0, "dependency", np.where(pick == 1, "stream_order", ready_part)).astype(object)
+    no_delay = np.where(total != UNKNOWN, total <= 0, np.maximum(ready_wait, 0) == 0)
+    cause[no_delay] = "none"
+    sm = cause == "sm_resources"
+    blocking = np.where(sm, room["resource"], None)
+    blocker = np.where(sm, room["blocker"], None)
+
+    names = _strs(k, "name")
+
+    def nint(a):
+        return pd.array(np.where(a == UNKNOWN, None, a).tolist(), dtype="Int64")
+
+    pcorr = np.where(prod[c] >= 0, _ints(k, "correlation")[np.maximum(prod[c], 0)], UNKNOWN)
+    pstream = np.where(prod[c] >= 0, stream[np.maximum(prod[c], 0)], UNKNOWN)
     out = pd.DataFrame(
         {
-            "run_id": comm["run_id"],
-            "rank": comm["rank"],
-            "device": comm["device"],
-            "stream": comm["stream"],
-            "step": comm["step"],
-            "name": comm["name"],
-            "collective": comm["collective"],
-            "correlation": comm["correlation"],
-            "start_ns": comm["start_ns"],
-            "end_ns": comm["end_ns"],
-            "launch_ns": comm["launch_ns"],
-            "prev_end_ns": comm["prev_end_ns"],
-            "ready_ns": comm["ready_ns"],
-            "ready_from": comm["ready_from"],
-            "start_delay_us": (comm["start_ns"].astype("Float64") - comm["ready_ns"].astype("Float64")) / 1000.0,
-            "duration_us": (comm["end_ns"] - comm["start_ns"]) / 1000.0,
-            "grid_blocks": comm["grid_blocks"],
-            "threads_per_block": comm["threads_per_block"],
-            "regs_per_thread": comm["regs_per_thread"],
-            "shared_mem_bytes": comm["shared_mem_bytes"],
-            "comm_blocks_per_sm_alone": pd.array(comm["blocks_per_sm"].to_numpy(), dtype="Float64").astype("Int64"),
-            "comm_blocks_needed_per_sm": pd.array(
-                np.ceil(comm["grid_blocks"].astype("Float64").to_numpy(np.float64, na_value=np.nan) / comm["num_sms"].to_numpy()),
-                dtype="Float64",
-            ).astype("Int64"),
-            "n_resident_compute_at_launch": pd.array(
-                np.where(comm["launch_ns"].isna().to_numpy() | host, np.nan, at_launch["n"].fillna(0).to_numpy(np.float64)), dtype="Float64"
-            ).astype("Int64"),
-            "resident_compute_at_launch": _names(at_launch["names"]),
-            "n_resident_compute": pd.array(
-                np.where(comm["ready_ns"].isna().to_numpy() | host, np.nan, at_ready["n"].fillna(0).to_numpy(np.float64)), dtype="Float64"
-            ).astype("Int64"),
-            "resident_compute": _names(at_ready["names"]),
-            "resident_compute_blocks_per_sm": np.where(
-                comm["ready_ns"].isna().to_numpy() | at_ready["n"].notna().to_numpy() | host,
-                np.where(host, np.nan, at_ready["u_blocks"].to_numpy(np.float64)),
-                0.0,
-            ),
-            "n_compute_during_wait": pd.array(
-                np.where(comm["ready_ns"].isna().to_numpy() | host, np.nan, wait["n"].to_numpy(np.float64)), dtype="Float64"
-            ).astype("Int64"),
-            "wait_blocker": _names(pd.Series(np.where(no_blocker, None, blocker["name"].to_numpy()), dtype=object)),
-            "wait_compute_busy_fraction": np.where(host, np.nan, wait["busy"].to_numpy(np.float64)),
-            **fit_cols,
-            "sm_smem_config_bytes": pd.array(sm_config, dtype="Float64").astype("Int64"),
-            "smem_carveout_percent": pd.array(np.where(nvidia, pref, np.nan), dtype="Float64").astype("Int64"),
-            "carveout_note": np.where(nvidia, carve_note, None),
-            "residency_note": note,
+            "run_id": _strs(k, "run_id")[c],
+            "rank": _ints(k, "rank")[c],
+            "stream": nint(stream[c]),
+            "correlation": nint(_ints(k, "correlation")[c]),
+            "name": names[c],
+            "collective": _strs(k, "collective")[c],
+            "start_ns": start_c,
+            "launch_ns": nint(L),
+            "stream_ready_ns": nint(S),
+            "dependency_ready_ns": nint(D),
+            "dependency_source": dep_src[c],
+            "ready_ns": nint(ready_ns),
+            "ready_from": ready_from,
+            "start_delay_us": pd.array(np.where(ready_ns == UNKNOWN, None, ready_wait / 1000.0).tolist(), dtype="Float64"),
+            "cause": cause,
+            "blocking_resource": blocking,
+            "blocker": blocker,
+            "comm_blocks_fit_per_sm": pd.array(np.where(np.isnan(fit), None, fit).tolist(), dtype="Float64").astype("Int64"),
+            "device": nint(device[c]),
+            "step": nint(_ints(k, "step")[c]),
+            "end_ns": end[c],
+            "launch_tid": nint(launch_tid[c]),
+            "start_minus_launch_ns": nint(total),
+            "stream_wait_ns": nint(np.where(L != UNKNOWN, stream_wait, UNKNOWN)),
+            "dependency_wait_ns": nint(np.where(L != UNKNOWN, dep_wait, UNKNOWN)),
+            "ready_wait_ns": nint(ready_wait),
+            "producer": np.where(prod[c] >= 0, names[np.maximum(prod[c], 0)], None),
+            "producer_correlation": nint(pcorr),
+            "producer_stream": nint(pstream),
+            "n_resident_compute": pd.array(room["n_resident"].tolist(), dtype="Int64"),
+            "resident_compute": room["resident"],
+            "free_sms": pd.array(np.where(np.isnan(room["free"]), None, room["free"]).tolist(), dtype="Float64").astype("Int64"),
+            "sms_with_room": pd.array(np.where(np.isnan(room["with_room"]), None, room["with_room"]).tolist(), dtype="Float64").astype("Int64"),
+            "num_sms": pd.array(np.where(np.isnan(room["num_sms"]), None, room["num_sms"]).tolist(), dtype="Float64").astype("Int64"),
+            "comm_group": _strs(k, "comm_group")[c],
+            "comm_seq": nint(_ints(k, "comm_seq")[c]),
+            "residency_note": room["note"],
         }
     )
-    return out.sort_values(["run_id", "rank", "start_ns"], kind="stable").reset_index(drop=True)
+    return out
 
 
-def summarize_delays(delays: pd.DataFrame) -> pd.DataFrame:
-    """Per run x rank: comm kernels, median / p95 / max start delay (µs), and how many could not fit a block beside the computation."""
-    g = delays.groupby(["run_id", "rank"], dropna=False)
-    return pd.DataFrame(
-        {
-            "n_comm_kernels": g.size(),
-            "median_start_delay_us": g["start_delay_us"].median(),
-            "p95_start_delay_us": g["start_delay_us"].quantile(0.95),
-            "max_start_delay_us": g["start_delay_us"].max(),
-            "n_blocked": delays["comm_blocks_fit_per_sm"].eq(0).fillna(False).groupby([delays["run_id"], delays["rank"]], dropna=False).sum().astype(int),
-        }
-    ).reset_index()
+def _sm_room(k, c, ready_ns, host, kind, device, lane, start, end, dev_limits, carveouts) -> dict:
+    """SM room for each comm kernel ``c`` at its ready time (module docstring)."""
+    n = len(c)
+    res = {"fit": np.full(n, np.nan), "free": np.full(n, np.nan), "with_room": np.full(n, np.nan),
+           "num_sms": np.full(n, np.nan), "resource": np.full(n, None, object), "blocker": np.full(n, None, object),
+           "n_resident": np.zeros(n, np.int64), "resident": np.full(n, None, object), "note": np.full(n, None, object)}  # fmt: skip
+    if host[c].all():
+        res["note"][:] = "host activity (CPU-only trace): no SMs"
+        res["n_resident"] = np.full(n, None)
+        return res
+    comp = np.flatnonzero(~host & np.isin(kind, ["compute", "other"]))
+    # resident computation at each comm kernel's ready time: at most one per stream (streams are in order)
+    resident: list[list[int]] = [[] for _ in range(n)]
+    t = np.where(ready_ns == UNKNOWN, start[c], ready_ns)
+    for ln in np.unique(lane[comp]):
+        m = comp[lane[comp] == ln]
+        m = m[np.argsort(start[m], kind="stable")]
+        pos = np.searchsorted(start[m], t, side="right") - 1
+        ok = pos >= 0
+        idx = np.where(ok, m[np.maximum(pos, 0)], 0)
+        hit = ok & (end[idx] > t) & (device[idx] == device[c])
+        for i in np.flatnonzero(hit):
+            resident[i].append(int(idx[i]))
+    # occupancy of the comm kernels and the resident ones, once per distinct launch shape
+    need = np.unique(np.concatenate([c, np.asarray([r for rr in resident for r in rr], np.int64)]))
+    occ = _occupancy(k, need, dev_limits, carveouts)
+    names = _strs(k, "name")
+    gx = _grid(k)
+    for i, ci in enumerate(c.tolist()):
+        res["n_resident"][i] = len(resident[i])
+        res["resident"][i] = ", ".join(names[r] for r in resident[i]) or None
+        oc = occ.get(ci)
+        if oc is None or isinstance(oc, str):
+            res["note"][i] = oc or "launch shape or device limits unknown"
+            continue
+        lim = oc["limits"]
+        N = int(lim.get("num_sms") or 0)
+        if N <= 0:
+            res["note"][i] = "device has no SM count"
+            continue
+        res["num_sms"][i] = N
+        cap = capacity(lim)
+        held_total, best, room_sms, blocker, resource, latest = 0, -1.0, 0, None, None, None
+        unknown = False
+        for r in resident[i]:
+            ro = occ.get(r)
+            if ro is None or isinstance(ro, str) or gx[r] <= 0 or not ro["blocks_per_sm"]:
+                unknown = True
+                res["note"][i] = f"resident {names[r]}: {ro if isinstance(ro, str) else 'launch shape unknown'}"
+                break
+            b = int(ro["blocks_per_sm"])
+            G = int(gx[r])
+            waves = -(-G // (N * b))
+            dur = max(int(end[r] - start[r]), 1)
+            w = min(int((int(t[i]) - int(start[r])) * waves // dur), waves - 1)
+            left = G - w * N * b
+            held = min(N, -(-left // b))
+            held_total += held
+            f, lm, _ = blocks_fit(cap, b * ro["warps_per_block"], b, b * ro["warps_per_block"] * ro["regs_per_warp"],
+                                  b * ro["smem_alloc_bytes"], ro["smem_config_bytes"], oc["warps_per_block"], oc["regs_per_warp"],
+                                  oc["smem_alloc_bytes"], own_config=oc["smem_config_needed_bytes"])  # fmt: skip
+            f = float(np.asarray(f).reshape(-1)[0])
+            if np.isnan(f):
+                unknown = True
+                break
+            best = max(best, f)
+            room_sms += held if f > 0 else 0
+            finish = min(int(end[r]), int(start[c[i]]))
+            if latest is None or finish > latest:
+                latest, blocker = finish, names[r]
+                resource = np.asarray(lm, dtype=object).reshape(-1)[0]
+        if unknown:
+            continue
+        free = max(0, N - held_total)
+        alone = float(oc["blocks_per_sm"])
+        if free > 0 or not resident[i]:
+            best = max(best, alone)
+        res["fit"][i] = best
+        res["free"][i] = free
+        res["with_room"][i] = min(N, free + room_sms) if alone > 0 else 0
+        if best == 0:
+            res["blocker"][i] = blocker
+            res["resource"][i] = _RESOURCE.get(resource, resource)
+    return res
 
 
-__all__ = ["comm_start_delays", "footprints", "summarize_delays"]
+def _grid(k: pa.Table) -> np.ndarray:
+    g = [pc.fill_null(k.column(c), 1 if c != "grid_x" else 0).to_numpy().astype(np.int64) for c in ("grid_x", "grid_y", "grid_z")]
+    return g[0] * g[1] * g[2]
+
+
+def _occupancy(k: pa.Table, rows: np.ndarray, dev_limits: dict, carveouts: dict) -> dict:
+    """``{row: facts}`` for ``rows`` of ``k``: occupancy facts, or a str saying why none."""
+    if not len(rows):
+        return {}
+    sub = k.take(pa.array(rows)).select(["run_id", "rank", "device", "name", "block_x", "block_y", "block_z",
+                                          "regs_per_thread", "shared_mem_bytes", "sgprs", "accum_vgprs"]).to_pandas()  # fmt: skip
+    threads = sub["block_x"] * sub["block_y"].fillna(1) * sub["block_z"].fillna(1)
+    sub = sub.assign(threads_per_block=threads.astype("Int64") if len(sub) else threads)
+    key = ["run_id", "rank", "device", "name", "threads_per_block", "regs_per_thread", "shared_mem_bytes", "sgprs", "accum_vgprs"]
+    uniq = sub.drop_duplicates(key).reset_index(drop=True)
+    occ = kernel_occupancy(uniq, dev_limits, carveouts)
+    facts = {}
+    for rec in occ.to_dict("records"):
+        kk = tuple(None if (v is None or (not isinstance(v, str) and pd.isna(v))) else v for v in (rec[c] for c in key))
+        if pd.isna(rec["blocks_per_sm"]):
+            facts[kk] = rec["residency_note"] or "launch shape or device limits unknown"
+            continue
+        lim = limits_for(dev_limits, rec["run_id"], int(rec["rank"]), None if pd.isna(rec["device"]) else int(rec["device"]))
+        facts[kk] = {"limits": lim, **{c: rec[c] for c in ("blocks_per_sm", "warps_per_block", "regs_per_warp", "smem_alloc_bytes",
+                                                          "smem_config_bytes", "smem_config_needed_bytes")}}  # fmt: skip
+    out = {}
+    for r, rec in zip(rows.tolist(), sub[key].to_dict("records")):
+        kk = tuple(None if (v is None or (not isinstance(v, str) and pd.isna(v))) else v for v in (rec[c] for c in key))
+        out[r] = facts.get(kk)
+    return out
+
+
+def summarize(explained: pd.DataFrame) -> pd.DataFrame:
+    """Per run x rank: comm kernels, start − launch summed by cause (``<cause>_us``), total peer wait, top blockers.
+
+    Also ``median_start_delay_us``, ``p95_start_delay_us`` (ready -> start) and ``n_blocked``
+    (cause ``sm_resources``).
+    """
+    rows = []
+    for (run_id, rank), d in explained.groupby(["run_id", "rank"], sort=True):
+        row = {"run_id": run_id, "rank": int(rank), "n_comm_kernels": len(d)}
+        sml = d["start_minus_launch_ns"].astype("Float64").fillna(0)
+        for cause in CAUSES:
+            row[f"{cause}_us"] = float(sml[d["cause"] == cause].clip(lower=0).sum()) / 1000.0
+        row["peer_wait_us"] = float(d["peer_wait_us"].astype("Float64").fillna(0).sum())
+        delay = d["start_delay_us"].astype("Float64").dropna()
+        row["median_start_delay_us"] = float(delay.median()) if len(delay) else None
+        row["p95_start_delay_us"] = float(delay.quantile(0.95)) if len(delay) else None
+        row["n_blocked"] = int((d["cause"] == "sm_resources").sum())
+        top = d.loc[d["cause"] == "sm_resources", "blocker"].dropna().value_counts().head(3)
+        row["top_blockers"] = "; ".join(f"{name} ({n})" for name, n in top.items()) or None
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+# the names earlier versions exported (residency --delays, the dashboard, speedup.compare)
+comm_start_delays = explain
+summarize_delays = summarize

@@ -9,7 +9,7 @@ import click
 from overlapviz import __version__
 
 # one module per subcommand, each defining a click command named like the module
-COMMANDS = ("collect", "ingest", "analyze", "residency", "compare", "advise", "serve", "export")
+COMMANDS = ("collect", "ingest", "analyze", "explain", "residency", "compare", "advise", "serve", "export")
 
 
 class _LazyGroup(click.Group):

@@ -15,9 +15,8 @@ FORMATS = ("table", "json", "csv")
 TABLE_COLUMNS = {
     "shapes": ["run_id", "name", "kind", "threads_per_block", "regs_per_thread", "shared_mem_bytes", "blocks_per_sm",
                "limiter", "occupancy", "n_launches", "total_us", "waves"],
-    "delays": ["run_id", "rank", "stream", "name", "start_delay_us", "ready_from", "n_resident_compute",
-               "comm_blocks_fit_per_sm", "fit_limiter", "sm_smem_config_bytes", "wait_blocker", "wait_compute_busy_fraction",
-               "comm_blocks_fit_per_sm_beside_blocker", "fit_limiter_beside_blocker"],
+    "delays": ["run_id", "rank", "stream", "name", "start_delay_us", "ready_from", "cause", "blocking_resource", "blocker",
+               "n_resident_compute", "comm_blocks_fit_per_sm", "free_sms"],
 }
 
 
@@ -26,20 +25,20 @@ TABLE_COLUMNS = {
 @click.option("--run", "runs", multiple=True, metavar="RUN_ID", help="Only this run (repeatable).")
 @click.option("--kind", type=click.Choice(["all", "compute", "comm"]), default="all", show_default=True,
               help="Only kernels of this kind (shapes view).")
-@click.option("--delays", is_flag=True, help="One record per communication kernel: start delay, resident computation, blocks that fit.")
+@click.option("--delays", is_flag=True, help="One record per communication kernel: what `overlapviz explain` prints.")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True, help="Output format.")
 def residency(dataset: str, runs: tuple[str, ...], kind: str, delays: bool, fmt: str) -> None:
     """Occupancy of every distinct kernel launch shape in DATASET, or (--delays) why each collective started when it did.
 
     Shapes: blocks_per_sm (resident blocks per SM/CU by the device's occupancy rules),
     limiter (warps | blocks | registers | sgprs | shared_memory), occupancy (resident
-    warps / warp slots). Delays: start_delay_us = start − max(launch call, end of the
-    previous activity on the stream); the computation resident then; how many of the
-    collective's blocks fit beside it per SM, and what stops more.
+    warps / warp slots). Delays: the records of `overlapviz explain` (one implementation:
+    ready time from launch, stream and event dependencies; SM room by occupancy and grid;
+    the cause).
     """
     try:
         if delays:
-            frame = explain.comm_start_delays(dataset, run_ids=list(runs) or None)
+            frame = explain.explain(dataset, run_ids=list(runs) or None)
         else:
             frame = residency_lib.kernel_residency(dataset, run_ids=list(runs) or None)
             if kind != "all":

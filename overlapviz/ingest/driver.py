@@ -41,6 +41,7 @@ class _RankPart:
     steps: pa.Table | None
     devices: pa.Table | None
     info: dict
+    syncs: pa.Table | None
     top_device: int | None  # the device most of the rank's kernels ran on
 
 
@@ -67,7 +68,7 @@ def _ingest_file(path: str, reader_name: str, rules_json: str, file_index: int, 
         k = set_column(k, "run_id", pa.repeat(pa.scalar(run_id, pa.string()), n))
         k = set_column(k, "rank", pa.repeat(pa.scalar(rank, pa.int32()), n))
         rel, n = schema.write_kernels(k, directory, run_id, rank)
-        parts.append(_RankPart(rank, rel, n, t.steps, t.devices, t.info, _top_device(k)))
+        parts.append(_RankPart(rank, rel, n, t.steps, t.devices, t.info, getattr(t, "syncs", None), _top_device(k)))
         big = big or k.nbytes >= RELEASE_MIN_BYTES
         del k
         t.kernels = None
@@ -195,6 +196,8 @@ def _add_parts(writer, run: RunSource, st: _RunState, path: Path, parts: list[_R
         ident = {"run_id": run.run_id, "rank": rank}
         if part.steps is not None and part.steps.num_rows:
             writer.add("steps", _with_ident(part.steps, ident))
+        if part.syncs is not None and part.syncs.num_rows:
+            writer.add("syncs", _with_ident(part.syncs, ident))
         devices = part.devices if part.devices is not None and part.devices.num_rows else _manifest_devices(run, rank)
         if devices is not None and devices.num_rows:
             writer.add("devices", _with_ident(devices, ident))

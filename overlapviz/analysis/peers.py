@@ -1,0 +1,111 @@
+"""One collective instance across the ranks of its group: matching, peer wait, arrival skew, the slowest rank and bandwidth.
+
+An instance is matched by process group and sequence number where the trace records
+them (``record_param_comms`` / the kernel's args: ``comm_group``, ``comm_seq``), else by
+position: the n-th kernel of the same collective (within the same group where known) on
+every rank of the run. ``peer_wait_us`` = (latest start among the instance's ranks) −
+(this rank's start), assuming comparable rank clocks (one host, or synchronized); null
+where the instance was seen on one rank only.
+
+Bandwidth follows nccl-tests (``doc/PERFORMANCE.md``): ``algbw = bytes / time`` and
+``busbw = algbw x factor``: all_reduce 2(n−1)/n; all_gather, reduce_scatter and all_to_all
+(n−1)/n; broadcast, reduce, send/recv 1. ``time`` is the instance's span once every rank
+has arrived: last end − last start.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+__all__ = ["attach_peer_wait", "collective_instances", "bus_factor"]
+
+
+def instance_keys(explained: pd.DataFrame) -> pd.Series:
+    """The instance id of each comm kernel record (see the module docstring)."""
+    group = explained["comm_group"].astype(object).where(explained["comm_group"].notna(), "")
+    seq = explained["comm_seq"]
+    what = explained["collective"].astype(object).where(explained["collective"].notna(), explained["name"])
+    by_seq = seq.notna() & (group != "")
+    order = explained.assign(_g=group, _w=what).sort_values(["run_id", "rank", "start_ns"], kind="stable")
+    pos = order.groupby(["run_id", "rank", "_g", "_w"], sort=False).cumcount().reindex(explained.index)
+    positional = "pos:" + group.astype(str) + ":" + what.astype(str) + "#" + pos.astype(str)
+    seqd = "seq:" + group.astype(str) + "#" + seq.astype("Int64").astype(str)
+    return pd.Series(np.where(by_seq, seqd, positional), index=explained.index, dtype=object)
+
+
+def attach_peer_wait(explained: pd.DataFrame) -> pd.DataFrame:
+    """``explained`` with ``instance`` and ``peer_wait_us`` (exact ns differences shown in µs)."""
+    if not len(explained):
+        return explained.assign(instance=pd.Series(dtype=object), peer_wait_us=pd.Series(dtype="Float64"))
+    inst = instance_keys(explained)
+    g = explained.assign(instance=inst).groupby(["run_id", "instance"], sort=False)
+    latest = g["start_ns"].transform("max").astype(np.int64)
+    ranks = g["rank"].transform("nunique")
+    wait = (latest - explained["start_ns"].astype(np.int64)).to_numpy()
+    peer = pd.array(np.where(ranks.to_numpy() > 1, wait / 1000.0, np.nan), dtype="Float64")
+    peer[ranks.to_numpy() <= 1] = pd.NA
+    return explained.assign(instance=inst, peer_wait_us=peer)
+
+
+def bus_factor(collective: str | None, n: int) -> float | None:
+    """nccl-tests' bus bandwidth factor of a collective over ``n`` ranks (None: unknown collective)."""
+    if n < 1 or collective is None:
+        return None
+    if collective == "all_reduce":
+        return 2.0 * (n - 1) / n
+    if collective in ("all_gather", "reduce_scatter", "all_to_all"):
+        return (n - 1) / n
+    if collective in ("broadcast", "reduce", "send", "recv", "send_recv"):
+        return 1.0
+    return None
+
+
+def collective_instances(explained: pd.DataFrame, message_bytes: pd.Series | None = None) -> pd.DataFrame:
+    """One row per collective instance: ranks, arrival skew, the slowest rank, peer wait, and bandwidth.
+
+    Parameters
+    ----------
+    explained
+        :func:`overlapviz.analysis.explain.explain` records (with ``instance``).
+    message_bytes
+        Optional bytes of each record's message (aligned with ``explained``): where given,
+        ``algbw_gbps`` and ``busbw_gbps`` (GB/s, 1e9 bytes) are filled.
+
+    Returns
+    -------
+    pandas.DataFrame
+        ``run_id, instance, collective, n_ranks, first_ready_ns, last_ready_ns,
+        arrival_skew_us`` (last − first ready: when the last rank could start),
+        ``slowest_rank`` (the last to be ready), ``first_start_ns, last_start_ns,
+        last_end_ns, time_us, max_peer_wait_us, bytes, algbw_gbps, busbw_gbps``.
+    """
+    cols = ["run_id", "instance", "collective", "n_ranks", "first_ready_ns", "last_ready_ns", "arrival_skew_us",
+            "slowest_rank", "first_start_ns", "last_start_ns", "last_end_ns", "time_us", "max_peer_wait_us", "bytes",
+            "algbw_gbps", "busbw_gbps"]  # fmt: skip
+    if not len(explained):
+        return pd.DataFrame(columns=cols)
+    d = explained.assign(_bytes=message_bytes if message_bytes is not None else pd.NA)
+    rows = []
+    for (run_id, inst), x in d.groupby(["run_id", "instance"], sort=False):
+        ready = x["ready_ns"].astype("Int64")
+        has_ready = ready.notna().any()
+        slow = x.loc[ready.astype("Float64").idxmax(), "rank"] if has_ready else None
+        last_start, last_end = int(x["start_ns"].max()), int(x["end_ns"].max())
+        t_ns = last_end - last_start
+        n = int(x["rank"].nunique())
+        coll = x["collective"].dropna().iloc[0] if x["collective"].notna().any() else None
+        size = pd.to_numeric(x["_bytes"], errors="coerce").max()
+        alg = (float(size) / t_ns) if (pd.notna(size) and t_ns > 0) else None  # bytes/ns = GB/s
+        factor = bus_factor(coll, n)
+        rows.append({
+            "run_id": run_id, "instance": inst, "collective": coll, "n_ranks": n,
+            "first_ready_ns": int(ready.min()) if has_ready else None, "last_ready_ns": int(ready.max()) if has_ready else None,
+            "arrival_skew_us": (int(ready.max()) - int(ready.min())) / 1000.0 if has_ready else None,
+            "slowest_rank": None if slow is None else int(slow), "first_start_ns": int(x["start_ns"].min()),
+            "last_start_ns": last_start, "last_end_ns": last_end, "time_us": t_ns / 1000.0,
+            "max_peer_wait_us": float(x["peer_wait_us"].astype("Float64").max()) if x["peer_wait_us"].notna().any() else None,
+            "bytes": None if pd.isna(size) else int(size), "algbw_gbps": alg,
+            "busbw_gbps": None if alg is None or factor is None else alg * factor,
+        })  # fmt: skip
+    return pd.DataFrame(rows, columns=cols)

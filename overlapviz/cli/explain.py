@@ -1,0 +1,47 @@
+"""``overlapviz explain``: why each collective started late (DESIGN.md's contract), per kernel, per rank or per instance."""
+
+from __future__ import annotations
+
+import click
+
+from overlapviz.analysis import explain as explain_lib, peers
+from overlapviz.cli.residency import FORMATS, render
+
+# what the table view shows (JSON and CSV carry every column)
+TABLE_COLUMNS = {
+    "kernels": ["run_id", "rank", "stream", "correlation", "name", "start_delay_us", "ready_from", "dependency_source",
+                "cause", "blocking_resource", "blocker", "comm_blocks_fit_per_sm", "free_sms", "peer_wait_us"],
+    "summary": None,
+    "instances": ["run_id", "instance", "collective", "n_ranks", "arrival_skew_us", "slowest_rank", "time_us",
+                  "max_peer_wait_us", "algbw_gbps", "busbw_gbps"],
+}  # fmt: skip
+
+
+@click.command()
+@click.argument("dataset", type=click.Path(file_okay=False, path_type=str))
+@click.option("--run", "runs", multiple=True, metavar="RUN_ID", help="Only this run (repeatable).")
+@click.option("--summary", is_flag=True, help="Per run x rank: start − launch summed by cause, total peer wait, top blockers.")
+@click.option("--instances", is_flag=True, help="Per collective instance across ranks: arrival skew, slowest rank, bandwidth.")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True, help="Output format.")
+def explain(dataset: str, runs: tuple[str, ...], summary: bool, instances: bool, fmt: str) -> None:
+    """Why each communication kernel in DATASET started when it did.
+
+    ready_ns = the latest of its launch call, the end of the previous activity on its
+    stream and the end of the producers of the events its stream waited on
+    (dependency_source: cuda_sync where the trace's sync record names them, inferred from
+    host order otherwise). cause: stream_order | dependency | sm_resources (no block fits
+    beside the resident computation, by occupancy and grid; blocking_resource, blocker) |
+    launch_latency | unknown | none. Times are exact int64 ns; *_us columns are µs.
+    """
+    if summary and instances:
+        raise click.UsageError("--summary and --instances are two views: pick one")
+    try:
+        frame = explain_lib.explain(dataset, run_ids=list(runs) or None)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+    view = "kernels"
+    if summary:
+        frame, view = explain_lib.summarize(frame), "summary"
+    elif instances:
+        frame, view = peers.collective_instances(frame), "instances"
+    click.echo(render(frame, fmt, columns=TABLE_COLUMNS[view]), nl=fmt != "csv")
