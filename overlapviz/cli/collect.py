@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from overlapviz.collectors.config import PRESETS, CollectConfig, coerce, field_types, preset, run_id
+from overlapviz.collectors.scenarios import SCENARIOS
 
 
 def _knob_options(fn):
@@ -28,6 +29,10 @@ def _knob_options(fn):
 @click.option("--preset", "preset_name", metavar="NAME", help=f"One configuration from a preset: {', '.join(PRESETS)}.")
 @click.option("--sweep", "sweep_file", type=click.Path(dir_okay=False, path_type=str), help="A TOML sweep file (see docs/collect.md).")
 @click.option("--config", "config_file", type=click.Path(dir_okay=False, path_type=str), help="One configuration from a JSON file of fields.")
+@click.option("--scenario", "scenario_names", metavar="NAME|all",
+              help="Ground-truth scenarios (one GPU, stand-in comm) whose start-delay cause is known by construction: "
+                   f"all, or a comma-separated list of: {', '.join(SCENARIOS)}. Each is recorded with and without CUDA sync events; "
+                   "takes no configuration options.")
 @click.option("-o", "--output", "out", required=True, type=click.Path(file_okay=False, path_type=str),
               help="Sweep directory: runs go to DIR/runs/<run_id>/, the dataset to DIR/dataset.")
 @click.option("--launcher", default=None, metavar="CMD",
@@ -37,10 +42,11 @@ def _knob_options(fn):
 @click.option("--list", "list_only", is_flag=True, help="Print the run ids (and whether finished) and run nothing.")
 @click.option("--progress/--no-progress", default=None, help="Progress bar (default: when stderr is a terminal).")
 @_knob_options
-def collect(preset_name, sweep_file, config_file, out, launcher, no_ingest, list_only, progress, **knobs) -> None:
+def collect(preset_name, sweep_file, config_file, scenario_names, out, launcher, no_ingest, list_only, progress,
+            **knobs) -> None:
     """Run the computation-communication overlap experiment and ingest the traces.
 
-    Exactly one of --preset, --sweep or --config. Each configuration runs in its own
+    Exactly one of --preset, --sweep, --config or --scenario. Each configuration runs in its own
     process (torchrun for several GPUs) with a timeout; a sweep that was interrupted is
     resumed by running the same command again: finished runs (manifest ok or failed) are
     kept, failed ones are not retried (delete their directory to retry).
@@ -49,14 +55,18 @@ def collect(preset_name, sweep_file, config_file, out, launcher, no_ingest, list
     overlapviz collect --preset cb_ar_standin -o runs/one --setup optimized
     overlapviz collect --sweep collectors/sweep_h200_standin.toml -o runs/h200
     overlapviz collect --preset cb_ar --nproc 8 -o runs/nccl       # torchrun, NCCL
+    overlapviz collect --scenario all -o runs/scenarios             # one GPU, known causes
     """
     from overlapviz.collectors import manifest as mf
     from overlapviz.collectors import sweep as sw
 
-    chosen = [x for x in (preset_name, sweep_file, config_file) if x]
+    chosen = [x for x in (preset_name, sweep_file, config_file, scenario_names) if x]
     if len(chosen) != 1:
-        raise click.UsageError("give exactly one of --preset, --sweep or --config")
+        raise click.UsageError("give exactly one of --preset, --sweep, --config or --scenario")
     overrides = {k[len("knob_"):]: v for k, v in knobs.items() if v is not None}
+    if scenario_names:
+        _collect_scenarios(scenario_names, out, launcher, no_ingest, list_only, progress, overrides)
+        return
     try:
         if sweep_file:
             sweep = sw.load_sweep(sweep_file, overrides=overrides)
@@ -102,3 +112,38 @@ def collect(preset_name, sweep_file, config_file, out, launcher, no_ingest, list
         click.echo(f"dataset: {path}")
     if failed and not ok:
         raise click.ClickException("every configuration failed")
+
+
+def _collect_scenarios(names, out, launcher, no_ingest, list_only, progress, overrides) -> None:
+    """``--scenario``: record the ground-truth scenarios (collectors/scenarios.py), then ingest them."""
+    from overlapviz.collectors import manifest as mf
+    from overlapviz.collectors import scenarios as sc
+    from overlapviz.collectors import sweep as sw
+
+    if overrides:
+        # each scenario is a construction (grid, pad, streams): a changed knob could undo its cause
+        raise click.UsageError(f"--scenario takes no configuration options (got --{next(iter(overrides)).replace('_', '-')})")
+    try:
+        chosen = sc.select(names)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+    if list_only:
+        for s in chosen:
+            for sync in (True, False):
+                rid = sc.run_id(s.name, sync)
+                click.echo(f"{rid}\t{mf.run_status(Path(out) / sc.RUNS_DIR / rid) or 'todo'}")
+        return
+    results = sc.collect(chosen, out, launcher=launcher)
+    failed = [r for r in results if r[1] != "ok"]
+    click.echo(f"scenarios: {len(results)} runs, {len(results) - len(failed)} ok, {len(failed)} failed "
+               f"-> {Path(out) / sc.RUNS_DIR}")
+    for rid, _, error in failed:
+        click.echo(f"  failed {rid}: {error}")
+    if not no_ingest and len(failed) < len(results):
+        try:
+            path = sw.ingest_sweep(out, progress=progress)
+        except ValueError as exc:
+            raise click.ClickException(str(exc)) from None
+        click.echo(f"dataset: {path}")
+    if failed and len(failed) == len(results):
+        raise click.ClickException("every scenario failed")
