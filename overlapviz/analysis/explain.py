@@ -60,6 +60,7 @@ _READ = [
     "grid_y", "grid_z", "block_x", "block_y", "block_z", "regs_per_thread", "shared_mem_bytes", "sgprs", "accum_vgprs",
     "launch_ns", "launch_tid", "step", "collective", "comm_group", "comm_seq",
 ]  # fmt: skip
+_DICTIONARY = ("run_id", "name", "kind", "collective", "comm_group")  # read without a string per row
 _SYNC_INTS = ("tid", "start_ns", "correlation", "stream", "wait_on_stream", "wait_on_record_correlation")
 _RESOURCE = {"blocks": "block_slots"}  # the fit model's names -> DESIGN.md's
 
@@ -70,7 +71,15 @@ def _ints(table: pa.Table, name: str) -> np.ndarray:
 
 
 def _strs(table: pa.Table, name: str) -> np.ndarray:
-    return np.asarray(table.column(name).to_pylist(), dtype=object)
+    """A string column as an object array (dictionary-encoded columns decoded through their dictionary)."""
+    col = table.column(name)
+    if not len(col):
+        return np.empty(0, object)
+    col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    if pa.types.is_dictionary(col.type):
+        words = np.asarray(col.dictionary.to_pylist() + [None], dtype=object)
+        return words[pc.fill_null(col.indices, len(col.dictionary)).to_numpy().astype(np.int64)]
+    return col.to_numpy(zero_copy_only=False).astype(object)
 
 
 def explain(dataset_path: str | os.PathLike, *, run_ids=None) -> pd.DataFrame:
@@ -82,20 +91,15 @@ def explain(dataset_path: str | os.PathLike, *, run_ids=None) -> pd.DataFrame:
         ``KEYS`` then ``EXTRA`` columns; times int64 ns (nullable), ``start_delay_us`` and
         ``peer_wait_us`` float µs computed from exact ns. Sorted by run, rank, start.
     """
-    k = schema.read_kernels(dataset_path, columns=_READ, run_ids=run_ids)
+    k = schema.read_kernels(dataset_path, columns=_READ, run_ids=run_ids, dictionary=_DICTIONARY)
     syncs = schema.read_table(dataset_path, "syncs") if "syncs" in schema.TABLES else None
     if syncs is not None and run_ids is not None:
         syncs = syncs.filter(pc.is_in(syncs.column("run_id"), pa.array(list(run_ids), pa.string())))
     dev_limits = device_table(dataset_path)
     carveouts = run_carveouts(dataset_path)
     parts = []
-    keys = pa.table({"run_id": k.column("run_id"), "rank": k.column("rank")})
-    groups = keys.group_by(["run_id", "rank"], use_threads=False).aggregate([]).to_pylist() if k.num_rows else []
-    run_col = _strs(k, "run_id") if k.num_rows else np.empty(0, object)
-    rank_col = _ints(k, "rank")
-    for g in sorted(groups, key=lambda r: (r["run_id"], r["rank"])):
-        rows = np.flatnonzero((run_col == g["run_id"]) & (rank_col == g["rank"]))
-        rk = k.take(pa.array(rows))
+    for rk in _per_rank(k):
+        g = {"run_id": rk.column("run_id")[0].as_py(), "rank": rk.column("rank")[0].as_py()}
         rs = None
         if syncs is not None and syncs.num_rows:
             m = pc.and_(pc.equal(syncs.column("run_id"), g["run_id"]), pc.equal(syncs.column("rank"), g["rank"]))
@@ -106,6 +110,32 @@ def explain(dataset_path: str | os.PathLike, *, run_ids=None) -> pd.DataFrame:
     out = pd.concat(parts, ignore_index=True) if parts else _empty()
     out = peers.attach_peer_wait(out)
     return out[KEYS + EXTRA].sort_values(["run_id", "rank", "start_ns"], kind="stable").reset_index(drop=True)
+
+
+def _lanes(device: np.ndarray, stream: np.ndarray, host: np.ndarray) -> np.ndarray:
+    """A dense code per (device, stream, host) triple: a stream is a device's, a host thread is not a stream."""
+    if len(stream) and stream.min() >= -1 and stream.max() < (1 << 50) and device.min() >= -1 and device.max() < 1000:
+        return pd.factorize((stream + 1) * 2048 + (device + 1) * 2 + host.astype(np.int64))[0].astype(np.int64)
+    return pd.factorize(pd.MultiIndex.from_arrays([device, stream, host]))[0].astype(np.int64)
+
+
+def _per_rank(k: pa.Table):
+    """``k``'s rows of each run x rank, in run, rank order: slices where a rank's rows are
+    contiguous (the dataset stores one file per run x rank), else taken."""
+    if not k.num_rows:
+        return
+    run = k.column("run_id").combine_chunks().dictionary_encode()
+    code = run.indices.to_numpy(zero_copy_only=False).astype(np.int64) * (1 << 32) + _ints(k, "rank")
+    cut = np.flatnonzero(code[1:] != code[:-1]) + 1
+    lo, hi = np.concatenate([[0], cut]), np.concatenate([cut, [len(code)]])
+    names = run.dictionary.to_pylist()
+    segments = sorted(zip(lo.tolist(), hi.tolist()), key=lambda ab: (names[code[ab[0]] >> 32], int(code[ab[0]] & 0xFFFFFFFF)))
+    if len(np.unique(code[lo])) == len(lo):  # each run x rank one contiguous block
+        for a, b in segments:
+            yield k.slice(a, b - a)
+        return
+    for key in sorted(np.unique(code), key=lambda c: (names[c >> 32], int(c & 0xFFFFFFFF))):
+        yield k.take(pa.array(np.flatnonzero(code == key)))
 
 
 def _empty() -> pd.DataFrame:
@@ -123,7 +153,7 @@ def _explain_rank(k: pa.Table, syncs: pa.Table | None, dev_limits: dict, carveou
     device = _ints(k, "device")
     launch, launch_tid = _ints(k, "launch_ns"), _ints(k, "launch_tid")
     # a stream is a (device, stream) pair; host activities (CPU-only traces) run on their thread
-    lane = np.unique(np.stack([device, stream, host.astype(np.int64)]), axis=1, return_inverse=True)[1].reshape(-1).astype(np.int64)
+    lane = _lanes(device, stream, host)
     s_ready = stream_ready(lane, start, end)
     sync_cols = {}
     if syncs is not None and syncs.num_rows:
@@ -131,9 +161,12 @@ def _explain_rank(k: pa.Table, syncs: pa.Table | None, dev_limits: dict, carveou
         sync_cols["kind"] = _strs(syncs, "kind")
         sync_cols["source"] = _strs(syncs, "source")
         # the stream ids syncs name are the trace's; map them onto this rank's lanes
-        sid = {int(s): int(lnum) for s, lnum, h in zip(stream.tolist(), lane.tolist(), host.tolist()) if not h}
+        ids, first = np.unique(np.where(host, UNKNOWN, stream), return_index=True)
         for c in ("stream", "wait_on_stream"):
-            sync_cols[c] = np.array([sid.get(int(v), UNKNOWN - 1) if v != UNKNOWN else UNKNOWN for v in sync_cols[c]], np.int64)
+            v = sync_cols[c]
+            pos = np.minimum(np.searchsorted(ids, v), len(ids) - 1)
+            found = (ids[pos] == v) & (v != UNKNOWN)
+            sync_cols[c] = np.where(v == UNKNOWN, UNKNOWN, np.where(found, lane[first[pos]], UNKNOWN - 1))
     g = np.flatnonzero(gpu)
     ready = dependency_ready(stream=lane[g], start=start[g], end=end[g], launch=launch[g], launch_tid=launch_tid[g], syncs=sync_cols)
     dep = np.full(len(start), UNKNOWN, np.int64)
@@ -154,7 +187,8 @@ def _explain_rank(k: pa.Table, syncs: pa.Table | None, dev_limits: dict, carveou
     dep_wait = np.where((D != UNKNOWN) & (base != UNKNOWN), np.maximum(0, D - base), 0)
     ready_wait = np.where(ready_ns != UNKNOWN, start_c - ready_ns, UNKNOWN)
 
-    room = _sm_room(k, c, ready_ns, host, kind, device, lane, start, end, dev_limits, carveouts)
+    names = _strs(k, "name")
+    room = _sm_room(k, names, c, ready_ns, host, kind, device, lane, start, end, dev_limits, carveouts)
     fit = room["fit"]
     ready_part = np.where(
         ~np.isnan(fit) & (fit == 0), "sm_resources",
@@ -169,10 +203,9 @@ def _explain_rank(k: pa.Table, syncs: pa.Table | None, dev_limits: dict, carveou
     blocking = np.where(sm, room["resource"], None)
     blocker = np.where(sm, room["blocker"], None)
 
-    names = _strs(k, "name")
-
     def nint(a):
-        return pd.array(np.where(a == UNKNOWN, None, a).tolist(), dtype="Int64")
+        a = np.asarray(a, np.int64)
+        return pd.arrays.IntegerArray(a, a == UNKNOWN)
 
     pcorr = np.where(prod[c] >= 0, _ints(k, "correlation")[np.maximum(prod[c], 0)], UNKNOWN)
     pstream = np.where(prod[c] >= 0, stream[np.maximum(prod[c], 0)], UNKNOWN)
@@ -220,8 +253,9 @@ def _explain_rank(k: pa.Table, syncs: pa.Table | None, dev_limits: dict, carveou
     return out
 
 
-def _sm_room(k, c, ready_ns, host, kind, device, lane, start, end, dev_limits, carveouts) -> dict:
-    """SM room for each comm kernel ``c`` at its ready time (module docstring)."""
+def _sm_room(k, names, c, ready_ns, host, kind, device, lane, start, end, dev_limits, carveouts) -> dict:
+    """SM room for each comm kernel ``c`` at its ready time (module docstring), vectorized over
+    (comm kernel, resident computation kernel) pairs."""
     n = len(c)
     res = {"fit": np.full(n, np.nan), "free": np.full(n, np.nan), "with_room": np.full(n, np.nan),
            "num_sms": np.full(n, np.nan), "resource": np.full(n, None, object), "blocker": np.full(n, None, object),
@@ -231,78 +265,87 @@ def _sm_room(k, c, ready_ns, host, kind, device, lane, start, end, dev_limits, c
         res["n_resident"] = np.full(n, None)
         return res
     comp = np.flatnonzero(~host & np.isin(kind, ["compute", "other"]))
-    # resident computation at each comm kernel's ready time: at most one per stream (streams are in order)
-    resident: list[list[int]] = [[] for _ in range(n)]
+    # resident computation at each comm kernel's ready time: at most one per stream (streams run in order)
     t = np.where(ready_ns == UNKNOWN, start[c], ready_ns)
+    pair_i, pair_r = [], []
     for ln in np.unique(lane[comp]):
         m = comp[lane[comp] == ln]
         m = m[np.argsort(start[m], kind="stable")]
         pos = np.searchsorted(start[m], t, side="right") - 1
-        ok = pos >= 0
-        idx = np.where(ok, m[np.maximum(pos, 0)], 0)
-        hit = ok & (end[idx] > t) & (device[idx] == device[c])
-        for i in np.flatnonzero(hit):
-            resident[i].append(int(idx[i]))
-    # occupancy of the comm kernels and the resident ones, once per distinct launch shape
-    need = np.unique(np.concatenate([c, np.asarray([r for rr in resident for r in rr], np.int64)]))
-    occ = _occupancy(k, need, dev_limits, carveouts)
-    names = _strs(k, "name")
-    gx = _grid(k)
-    for i, ci in enumerate(c.tolist()):
-        res["n_resident"][i] = len(resident[i])
-        res["resident"][i] = ", ".join(names[r] for r in resident[i]) or None
-        oc = occ.get(ci)
-        if oc is None or isinstance(oc, str):
-            res["note"][i] = oc or "launch shape or device limits unknown"
+        idx = m[np.maximum(pos, 0)]
+        hit = np.flatnonzero((pos >= 0) & (end[idx] > t) & (device[idx] == device[c]))
+        pair_i.append(hit)
+        pair_r.append(idx[hit])
+    pi = np.concatenate(pair_i) if pair_i else np.empty(0, np.int64)
+    pr = np.concatenate(pair_r) if pair_r else np.empty(0, np.int64)
+    order = np.lexsort((pr, pi))
+    pi, pr = pi[order], pr[order]
+    res["n_resident"] = np.bincount(pi, minlength=n).astype(np.int64)
+    if len(pi):  # names of what was resident, for the record (pairs are sorted by comm kernel)
+        single = res["n_resident"][pi] == 1
+        res["resident"][pi[single]] = names[pr[single]]
+        multi = np.flatnonzero(~single)
+        for i in np.unique(pi[multi]).tolist():
+            res["resident"][i] = ", ".join(names[pr[multi[pi[multi] == i]]])
+    occ = _occupancy(k, np.concatenate([c, pr]), dev_limits, carveouts)
+    oc = {f: v[: n] for f, v in occ.items()}
+    ro = {f: v[n:] for f, v in occ.items()}
+    # the comm kernel's own facts
+    N = oc["num_sms"]
+    ok_c = ~np.isnan(oc["blocks_per_sm"]) & (N > 0)
+    res["note"] = np.where(ok_c, None, oc["note"])
+    res["num_sms"] = np.where(ok_c, N, np.nan)
+    # each resident kernel: the SMs it holds in its current wave, and the comm blocks that fit beside it
+    b = ro["blocks_per_sm"]
+    G = _grid(k)[pr].astype(np.float64)
+    Np = N[pi] if len(pi) else np.empty(0)
+    good = ~np.isnan(b) & (b > 0) & (G > 0) & ok_c[pi]
+    bb, GG, NN = np.where(good, b, 1), np.where(good, G, 1), np.where(good & (Np > 0), Np, 1)
+    waves = np.ceil(GG / (NN * bb))
+    dur = np.maximum(end[pr] - start[pr], 1).astype(np.float64)
+    w = np.minimum(np.floor((t[pi] - start[pr]).astype(np.float64) * waves / dur), waves - 1)
+    left = GG - w * NN * bb
+    held = np.minimum(NN, np.ceil(left / bb))
+    cap_fit = np.full(len(pi), np.nan)
+    lim = np.full(len(pi), None, dtype=object)
+    lim_code = pd.factorize(np.array([id(x) for x in oc["limits"]], np.int64))[0] if n else np.empty(0, np.int64)
+    for key in np.unique(lim_code[pi]) if len(pi) else ():  # one capacity per device's limits
+        key = int(np.flatnonzero(lim_code == key)[0])
+        same = good & (lim_code[pi] == lim_code[key])
+        if not same.any() or not isinstance(oc["limits"][key], dict):
             continue
-        lim = oc["limits"]
-        N = int(lim.get("num_sms") or 0)
-        if N <= 0:
-            res["note"][i] = "device has no SM count"
-            continue
-        res["num_sms"][i] = N
-        cap = capacity(lim)
-        held_total, best, room_sms, blocker, resource, latest = 0, -1.0, 0, None, None, None
-        unknown = False
-        for r in resident[i]:
-            ro = occ.get(r)
-            if ro is None or isinstance(ro, str) or gx[r] <= 0 or not ro["blocks_per_sm"]:
-                unknown = True
-                res["note"][i] = f"resident {names[r]}: {ro if isinstance(ro, str) else 'launch shape unknown'}"
-                break
-            b = int(ro["blocks_per_sm"])
-            G = int(gx[r])
-            waves = -(-G // (N * b))
-            dur = max(int(end[r] - start[r]), 1)
-            w = min(int((int(t[i]) - int(start[r])) * waves // dur), waves - 1)
-            left = G - w * N * b
-            held = min(N, -(-left // b))
-            held_total += held
-            f, lm, _ = blocks_fit(cap, b * ro["warps_per_block"], b, b * ro["warps_per_block"] * ro["regs_per_warp"],
-                                  b * ro["smem_alloc_bytes"], ro["smem_config_bytes"], oc["warps_per_block"], oc["regs_per_warp"],
-                                  oc["smem_alloc_bytes"], own_config=oc["smem_config_needed_bytes"])  # fmt: skip
-            f = float(np.asarray(f).reshape(-1)[0])
-            if np.isnan(f):
-                unknown = True
-                break
-            best = max(best, f)
-            room_sms += held if f > 0 else 0
-            finish = min(int(end[r]), int(start[c[i]]))
-            if latest is None or finish > latest:
-                latest, blocker = finish, names[r]
-                resource = np.asarray(lm, dtype=object).reshape(-1)[0]
-        if unknown:
-            continue
-        free = max(0, N - held_total)
-        alone = float(oc["blocks_per_sm"])
-        if free > 0 or not resident[i]:
-            best = max(best, alone)
-        res["fit"][i] = best
-        res["free"][i] = free
-        res["with_room"][i] = min(N, free + room_sms) if alone > 0 else 0
-        if best == 0:
-            res["blocker"][i] = blocker
-            res["resource"][i] = _RESOURCE.get(resource, resource)
+        ci = pi[same]
+        f, lm, _ = blocks_fit(capacity(oc["limits"][key]), b[same] * ro["warps_per_block"][same], b[same],
+                              b[same] * ro["warps_per_block"][same] * ro["regs_per_warp"][same], b[same] * ro["smem_alloc_bytes"][same],
+                              ro["smem_config_bytes"][same], oc["warps_per_block"][ci], oc["regs_per_warp"][ci],
+                              oc["smem_alloc_bytes"][ci], own_config=oc["smem_config_needed_bytes"][ci])  # fmt: skip
+        cap_fit[same], lim[same] = f, lm
+    bad = ~good | np.isnan(cap_fit)
+    unknown = np.bincount(pi[bad], minlength=n) > 0 if len(pi) else np.zeros(n, bool)
+    for j in np.flatnonzero(bad):
+        if res["note"][pi[j]] is None:
+            why = ro["note"][j] or "launch shape unknown"
+            res["note"][pi[j]] = f"resident {names[pr[j]]}: {why}"
+    held_total = np.bincount(pi, weights=np.where(bad, 0, held), minlength=n)
+    best = np.full(n, -1.0)
+    np.maximum.at(best, pi[~bad], cap_fit[~bad])
+    room = np.bincount(pi, weights=np.where(~bad & (cap_fit > 0), held, 0), minlength=n)
+    free = np.maximum(0, np.where(ok_c, N, 0) - held_total)
+    alone = oc["blocks_per_sm"]
+    best = np.where((free > 0) | (res["n_resident"] == 0), np.fmax(best, alone), best)
+    known = ok_c & ~unknown
+    res["fit"] = np.where(known, best, np.nan)
+    res["free"] = np.where(known, free, np.nan)
+    res["with_room"] = np.where(known, np.where(alone > 0, np.minimum(N, free + room), 0), np.nan)
+    # the blocker: the resident kernel whose end (or the comm's start, if later) came last
+    finish = np.minimum(end[pr], start[c][pi]).astype(np.float64)
+    latest = np.full(n, -np.inf)
+    np.maximum.at(latest, pi, finish)
+    top = np.flatnonzero(finish == latest[pi])
+    top = top[np.unique(pi[top], return_index=True)[1]]  # the first such pair per comm kernel
+    blocked = known[pi[top]] & (best[pi[top]] == 0)
+    res["blocker"][pi[top[blocked]]] = names[pr[top[blocked]]]
+    res["resource"][pi[top[blocked]]] = [_RESOURCE.get(x, x) for x in lim[top[blocked]]]
     return res
 
 
@@ -311,30 +354,35 @@ def _grid(k: pa.Table) -> np.ndarray:
     return g[0] * g[1] * g[2]
 
 
+_OCC_FIELDS = ("blocks_per_sm", "warps_per_block", "regs_per_warp", "smem_alloc_bytes", "smem_config_bytes",
+               "smem_config_needed_bytes", "num_sms")  # fmt: skip
+
+
 def _occupancy(k: pa.Table, rows: np.ndarray, dev_limits: dict, carveouts: dict) -> dict:
-    """``{row: facts}`` for ``rows`` of ``k``: occupancy facts, or a str saying why none."""
-    if not len(rows):
-        return {}
+    """Occupancy facts of ``rows`` of ``k`` as arrays aligned with ``rows`` (NaN where unknown, ``note``
+    saying why), computed once per distinct launch shape; ``limits`` holds each row's device limits."""
+    n = len(rows)
+    out = {f: np.full(n, np.nan) for f in _OCC_FIELDS}
+    out["note"] = np.full(n, None, dtype=object)
+    out["limits"] = np.full(n, None, dtype=object)
+    if not n:
+        return out
     sub = k.take(pa.array(rows)).select(["run_id", "rank", "device", "name", "block_x", "block_y", "block_z",
                                           "regs_per_thread", "shared_mem_bytes", "sgprs", "accum_vgprs"]).to_pandas()  # fmt: skip
     threads = sub["block_x"] * sub["block_y"].fillna(1) * sub["block_z"].fillna(1)
-    sub = sub.assign(threads_per_block=threads.astype("Int64") if len(sub) else threads)
+    sub = sub.drop(columns=["block_x", "block_y", "block_z"]).assign(threads_per_block=threads)
     key = ["run_id", "rank", "device", "name", "threads_per_block", "regs_per_thread", "shared_mem_bytes", "sgprs", "accum_vgprs"]
-    uniq = sub.drop_duplicates(key).reset_index(drop=True)
-    occ = kernel_occupancy(uniq, dev_limits, carveouts)
-    facts = {}
-    for rec in occ.to_dict("records"):
-        kk = tuple(None if (v is None or (not isinstance(v, str) and pd.isna(v))) else v for v in (rec[c] for c in key))
-        if pd.isna(rec["blocks_per_sm"]):
-            facts[kk] = rec["residency_note"] or "launch shape or device limits unknown"
-            continue
-        lim = limits_for(dev_limits, rec["run_id"], int(rec["rank"]), None if pd.isna(rec["device"]) else int(rec["device"]))
-        facts[kk] = {"limits": lim, **{c: rec[c] for c in ("blocks_per_sm", "warps_per_block", "regs_per_warp", "smem_alloc_bytes",
-                                                          "smem_config_bytes", "smem_config_needed_bytes")}}  # fmt: skip
-    out = {}
-    for r, rec in zip(rows.tolist(), sub[key].to_dict("records")):
-        kk = tuple(None if (v is None or (not isinstance(v, str) and pd.isna(v))) else v for v in (rec[c] for c in key))
-        out[r] = facts.get(kk)
+    code = sub.groupby(key, dropna=False, sort=False).ngroup().to_numpy()
+    first = np.unique(code, return_index=True)[1]
+    uniq = sub.iloc[first].reset_index(drop=True)
+    occ = kernel_occupancy(uniq.astype({"threads_per_block": "Int64"}), dev_limits, carveouts)
+    for f in _OCC_FIELDS:
+        out[f] = occ[f].to_numpy(np.float64, na_value=np.nan)[code]
+    out["note"] = np.where(np.isnan(out["blocks_per_sm"]), occ["residency_note"].fillna("launch shape or device limits unknown")
+                           .to_numpy(object)[code], None)  # fmt: skip
+    lims = np.array([limits_for(dev_limits, r["run_id"], int(r["rank"]), None if pd.isna(r["device"]) else int(r["device"]))
+                     for r in uniq[["run_id", "rank", "device"]].to_dict("records")] + [None], dtype=object)[:-1]  # fmt: skip
+    out["limits"] = lims[code]
     return out
 
 
