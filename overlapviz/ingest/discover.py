@@ -123,7 +123,11 @@ def _describe(path: Path) -> str:
         return str(exc).split(": ", 1)[-1]
     if not head.strip():
         return "empty file"
-    return "not a Chrome trace or rocprof output"
+    if head.startswith(b"SQLite format 3"):
+        return "a SQLite file that is neither an Nsight Systems export nor a rocpd database"
+    if path.suffix in (".nsys-rep", ".qdrep"):
+        return "an Nsight Systems report: export it first (nsys export --type sqlite REPORT)"
+    return "not a Chrome trace, rocprof output, Nsight Systems export or rocpd database"
 
 
 def _discover_dir(d: Path, depth: int) -> list[RunSource]:

@@ -12,8 +12,9 @@ from overlapviz.ingest.files import head_bytes
 
 __all__ = ["detect", "reader_named", "readers"]
 
-# the most specific formats first: rocprof's CSV/JSON before Chrome's JSON
-READER_MODULES = ("overlapviz.ingest.rocprof", "overlapviz.ingest.chrome")
+# the most specific formats first: the SQLite formats (Nsight Systems, rocpd; their sniff returns
+# at once on anything that is not SQLite), then rocprof's CSV/JSON before Chrome's JSON
+READER_MODULES = ("overlapviz.ingest.nsys", "overlapviz.ingest.rocpd", "overlapviz.ingest.rocprof", "overlapviz.ingest.chrome")
 
 
 def readers() -> list[Reader]:
