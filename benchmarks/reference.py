@@ -7,7 +7,7 @@ per kind over sorted boundaries) instead of interval merging. Slow, simple, obvi
 right; used by ``bench_ingest.py`` and by the tests as the yardstick.
 
 GPU side: activities are ``kernel`` / ``gpu_memcpy`` / ``gpu_memset`` events (``ph: X``);
-comm = a kernel whose name matches ``nccl|rccl|msccl|ovz_comm`` (case-insensitive),
+comm = a kernel whose name matches ``nccl|rccl|msccl|ovz_comm|ep::(intra|inter)node(_ll)?::`` (case-insensitive),
 memory = memcpy/memset, compute = every other kernel. CPU-only traces (no GPU activity):
 ``gloo:*`` ranges are comm and the top-level ``cpu_op``s of the main thread are compute
 (except ``c10d::*``, ``record_param_comms``, ``ProfilerStep#*``, which are neither).
@@ -21,7 +21,7 @@ import re
 from decimal import Decimal
 from pathlib import Path
 
-COMM_RE = re.compile(r"nccl|rccl|msccl|ovz_comm", re.IGNORECASE)
+COMM_RE = re.compile(r"nccl|rccl|msccl|ovz_comm|ep::(?:intra|inter)node(?:_ll)?::", re.IGNORECASE)
 GPU_CATS = {"kernel": "kernel", "Kernel": "kernel", "gpu_memcpy": "memory", "Memcpy": "memory",
             "gpu_memset": "memory", "Memset": "memory"}  # fmt: skip
 HOST_NOT_COMPUTE = re.compile(r"^c10d::|^record_param_comms$|ProcessGroup|^ProfilerStep#")

@@ -24,7 +24,9 @@ from overlapviz.schema import KINDS
 
 MEMORY_CATEGORIES = ("gpu_memcpy", "gpu_memset", "memcpy", "memset", "memory_copy")
 GPU_CATEGORIES = ("kernel",) + MEMORY_CATEGORIES
-COMM_PATTERN = r"nccl|rccl|msccl|ovz_comm"
+# DeepEP's expert-parallel all-to-all kernels (deep_ep::intranode::dispatch, ...::internode::combine,
+# ...::internode_ll::...) move tokens between GPUs with NVLink/NVSHMEM: communication, not NCCL's name
+COMM_PATTERN = r"nccl|rccl|msccl|ovz_comm|ep::(?:intra|inter)node(?:_ll)?::"
 
 
 @dataclass(frozen=True)
@@ -128,7 +130,7 @@ def _encode(values: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, pa.Array]:
 def default_rules() -> RuleSet:
     """DESIGN.md's defaults.
 
-    GPU side: comm kernels match ``nccl|rccl|msccl|ovz_comm``; memcpy/memset are
+    GPU side: comm kernels match ``nccl|rccl|msccl|ovz_comm`` or DeepEP's ``ep::intranode::`` / ``ep::internode(_ll)::``; memcpy/memset are
     ``memory``; every other kernel is ``compute``. Host side (CPU-only traces, where host
     activities stand in for kernels): gloo's ``gloo:<collective>`` ranges are ``comm``;
     top-level ``cpu_op``s are ``compute`` except the host halves of collectives

@@ -495,3 +495,15 @@ def test_classify_equals_reading_the_rules_row_by_row(rows, extra):
 
     got = rules.classify(pa.array(names, pa.string()), pa.array(cats, pa.string())).to_pylist()
     assert got == [expected(n, c) for n, c in rows]
+
+
+def test_deepep_kernels_are_communication_by_default():
+    import pyarrow as pa
+
+    from overlapviz.rules import default_rules
+
+    names = ["void dpsk::ep::internode::dispatch<false, 8, true, 8>(int4*)", "void deep_ep::intranode::combine<8>(int4*)",
+             "void deep_ep::internode_ll::dispatch<3>(void*)", "void dpsk::ep::cuda::get_dispatch_layout<256, 32, 8>(long const*)",
+             "sm90_xmma_gemm_bf16bf16"]  # fmt: skip
+    kinds = default_rules().classify(pa.array(names), pa.array(["kernel"] * len(names))).to_pylist()
+    assert kinds == ["comm", "comm", "comm", "compute", "compute"]  # the layout kernel computes, it moves nothing
