@@ -303,3 +303,14 @@ def test_every_output_column_is_documented(plain):
     frames = [d, summarize(d), collective_instances(d)]
     missing = sorted({c for f in frames for c in f.columns if f"`{c}`" not in doc})
     assert not missing, missing
+
+
+def test_host_synchronization_before_the_launch_is_reported(tmp_path):
+    # the host blocked 80 µs in cudaStreamSynchronize between its previous launch and the collective's
+    sync = _sync("stream_sync", 104_000) | {"end_ns": BASE + 184_000, "name": "cudaStreamSynchronize"}
+    kernels = [DEP[0], _k("ncclDevKernel_AllReduce", "comm", 20, 305_000, 306_000, launch=190_000, corr=903, **COMM)]
+    c = _one(tmp_path, [sync], kernels)
+    assert (c["host_wait_ns"], c["host_wait_call"]) == (80_000, "cudaStreamSynchronize")
+    other_thread = _sync("stream_sync", 104_000, tid=TID + 1) | {"end_ns": BASE + 184_000}
+    c = _one(tmp_path / "b", [other_thread], kernels)
+    assert c["host_wait_ns"] == 0 and pd.isna(c["host_wait_call"])

@@ -181,8 +181,11 @@ def dependency_ready(
     r_idx = np.array([rec_by_corr.get(int(c), -1) for c in named_rec_corr.tolist()], np.int64)
     guess = _per_key(rec_tid, w_tid, lambda m, q: _last_before(rec_t[m], m, w_t[q]))
     r_idx = np.where(r_idx >= 0, r_idx, guess)
-    r_t = np.where(r_idx >= 0, rec_t[np.maximum(r_idx, 0)], UNKNOWN)
-    r_tid = np.where(r_idx >= 0, rec_tid[np.maximum(r_idx, 0)], UNKNOWN)
+    if len(rec):
+        r_t = np.where(r_idx >= 0, rec_t[np.maximum(r_idx, 0)], UNKNOWN)
+        r_tid = np.where(r_idx >= 0, rec_tid[np.maximum(r_idx, 0)], UNKNOWN)
+    else:  # waits for events whose record calls the trace does not hold: no producer can be named
+        r_t = r_tid = np.full(len(w_rows), UNKNOWN, np.int64)
     # the recording stream: named, else the last launch on the recording thread before the record call
     r_stream = np.where(named_rec_stream != UNKNOWN, named_rec_stream, launch_stream_before(r_tid, r_t))
     w_source = np.where((named_rec_stream != UNKNOWN) | (named_rec_corr != UNKNOWN), "cuda_sync", "inferred").astype(object)

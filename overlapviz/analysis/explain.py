@@ -51,9 +51,10 @@ KEYS = [
     "blocking_resource", "blocker", "comm_blocks_fit_per_sm", "peer_wait_us",
 ]  # fmt: skip
 EXTRA = [
-    "device", "step", "end_ns", "launch_tid", "start_minus_launch_ns", "stream_wait_ns", "dependency_wait_ns",
+    "kind", "device", "step", "end_ns", "launch_tid", "start_minus_launch_ns", "stream_wait_ns", "dependency_wait_ns",
     "ready_wait_ns", "producer", "producer_correlation", "producer_stream", "n_resident_compute", "resident_compute",
-    "free_sms", "sms_with_room", "num_sms", "comm_group", "comm_seq", "instance", "residency_note",
+    "free_sms", "sms_with_room", "num_sms", "comm_group", "comm_seq", "instance", "host_wait_ns", "host_wait_call",
+    "residency_note",
 ]  # fmt: skip
 _READ = [
     "run_id", "rank", "device", "stream", "correlation", "name", "kind", "is_host", "start_ns", "end_ns", "grid_x",
@@ -61,7 +62,8 @@ _READ = [
     "launch_ns", "launch_tid", "step", "collective", "comm_group", "comm_seq",
 ]  # fmt: skip
 _DICTIONARY = ("run_id", "name", "kind", "collective", "comm_group")  # read without a string per row
-_SYNC_INTS = ("tid", "start_ns", "correlation", "stream", "wait_on_stream", "wait_on_record_correlation")
+_SYNC_INTS = ("tid", "start_ns", "end_ns", "correlation", "stream", "wait_on_stream", "wait_on_record_correlation")
+_HOST_WAITS = ("stream_sync", "context_sync", "event_sync")  # calls that block the host until the GPU catches up
 _RESOURCE = {"blocks": "block_slots"}  # the fit model's names -> DESIGN.md's
 
 
@@ -82,8 +84,12 @@ def _strs(table: pa.Table, name: str) -> np.ndarray:
     return col.to_numpy(zero_copy_only=False).astype(object)
 
 
-def explain(dataset_path: str | os.PathLike, *, run_ids=None) -> pd.DataFrame:
-    """One record per communication kernel: why it started when it did (module docstring).
+def explain(dataset_path: str | os.PathLike, *, run_ids=None, kinds: tuple[str, ...] = ("comm",)) -> pd.DataFrame:
+    """One record per communication kernel (or per kernel of ``kinds``): why it started when it did (module docstring).
+
+    The definitions are the same for any GPU activity; ``kinds=("comm", "compute", "memory", "other")``
+    explains every one (a computation kernel that waited on an event, say). Peers are matched
+    for communication kernels only.
 
     Returns
     -------
@@ -104,7 +110,7 @@ def explain(dataset_path: str | os.PathLike, *, run_ids=None) -> pd.DataFrame:
         if syncs is not None and syncs.num_rows:
             m = pc.and_(pc.equal(syncs.column("run_id"), g["run_id"]), pc.equal(syncs.column("rank"), g["rank"]))
             rs = syncs.filter(m)
-        part = _explain_rank(rk, rs, dev_limits, carveouts)
+        part = _explain_rank(rk, rs, dev_limits, carveouts, kinds)
         if part is not None:
             parts.append(part)
     out = pd.concat(parts, ignore_index=True) if parts else _empty()
@@ -142,9 +148,9 @@ def _empty() -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series(dtype=object) for c in KEYS + EXTRA if c != "peer_wait_us"})
 
 
-def _explain_rank(k: pa.Table, syncs: pa.Table | None, dev_limits: dict, carveouts: dict) -> pd.DataFrame | None:
+def _explain_rank(k: pa.Table, syncs: pa.Table | None, dev_limits: dict, carveouts: dict, kinds=("comm",)) -> pd.DataFrame | None:
     kind = _strs(k, "kind")
-    is_comm = kind == "comm"
+    is_comm = np.isin(kind, list(kinds))
     if not is_comm.any():
         return None
     host = pc.fill_null(k.column("is_host"), False).to_numpy(zero_copy_only=False)
@@ -159,6 +165,7 @@ def _explain_rank(k: pa.Table, syncs: pa.Table | None, dev_limits: dict, carveou
     if syncs is not None and syncs.num_rows:
         sync_cols = {c: _ints(syncs, c) for c in _SYNC_INTS}
         sync_cols["kind"] = _strs(syncs, "kind")
+        sync_cols["name"] = _strs(syncs, "name")
         sync_cols["source"] = _strs(syncs, "source")
         # the stream ids syncs name are the trace's; map them onto this rank's lanes
         ids, first = np.unique(np.where(host, UNKNOWN, stream), return_index=True)
@@ -176,6 +183,7 @@ def _explain_rank(k: pa.Table, syncs: pa.Table | None, dev_limits: dict, carveou
     prod[g] = np.where(ready.producer >= 0, g[np.maximum(ready.producer, 0)], UNKNOWN)
 
     c = np.flatnonzero(is_comm)
+    host_wait, host_wait_call = _host_waits(c, launch, launch_tid, sync_cols)
     L, S, D, start_c = launch[c], s_ready[c], dep[c], start[c]
     known = np.stack([L, S, D])
     ready_ns = np.where((known == UNKNOWN).all(axis=0), UNKNOWN, np.max(np.where(known == UNKNOWN, np.iinfo(np.int64).min, known), axis=0))
@@ -229,6 +237,7 @@ def _explain_rank(k: pa.Table, syncs: pa.Table | None, dev_limits: dict, carveou
             "blocking_resource": blocking,
             "blocker": blocker,
             "comm_blocks_fit_per_sm": pd.array(np.where(np.isnan(fit), None, fit).tolist(), dtype="Float64").astype("Int64"),
+            "kind": kind[c],
             "device": nint(device[c]),
             "step": nint(_ints(k, "step")[c]),
             "end_ns": end[c],
@@ -247,10 +256,47 @@ def _explain_rank(k: pa.Table, syncs: pa.Table | None, dev_limits: dict, carveou
             "num_sms": pd.array(np.where(np.isnan(room["num_sms"]), None, room["num_sms"]).tolist(), dtype="Float64").astype("Int64"),
             "comm_group": _strs(k, "comm_group")[c],
             "comm_seq": nint(_ints(k, "comm_seq")[c]),
+            "host_wait_ns": nint(host_wait),
+            "host_wait_call": host_wait_call,
             "residency_note": room["note"],
         }
     )
     return out
+
+
+def _host_waits(c: np.ndarray, launch: np.ndarray, launch_tid: np.ndarray, syncs: dict) -> tuple[np.ndarray, np.ndarray]:
+    """Time the launching thread spent blocked in synchronous waits (``cudaStreamSynchronize``,
+    ``cudaDeviceSynchronize``, ``cudaEventSynchronize``) between its previous launch and each
+    kernel's launch, and the longest such call: what made a launch itself late (-1: unknown)."""
+    total = np.full(len(c), UNKNOWN, np.int64)
+    longest = np.full(len(c), None, dtype=object)
+    if not len(syncs.get("kind", ())) or not len(c):
+        return total, longest
+    is_wait = np.isin(syncs["kind"], _HOST_WAITS) & (syncs["source"] == "runtime") & (syncs["tid"] != UNKNOWN)
+    known = (launch != UNKNOWN) & (launch_tid != UNKNOWN)
+    for tid in np.unique(launch_tid[c][known[c]]):
+        mine = np.flatnonzero(known & (launch_tid == tid))
+        t = np.sort(launch[mine])
+        w = np.flatnonzero(is_wait & (syncs["tid"] == tid))
+        q = c[known[c] & (launch_tid[c] == tid)]
+        qi = np.searchsorted(c, q)
+        total[qi] = 0
+        if not len(w):
+            continue
+        prev = _last_before_value(t, launch[q])  # the previous launch on this thread (-1: none)
+        ends, starts = syncs["end_ns"][w], syncs["start_ns"][w]
+        for j, (lo, hi) in enumerate(zip(prev.tolist(), launch[q].tolist())):
+            inside = (starts >= lo) & (ends <= hi)
+            if inside.any():
+                dur = ends[inside] - starts[inside]
+                total[qi[j]] = int(dur.sum())
+                longest[qi[j]] = syncs["name"][w[inside][np.argmax(dur)]]
+    return total, longest
+
+
+def _last_before_value(sorted_times: np.ndarray, at: np.ndarray) -> np.ndarray:
+    pos = np.searchsorted(sorted_times, at, side="left") - 1
+    return np.where(pos >= 0, sorted_times[np.maximum(pos, 0)], UNKNOWN)
 
 
 def _sm_room(k, names, c, ready_ns, host, kind, device, lane, start, end, dev_limits, carveouts) -> dict:

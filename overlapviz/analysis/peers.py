@@ -38,13 +38,20 @@ def attach_peer_wait(explained: pd.DataFrame) -> pd.DataFrame:
     """``explained`` with ``instance`` and ``peer_wait_us`` (exact ns differences shown in µs)."""
     if not len(explained):
         return explained.assign(instance=pd.Series(dtype=object), peer_wait_us=pd.Series(dtype="Float64"))
-    inst = instance_keys(explained)
-    g = explained.assign(instance=inst).groupby(["run_id", "instance"], sort=False)
-    latest = g["start_ns"].transform("max").astype(np.int64)
-    ranks = g["rank"].transform("nunique")
-    wait = (latest - explained["start_ns"].astype(np.int64)).to_numpy()
-    peer = pd.array(np.where(ranks.to_numpy() > 1, wait / 1000.0, np.nan), dtype="Float64")
-    peer[ranks.to_numpy() <= 1] = pd.NA
+    comm = (explained["kind"] == "comm").to_numpy() if "kind" in explained else np.ones(len(explained), bool)
+    inst = pd.Series(None, index=explained.index, dtype=object)  # peers are a collective's: other kernels have none
+    peer = pd.array([pd.NA] * len(explained), dtype="Float64")
+    sub = explained[comm]
+    if len(sub):
+        keys = instance_keys(sub)
+        g = sub.assign(instance=keys).groupby(["run_id", "instance"], sort=False)
+        latest = g["start_ns"].transform("max").to_numpy().astype(np.int64)  # int64 ns, exact
+        ranks = g["rank"].transform("nunique").to_numpy()
+        wait_ns = latest - sub["start_ns"].to_numpy().astype(np.int64)
+        inst[comm] = keys.to_numpy(object)
+        values = pd.array(wait_ns / 1000.0, dtype="Float64")
+        values[ranks <= 1] = pd.NA
+        peer[np.flatnonzero(comm)] = values
     return explained.assign(instance=inst, peer_wait_us=peer)
 
 

@@ -9,7 +9,7 @@ from overlapviz.cli.residency import FORMATS, render
 
 # what the table view shows (JSON and CSV carry every column)
 TABLE_COLUMNS = {
-    "kernels": ["run_id", "rank", "stream", "correlation", "name", "start_delay_us", "ready_from", "dependency_source",
+    "kernels": ["run_id", "rank", "stream", "correlation", "kind", "name", "start_delay_us", "ready_from", "dependency_source",
                 "cause", "blocking_resource", "blocker", "comm_blocks_fit_per_sm", "free_sms", "peer_wait_us"],
     "summary": None,
     "instances": ["run_id", "instance", "collective", "n_ranks", "arrival_skew_us", "slowest_rank", "time_us",
@@ -22,8 +22,9 @@ TABLE_COLUMNS = {
 @click.option("--run", "runs", multiple=True, metavar="RUN_ID", help="Only this run (repeatable).")
 @click.option("--summary", is_flag=True, help="Per run x rank: start − launch summed by cause, total peer wait, top blockers.")
 @click.option("--instances", is_flag=True, help="Per collective instance across ranks: arrival skew, slowest rank, bandwidth.")
+@click.option("--all-kernels", is_flag=True, help="Explain every GPU activity (same rules), not only communication kernels.")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True, help="Output format.")
-def explain(dataset: str, runs: tuple[str, ...], summary: bool, instances: bool, fmt: str) -> None:
+def explain(dataset: str, runs: tuple[str, ...], summary: bool, instances: bool, all_kernels: bool, fmt: str) -> None:
     """Why each communication kernel in DATASET started when it did.
 
     ready_ns = the latest of its launch call, the end of the previous activity on its
@@ -36,7 +37,8 @@ def explain(dataset: str, runs: tuple[str, ...], summary: bool, instances: bool,
     if summary and instances:
         raise click.UsageError("--summary and --instances are two views: pick one")
     try:
-        frame = explain_lib.explain(dataset, run_ids=list(runs) or None)
+        kinds = ("comm", "compute", "memory", "other") if all_kernels else ("comm",)
+        frame = explain_lib.explain(dataset, run_ids=list(runs) or None, kinds=kinds)
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
     view = "kernels"
