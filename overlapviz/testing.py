@@ -456,3 +456,55 @@ def check_metrics(record: dict, expected: dict) -> None:
             assert record[key] is None, key
         else:
             assert record[key] is not None and math.isclose(record[key], value, rel_tol=1e-9, abs_tol=1e-6), (key, record[key], value)
+
+
+# --- datasets written row by row (explain, perfetto: exact causes by construction) --------------
+
+ROW_BASE_NS = 1_700_000_000_123_456_789  # epoch-scale ns: nothing may pass through float64
+ROW_TID = 77
+# an H200's devices row by name (occupancy limits come from the arch tables)
+H200_ROW = {"device": 0, "name": "NVIDIA H200", "arch": "sm_90", "num_sms": 132}
+
+
+def kernel_row(name: str, kind: str, stream: int, start: int, end: int, *, launch: int | None = None, block=256, regs=64,
+               smem=0, grid=132, corr=None, tid=ROW_TID, category="kernel", base: int = ROW_BASE_NS, **extra) -> dict:
+    """One ``kernels`` row: times are ns after ``base``; the launch call on thread ``tid``."""
+    return dict(name=name, kind=kind, stream=stream, start_ns=base + start, end_ns=base + end,
+                launch_ns=None if launch is None else base + launch, launch_tid=None if launch is None else tid, device=0,
+                grid_x=grid, grid_y=1, grid_z=1, block_x=block, block_y=1, block_z=1, regs_per_thread=regs,
+                shared_mem_bytes=smem, category=category, is_host=False, correlation=corr, **extra)  # fmt: skip
+
+
+def sync_row(kind: str, t: int, *, source="runtime", corr=None, stream=None, wait_on_stream=None, record=None, tid=ROW_TID,
+             base: int = ROW_BASE_NS) -> dict:
+    """One ``syncs`` row at ``t`` ns after ``base`` (1 µs long)."""
+    return dict(source=source, kind=kind, name=kind, tid=tid if source == "runtime" else None, start_ns=base + t,
+                end_ns=base + t + 1_000, correlation=corr, device=0, stream=stream, wait_on_stream=wait_on_stream,
+                wait_on_record_correlation=record)  # fmt: skip
+
+
+def write_rows_dataset(path, kernels: list[dict], syncs=(), *, ranks=(0,), devices: dict | None = H200_ROW, run_id: str = "r"):
+    """A dataset of run ``run_id`` from ``kernel_row``/``sync_row`` dicts (a ``rank`` key picks the
+    rank, 0 by default), written through the real DatasetWriter. Rows go through Arrow, not
+    pandas: a column with nulls stays int64 (pandas would round epoch-scale ns in float64)."""
+    import pyarrow as pa
+
+    from overlapviz import schema
+
+    def table(rows, name_schema):
+        t = pa.Table.from_pylist([{k: v for k, v in r.items() if k != "rank"} for r in rows])
+        t = t.append_column("run_id", pa.array([run_id] * len(t))).append_column("rank", pa.array([rank] * len(t), pa.int32()))
+        return schema.conform(t, name_schema)
+
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    with schema.DatasetWriter(path) as w:
+        w.add("runs", pa.table({"run_id": [run_id]}))
+        for rank in ranks:
+            if devices is not None:
+                w.add("devices", pa.Table.from_pylist([{"run_id": run_id, "rank": rank, **devices}]))
+            w.add_kernels(table([k for k in kernels if k.get("rank", 0) == rank], schema.KERNELS), run_id, rank)
+            mine = [s for s in syncs if s.get("rank", 0) == rank]
+            if mine:
+                w.add("syncs", table(mine, schema.SYNCS))
+        w.commit()
+    return path

@@ -11,59 +11,28 @@ from pathlib import Path
 
 import orjson
 import pandas as pd
-import pyarrow as pa
 import pytest
 from click.testing import CliRunner
 
-from overlapviz import schema
 from overlapviz.analysis.explain import KEYS, LAUNCH_LATENCY_NS, explain, summarize
 from overlapviz.analysis.peers import bus_factor, collective_instances
 from overlapviz.cli import main
+from overlapviz.testing import (
+    H200_ROW,
+    ROW_BASE_NS,
+    ROW_TID,
+    kernel_row,
+    sync_row,
+    write_rows_dataset,
+)
 
 DATA = Path(__file__).parent / "data"
-H200 = {"device": 0, "name": "NVIDIA H200", "arch": "sm_90", "num_sms": 132}
-BASE = 1_700_000_000_123_456_789  # epoch-scale ns: nothing may pass through float64
-TID = 77
-
-
-def _k(name, kind, stream, start, end, *, launch=None, block=256, regs=64, smem=0, grid=132, corr=None, tid=TID,
-       category="kernel", **extra):
-    return dict(name=name, kind=kind, stream=stream, start_ns=BASE + start, end_ns=BASE + end,
-                launch_ns=None if launch is None else BASE + launch, launch_tid=None if launch is None else tid, device=0,
-                grid_x=grid, grid_y=1, grid_z=1, block_x=block, block_y=1, block_z=1, regs_per_thread=regs,
-                shared_mem_bytes=smem, category=category, is_host=False, correlation=corr, **extra)  # fmt: skip
-
-
-def _sync(kind, t, *, source="runtime", corr=None, stream=None, wait_on_stream=None, record=None, tid=TID):
-    return dict(source=source, kind=kind, name=kind, tid=tid if source == "runtime" else None, start_ns=BASE + t,
-                end_ns=BASE + t + 1_000, correlation=corr, device=0, stream=stream, wait_on_stream=wait_on_stream,
-                wait_on_record_correlation=record)  # fmt: skip
-
-
-def _table(rows: list[dict]) -> pa.Table:
-    # through Arrow, not pandas: a column with nulls stays int64 (pandas would make it float64 and
-    # round epoch-scale ns, the very loss the tool must not have)
-    return pa.Table.from_pylist([{k: v for k, v in r.items() if k != "rank"} for r in rows])
+BASE, TID = ROW_BASE_NS, ROW_TID
+_k, _sync = kernel_row, sync_row
 
 
 def _dataset(path, kernels, syncs=(), *, ranks=(0,), devices=True):
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    with schema.DatasetWriter(path) as w:
-        w.add("runs", pd.DataFrame([{"run_id": "r"}]))
-        for rank in ranks:
-            mine = [k for k in kernels if k.get("rank", 0) == rank]
-            if devices:
-                w.add("devices", pd.DataFrame([{"run_id": "r", "rank": rank, **H200}]))
-            t = _table(mine)
-            t = t.append_column("run_id", pa.array(["r"] * len(t))).append_column("rank", pa.array([rank] * len(t), pa.int32()))
-            w.add_kernels(schema.conform(t, schema.KERNELS), "r", rank)
-            mine_s = [s for s in syncs if s.get("rank", 0) == rank]
-            if mine_s:
-                t = _table(mine_s)
-                t = t.append_column("run_id", pa.array(["r"] * len(t))).append_column("rank", pa.array([rank] * len(t), pa.int32()))
-                w.add("syncs", t)
-        w.commit()
-    return path
+    return write_rows_dataset(path, kernels, syncs, ranks=ranks, devices=H200_ROW if devices else None)
 
 
 COMM = dict(block=512, regs=32, smem=0, grid=8)

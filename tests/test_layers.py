@@ -29,6 +29,7 @@ LAYERS = [
     ("overlapviz.ingest", {"overlapviz", "overlapviz.schema", "overlapviz.rules", "overlapviz.collectives"}),
     ("overlapviz.analysis", {"overlapviz", "overlapviz.schema", "overlapviz.rules", "overlapviz.collectives"}),
     ("overlapviz.figures", {"overlapviz.schema", "overlapviz.analysis"}),
+    ("overlapviz.perfetto", {"overlapviz.schema", "overlapviz.analysis"}),
 ]
 
 

@@ -1,4 +1,4 @@
-"""``overlapviz export``: one paper-ready figure of a dataset as PNG, SVG, PDF or self-contained HTML."""
+"""``overlapviz export``: one paper-ready figure of a dataset as PNG, SVG, PDF or self-contained HTML, or a run as a Perfetto trace."""
 
 from __future__ import annotations
 
@@ -6,11 +6,15 @@ import click
 
 from overlapviz.export import FIGURES, FORMATS
 
+ALL_FORMATS = (*FORMATS, "perfetto")
+
 
 @click.command()
 @click.argument("dataset", type=click.Path(file_okay=False, path_type=str))
-@click.option("--figure", "figure", required=True, type=click.Choice(FIGURES), help="Which figure.")
-@click.option("--format", "fmt", type=click.Choice(FORMATS), help="Output format (default: from the file suffix).")
+@click.option("--figure", "figure", type=click.Choice(FIGURES), help="Which figure (not with --format perfetto).")
+@click.option("--format", "fmt", type=click.Choice(ALL_FORMATS),
+              help="Output format (default: from the file suffix). perfetto: the run's timeline with the findings as a trace "
+                   "Perfetto opens (.json or .json.gz).")
 @click.option("-o", "--output", "output", required=True, type=click.Path(dir_okay=False, path_type=str), help="Output file.")
 @click.option("--run", "runs", multiple=True, metavar="RUN_ID", help="Run(s) to draw; compare takes two (repeat the option).")
 @click.option("--rank", "ranks", multiple=True, type=int, metavar="N", help="Ranks on the timeline (repeatable; default all).")
@@ -25,6 +29,19 @@ def export(dataset, figure, fmt, output, runs, ranks, start_ms, end_ms, value, w
     PNG and SVG are rendered in the system's headless chromium (Debian: chromium,
     chromium-driver); SVG and PDF are vector; HTML embeds BokehJS inline.
     """
+    if fmt == "perfetto":
+        from overlapviz.perfetto import write_perfetto
+
+        if len(runs) > 1:
+            raise click.ClickException("--format perfetto writes one run: give one --run")
+        try:
+            run_id = runs[0] if runs else _first_run(dataset)
+            click.echo(str(write_perfetto(dataset, run_id, output)))
+        except ValueError as exc:
+            raise click.ClickException(str(exc)) from None
+        return
+    if figure is None:
+        raise click.UsageError("--figure is required (except with --format perfetto)")
     from overlapviz import export as export_mod
 
     if fmt is None and not output.lower().endswith(tuple(f".{f}" for f in FORMATS)):
@@ -42,3 +59,13 @@ def export(dataset, figure, fmt, output, runs, ranks, start_ms, end_ms, value, w
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(str(path))
+
+
+def _first_run(dataset: str) -> str:
+    from overlapviz import schema
+
+    runs = schema.read_frame(dataset, "runs")
+    ok = runs.loc[runs["status"].fillna("ok") != "failed", "run_id"].tolist()
+    if not ok:
+        raise ValueError(f"{dataset}: no run to export")
+    return ok[0]
