@@ -8,15 +8,26 @@ import click
 
 from overlapviz import __version__
 
-# one module per subcommand, each defining a click command named like the module
-COMMANDS = ("collect", "ingest", "analyze", "explain", "residency", "compare", "advise", "serve", "export")
+# one module per subcommand, each defining a click command named like the module; the line
+# `overlapviz --help` shows for each, so listing the commands imports none of them
+COMMANDS = {
+    "collect": "Run the overlap experiment (a preset, a config, a sweep or a scenario) and ingest it.",
+    "ingest": "Read traces (Kineto, Nsight Systems SQLite, rocprof, rocpd) into a Parquet dataset.",
+    "analyze": "Computation-communication overlap per run x rank (or step).",
+    "explain": "Why each collective started late: stream order, dependency, SM room, peers.",
+    "residency": "Resident blocks per SM of every kernel launch shape.",
+    "compare": "Configurations side by side: iteration time, TimeRatio, speedup with intervals.",
+    "advise": "The padding, tile or carve-out that lets K comm blocks fit beside a kernel.",
+    "serve": "Serve the dashboard (the bundled sample traces when no dataset is given).",
+    "export": "Write a figure (PNG, SVG, PDF, HTML) or a Perfetto trace of a dataset.",
+}
 
 
 class _LazyGroup(click.Group):
-    """Imports a subcommand's module only when it runs (or when help lists it).
+    """Imports a subcommand's module only when it runs (or when its own help shows).
 
-    ``overlapviz ingest`` should not pay for importing HoloViews and Panel, which
-    only ``serve`` and ``export`` need: that is seconds on a small machine.
+    ``overlapviz ingest`` should not pay for importing HoloViews and Panel, which only
+    ``serve`` and ``export`` need, and ``overlapviz --help`` imports no subcommand at all.
     """
 
     def list_commands(self, ctx):
@@ -26,6 +37,11 @@ class _LazyGroup(click.Group):
         if name not in COMMANDS:
             return None
         return getattr(importlib.import_module(f"overlapviz.cli.{name}"), name)
+
+    def format_commands(self, ctx, formatter):
+        rows = [(name, COMMANDS[name]) for name in self.list_commands(ctx)]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
 
 
 @click.group(
