@@ -74,8 +74,29 @@ def sample_dataset(*, root: str | os.PathLike | None = None, cache: str | os.Pat
     if not sources:
         where = sample_root() if root is None else root
         raise ValueError(f"{where}: no sample traces are bundled; give a dataset (overlapviz ingest TRACE... -o DATASET)")
-    out = Path(cache or cache_dir()) / f"samples-{content_key(sources)}"
-    if (out / schema.METADATA_FILE).exists():
+    return cached_dataset(sources, cache=cache, prefix="samples", progress=progress)
+
+
+def is_dataset(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is an overlapviz dataset directory (it has ``dataset.json``)."""
+    return (Path(path) / schema.METADATA_FILE).is_file()
+
+
+def cached_dataset(sources: list[Path], *, cache: str | os.PathLike | None = None, prefix: str = "traces",
+                   progress: bool | None = False) -> Path:  # fmt: skip
+    """The dataset of raw trace ``sources``, ingested once into ``<cache>/<prefix>-<content hash>``.
+
+    The key hashes every byte of the sources (and the writer's versions): changed traces are
+    ingested anew, unchanged ones are read from the cache. Concurrent callers are safe (ingest
+    builds beside the target and moves it into place).
+
+    Raises
+    ------
+    ValueError
+        What ingest raises: one line naming the file and the problem.
+    """
+    out = Path(cache or cache_dir()) / f"{prefix}-{content_key([Path(s) for s in sources])}"
+    if is_dataset(out):
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
     from overlapviz.ingest import ingest
@@ -83,6 +104,6 @@ def sample_dataset(*, root: str | os.PathLike | None = None, cache: str | os.Pat
     try:
         return Path(ingest([str(s) for s in sources], out, progress=progress))
     except ValueError:
-        if (out / schema.METADATA_FILE).exists():  # another process ingested the same samples meanwhile
+        if is_dataset(out):  # another process ingested the same traces meanwhile
             return out
         raise

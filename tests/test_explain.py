@@ -234,7 +234,7 @@ def test_cli_json_keys_and_formats(tmp_path):
     res = runner.invoke(main, ["residency", str(ds), "--delays", "--format", "json"])
     assert orjson.loads(res.output)[0]["cause"] == "dependency"
     bad = runner.invoke(main, ["explain", str(tmp_path / "nope")])
-    assert bad.exit_code == 1 and "not an overlapviz dataset" in bad.output
+    assert bad.exit_code == 1 and "no such file or directory" in bad.output
 
 
 # --- real H200 runs of the collector (tests/data/h200_carveout_check) -------------------------------

@@ -13,12 +13,13 @@ import orjson
 import pyarrow as pa
 
 from overlapviz.analysis import metrics
+from overlapviz.cli._dataset import DATASET
 
 FORMATS = ("table", "json", "csv")
 
 
 @click.command()
-@click.argument("dataset", type=click.Path(file_okay=False, path_type=str))
+@click.argument("dataset", type=DATASET)
 @click.option(
     "--per",
     type=click.Choice(metrics.PER),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from overlapviz.analysis import speedup, statistics
+from overlapviz.cli._dataset import DATASET
 from overlapviz.cli.residency import FORMATS, render
 
 TABLE_COLUMNS = ["run_id", "workload", "setup", "smem_pad_bytes", "comm_priority", "n_iterations", "median_ms",
@@ -13,7 +14,7 @@ TABLE_COLUMNS = ["run_id", "workload", "setup", "smem_pad_bytes", "comm_priority
 
 
 @click.command()
-@click.argument("dataset", type=click.Path(file_okay=False, path_type=str))
+@click.argument("dataset", type=DATASET)
 @click.argument("run_a", required=False)
 @click.argument("run_b", required=False)
 @click.option("--level", type=float, default=statistics.DEFAULT_LEVEL, show_default=True, help="Confidence level of the bootstrap intervals.")

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import click
 
-from overlapviz.analysis import explain as explain_lib, peers
+from overlapviz.analysis import explain as explain_lib
+from overlapviz.analysis import peers
+from overlapviz.cli._dataset import DATASET
 from overlapviz.cli.residency import FORMATS, render
 
 # what the table view shows (JSON and CSV carry every column)
@@ -18,7 +20,7 @@ TABLE_COLUMNS = {
 
 
 @click.command()
-@click.argument("dataset", type=click.Path(file_okay=False, path_type=str))
+@click.argument("dataset", type=DATASET)
 @click.option("--run", "runs", multiple=True, metavar="RUN_ID", help="Only this run (repeatable).")
 @click.option("--summary", is_flag=True, help="Per run x rank: start − launch summed by cause, total peer wait, top blockers.")
 @click.option("--instances", is_flag=True, help="Per collective instance across ranks: arrival skew, slowest rank, bandwidth.")

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import click
 
+from overlapviz.cli._dataset import DATASET
 from overlapviz.export import FIGURES, FORMATS
 
 ALL_FORMATS = (*FORMATS, "perfetto")
 
 
 @click.command()
-@click.argument("dataset", type=click.Path(file_okay=False, path_type=str))
+@click.argument("dataset", type=DATASET)
 @click.option("--figure", "figure", type=click.Choice(FIGURES), help="Which figure (not with --format perfetto).")
 @click.option("--format", "fmt", type=click.Choice(ALL_FORMATS),
               help="Output format (default: from the file suffix). perfetto: the run's timeline with the findings as a trace "

@@ -8,7 +8,9 @@ import click
 import orjson
 import pandas as pd
 
-from overlapviz.analysis import explain, residency as residency_lib
+from overlapviz.analysis import explain
+from overlapviz.analysis import residency as residency_lib
+from overlapviz.cli._dataset import DATASET
 
 FORMATS = ("table", "json", "csv")
 # columns the table view shows (JSON and CSV carry every column)
@@ -21,7 +23,7 @@ TABLE_COLUMNS = {
 
 
 @click.command()
-@click.argument("dataset", type=click.Path(file_okay=False, path_type=str))
+@click.argument("dataset", type=DATASET)
 @click.option("--run", "runs", multiple=True, metavar="RUN_ID", help="Only this run (repeatable).")
 @click.option("--kind", type=click.Choice(["all", "compute", "comm"]), default="all", show_default=True,
               help="Only kernels of this kind (shapes view).")

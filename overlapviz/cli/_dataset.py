@@ -1,0 +1,37 @@
+"""The DATASET argument every analysis command takes: a dataset directory, or raw traces ingested into the cache once."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import click
+
+
+class DatasetOrTraces(click.ParamType):
+    """A dataset directory (``dataset.json``), or trace files / directories of traces, which are
+    ingested into overlapviz's cache (``$OVERLAPVIZ_CACHE_DIR``, else ``~/.cache/overlapviz``)
+    keyed by their content, with one line on stderr saying so. Converts to the dataset path."""
+
+    name = "DATASET|TRACES"
+
+    def convert(self, value, param, ctx):
+        from overlapviz import samples
+
+        path = Path(os.fsdecode(value))
+        if not path.exists():
+            raise click.ClickException(f"{path}: no such file or directory (give a dataset directory, or trace files to read)")
+        if path.is_dir() and samples.is_dataset(path):
+            return str(path)
+        try:
+            out = samples.cached_dataset([path], progress=None)
+        except ValueError as exc:
+            why = str(exc)
+            why = why[len(f"{path}: "):] if why.startswith(f"{path}: ") else why
+            raise click.ClickException(f"{path}: not an overlapviz dataset (no dataset.json), nor traces overlapviz can read: {why}") from None
+        click.echo(f"{path}: raw traces, read into {out} (cached; `overlapviz ingest {path} -o DIR` keeps a dataset of your own)",
+                   err=True)  # fmt: skip
+        return str(out)
+
+
+DATASET = DatasetOrTraces()

@@ -1,0 +1,45 @@
+"""Every analysis command takes a dataset or raw traces (ingested once into a content-keyed cache), and says what a bad path is."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from overlapviz.cli import main
+from overlapviz.ingest import ingest
+
+DATA = Path(__file__).parent / "data"
+TRACES = DATA / "hta_trace_filter_2rank"
+
+
+@pytest.fixture()
+def runner(tmp_path, monkeypatch):
+    monkeypatch.setenv("OVERLAPVIZ_CACHE_DIR", str(tmp_path / "cache"))
+    return CliRunner()
+
+
+@pytest.mark.parametrize("command", [["analyze"], ["explain", "--summary"], ["residency"]])
+def test_raw_traces_give_what_their_dataset_gives(runner, tmp_path, command):
+    ds = ingest([TRACES], tmp_path / "ds", progress=False)
+    want = runner.invoke(main, [command[0], str(ds), *command[1:], "--format", "json"])
+    got = runner.invoke(main, [command[0], str(TRACES), *command[1:], "--format", "json"])
+    assert want.exit_code == 0 and got.exit_code == 0, got.output
+    assert got.stdout == want.stdout
+    assert "raw traces, read into" in got.stderr and str(tmp_path / "cache") in got.stderr
+    cached = list((tmp_path / "cache").iterdir())
+    assert len(cached) == 1 and (cached[0] / "dataset.json").exists()
+    again = runner.invoke(main, [command[0], str(TRACES), *command[1:], "--format", "json"])
+    assert again.stdout == want.stdout and list((tmp_path / "cache").iterdir()) == cached  # read from the cache
+
+
+@pytest.mark.parametrize("command", ["analyze", "explain", "residency", "compare"])
+def test_bad_paths_are_one_line_and_exit_1(runner, tmp_path, command):
+    missing = runner.invoke(main, [command, str(tmp_path / "nope")])
+    assert missing.exit_code == 1 and "no such file or directory" in missing.output
+    text = tmp_path / "notes.txt"
+    text.write_text("hello\n")
+    bad = runner.invoke(main, [command, str(text)])
+    assert bad.exit_code == 1 and str(text) in bad.output and "not an overlapviz dataset" in bad.output
+    assert len(bad.output.strip().splitlines()) == 1
