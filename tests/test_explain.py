@@ -283,3 +283,18 @@ def test_host_synchronization_before_the_launch_is_reported(tmp_path):
     other_thread = _sync("stream_sync", 104_000, tid=TID + 1) | {"end_ns": BASE + 184_000}
     c = _one(tmp_path / "b", [other_thread], kernels)
     assert c["host_wait_ns"] == 0 and pd.isna(c["host_wait_call"])
+
+
+def test_device_name_fills_traces_that_do_not_say_which_gpu(tmp_path):
+    ds = _dataset(tmp_path / "ds", KERNELS[:3], devices=False)
+    plain = explain(ds).set_index("name").loc["ncclDevKernel_A"]
+    assert pd.isna(plain["comm_blocks_fit_per_sm"]) and "--device-name" in plain["residency_note"]
+    given = explain(ds, device="NVIDIA H200").set_index("name").loc["ncclDevKernel_A"]
+    assert (given["cause"], given["blocking_resource"], given["num_sms"]) == ("sm_resources", "registers", 132)
+    # an architecture alone has no SM count: occupancy per SM, but no claim about the grid's SMs
+    arch = explain(ds, device="sm_90").set_index("name").loc["ncclDevKernel_A"]
+    assert arch["cause"] != "sm_resources" and "SM count" in arch["residency_note"]
+    res = CliRunner().invoke(main, ["residency", str(ds), "--device-name", "sm_90", "--format", "json"])
+    assert res.exit_code == 0 and {r["blocks_per_sm"] for r in orjson.loads(res.output) if r["name"] == "gemm"} == {4}
+    bad = CliRunner().invoke(main, ["explain", str(ds), "--device-name", "no such gpu"])
+    assert bad.exit_code == 1 and "--device-name 'no such gpu'" in bad.output

@@ -84,12 +84,13 @@ def _strs(table: pa.Table, name: str) -> np.ndarray:
     return col.to_numpy(zero_copy_only=False).astype(object)
 
 
-def explain(dataset_path: str | os.PathLike, *, run_ids=None, kinds: tuple[str, ...] = ("comm",)) -> pd.DataFrame:
+def explain(dataset_path: str | os.PathLike, *, run_ids=None, kinds: tuple[str, ...] = ("comm",), device: str | None = None) -> pd.DataFrame:
     """One record per communication kernel (or per kernel of ``kinds``): why it started when it did (module docstring).
 
     The definitions are the same for any GPU activity; ``kinds=("comm", "compute", "memory", "other")``
     explains every one (a computation kernel that waited on an event, say). Peers are matched
-    for communication kernels only.
+    for communication kernels only. ``device`` names the GPU for ranks whose trace does not
+    (:func:`overlapviz.analysis.residency.device_table`).
 
     Returns
     -------
@@ -101,7 +102,7 @@ def explain(dataset_path: str | os.PathLike, *, run_ids=None, kinds: tuple[str, 
     syncs = schema.read_table(dataset_path, "syncs") if "syncs" in schema.TABLES else None
     if syncs is not None and run_ids is not None:
         syncs = syncs.filter(pc.is_in(syncs.column("run_id"), pa.array(list(run_ids), pa.string())))
-    dev_limits = device_table(dataset_path)
+    dev_limits = device_table(dataset_path, device)
     carveouts = run_carveouts(dataset_path)
     parts = []
     for rk in _per_rank(k):

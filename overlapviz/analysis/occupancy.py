@@ -376,6 +376,8 @@ def limits_for(dev_limits: dict, run_id, rank, device):
     if hit is None:  # a trace that did not say which device: the rank's only device
         cands = [v for (r, k, _d), v in dev_limits.items() if r == run_id and k == rank]
         hit = cands[0] if len(cands) == 1 else None
+    if hit is None:  # the user said which GPU (--device-name): every rank without a row of its own
+        hit = dev_limits.get(("*", -1, None))
     return hit
 
 
@@ -415,7 +417,8 @@ def kernel_occupancy(kernels: pd.DataFrame, dev_limits: dict, carveouts: dict | 
         for (run_id, rank, device), idx in keys.groupby(["run_id", "rank", "device"]).indices.items():
             lim = limits_for(dev_limits, run_id, int(rank), None if device < 0 else int(device))
             if not isinstance(lim, dict):
-                cols["residency_note"][idx] = lim or f"no devices row for run {run_id} rank {rank}"
+                cols["residency_note"][idx] = lim or (f"no devices row for run {run_id} rank {rank}: the trace does not say which GPU "
+                                                      "it ran on (give --device-name)")
                 continue
             part = kernels.iloc[idx]
             threads = part["threads_per_block"].fillna(0).to_numpy(np.int64)

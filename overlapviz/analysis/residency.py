@@ -16,15 +16,28 @@ from overlapviz.analysis.occupancy import kernel_occupancy, limits_for
 SHAPE_KEYS = ["threads_per_block", "regs_per_thread", "shared_mem_bytes", "sgprs", "accum_vgprs", "wave_size"]
 
 
-def device_table(dataset_path) -> dict:
+def device_table(dataset_path, device: str | None = None) -> dict:
     """Completed limits for every ``(run_id, rank, device)`` of a dataset's devices table.
+
+    Parameters
+    ----------
+    device
+        The GPU the traces ran on, for ranks whose trace does not say (HTA traces, rocprof v1
+        without agent info): a product name (``NVIDIA A100-SXM4-80GB``, ``MI300X``) or an
+        architecture (``sm_90``, ``gfx942``). It fills ranks with no devices row or whose row
+        names no known architecture; rows that do are kept.
 
     Returns
     -------
     dict
         ``{(run_id, rank, device): limits}``; a row whose architecture cannot be found maps
         to the ``ValueError`` message (a str), so callers can say why a kernel has no
-        residency.
+        residency. With ``device``, ``ANY_RANK`` maps to its limits.
+
+    Raises
+    ------
+    ValueError
+        When ``device`` names no known GPU or architecture.
     """
     devices = schema.read_frame(dataset_path, "devices")
     out = {}
@@ -34,7 +47,31 @@ def device_table(dataset_path) -> dict:
             out[key] = device_limits(rec)
         except ValueError as exc:
             out[key] = str(exc)
+    if device:
+        given = device_override(device)
+        out = {k: (given if isinstance(v, str) else v) for k, v in out.items()}
+        out[ANY_RANK] = given
     return out
+
+
+ANY_RANK = ("*", -1, None)  # device_table's key for the limits that --device-name gives every rank
+
+
+def device_override(device: str) -> dict:
+    """The limits of a GPU named by product (``NVIDIA H100 80GB HBM3``, ``MI250X``) or arch (``sm_80``, ``gfx90a``).
+
+    Raises
+    ------
+    ValueError
+        Naming ``device`` when neither its name nor an architecture is known.
+    """
+    text = str(device).strip()
+    row = {"arch": text} if text.lower().startswith(("sm_", "gfx")) else {"name": text}
+    try:
+        return device_limits(row) | {"name": text}
+    except ValueError:
+        raise ValueError(f"--device-name {text!r}: not a GPU overlapviz knows (give a product name such as "
+                         f"'NVIDIA A100-SXM4-80GB' or an architecture such as sm_80 or gfx942)") from None
 
 
 UNKNOWN_CARVEOUT_NOTE = "carve-out preference unknown (imported trace): no preference assumed"
@@ -118,7 +155,7 @@ def attach_occupancy(kernels: pd.DataFrame, dev_limits: dict, *, prefix: str = "
     )
 
 
-def kernel_residency(dataset_path, *, run_ids=None) -> pd.DataFrame:
+def kernel_residency(dataset_path, *, run_ids=None, device: str | None = None) -> pd.DataFrame:
     """One row per distinct kernel launch shape in a dataset, with its residency.
 
     Parameters
@@ -147,7 +184,7 @@ def kernel_residency(dataset_path, *, run_ids=None) -> pd.DataFrame:
     k = schema.read_frame(dataset_path, "kernels", columns=cols, run_ids=run_ids)
     k = k[(~k["is_host"].fillna(False)) & k["kind"].isin(["compute", "comm", "other"])]
     k = kernel_shapes(k)
-    dev_limits = device_table(dataset_path)
+    dev_limits = device_table(dataset_path, device)
     keys = ["run_id", "rank", "device", "name", "kind", "threads_per_block", "regs_per_thread", "shared_mem_bytes", "sgprs", "accum_vgprs"]
     g = (
         k.assign(dur_ns=k["end_ns"] - k["start_ns"])

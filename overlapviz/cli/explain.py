@@ -25,8 +25,11 @@ TABLE_COLUMNS = {
 @click.option("--summary", is_flag=True, help="Per run x rank: start − launch summed by cause, total peer wait, top blockers.")
 @click.option("--instances", is_flag=True, help="Per collective instance across ranks: arrival skew, slowest rank, bandwidth.")
 @click.option("--all-kernels", is_flag=True, help="Explain every GPU activity (same rules), not only communication kernels.")
+@click.option("--device-name", metavar="GPU", help="The GPU the traces ran on, for traces that do not say (a product name "
+              "such as 'NVIDIA A100-SXM4-80GB', or an architecture such as sm_80 or gfx942).")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True, help="Output format.")
-def explain(dataset: str, runs: tuple[str, ...], summary: bool, instances: bool, all_kernels: bool, fmt: str) -> None:
+def explain(dataset: str, runs: tuple[str, ...], summary: bool, instances: bool, all_kernels: bool, device_name: str | None,
+            fmt: str) -> None:
     """Why each communication kernel in DATASET started when it did.
 
     ready_ns = the latest of its launch call, the end of the previous activity on its
@@ -40,7 +43,7 @@ def explain(dataset: str, runs: tuple[str, ...], summary: bool, instances: bool,
         raise click.UsageError("--summary and --instances are two views: pick one")
     try:
         kinds = ("comm", "compute", "memory", "other") if all_kernels else ("comm",)
-        frame = explain_lib.explain(dataset, run_ids=list(runs) or None, kinds=kinds)
+        frame = explain_lib.explain(dataset, run_ids=list(runs) or None, kinds=kinds, device=device_name)
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
     view = "kernels"

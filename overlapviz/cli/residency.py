@@ -28,8 +28,10 @@ TABLE_COLUMNS = {
 @click.option("--kind", type=click.Choice(["all", "compute", "comm"]), default="all", show_default=True,
               help="Only kernels of this kind (shapes view).")
 @click.option("--delays", is_flag=True, help="One record per communication kernel: what `overlapviz explain` prints.")
+@click.option("--device-name", metavar="GPU", help="The GPU the traces ran on, for traces that do not say (a product name "
+              "such as 'NVIDIA A100-SXM4-80GB', or an architecture such as sm_80 or gfx942).")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True, help="Output format.")
-def residency(dataset: str, runs: tuple[str, ...], kind: str, delays: bool, fmt: str) -> None:
+def residency(dataset: str, runs: tuple[str, ...], kind: str, delays: bool, device_name: str | None, fmt: str) -> None:
     """Occupancy of every distinct kernel launch shape in DATASET, or (--delays) why each collective started when it did.
 
     Shapes: blocks_per_sm (resident blocks per SM/CU by the device's occupancy rules),
@@ -40,9 +42,9 @@ def residency(dataset: str, runs: tuple[str, ...], kind: str, delays: bool, fmt:
     """
     try:
         if delays:
-            frame = explain.explain(dataset, run_ids=list(runs) or None)
+            frame = explain.explain(dataset, run_ids=list(runs) or None, device=device_name)
         else:
-            frame = residency_lib.kernel_residency(dataset, run_ids=list(runs) or None)
+            frame = residency_lib.kernel_residency(dataset, run_ids=list(runs) or None, device=device_name)
             if kind != "all":
                 frame = frame[frame["kind"] == kind].reset_index(drop=True)
     except ValueError as exc:
