@@ -340,7 +340,9 @@ def _sm_room(k, names, c, ready_ns, host, kind, device, lane, start, end, dev_li
     # the comm kernel's own facts
     N = oc["num_sms"]
     ok_c = ~np.isnan(oc["blocks_per_sm"]) & (N > 0)
-    res["note"] = np.where(ok_c, None, oc["note"])
+    res["note"] = np.where(ok_c, None, np.where(np.isnan(oc["blocks_per_sm"]), oc["note"],
+                                                "the device's SM count is unknown (an architecture alone does not say it: "
+                                                "give --device-name a product name)"))  # fmt: skip
     res["num_sms"] = np.where(ok_c, N, np.nan)
     # each resident kernel: the SMs it holds in its current wave, and the comm blocks that fit beside it
     b = ro["blocks_per_sm"]
