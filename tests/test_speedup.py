@@ -197,3 +197,19 @@ def test_compare_cli(tmp_path):
     missing = CliRunner().invoke(main, ["compare", str(ds), "seq", "zzz"])
     assert missing.exit_code != 0 and "no run 'zzz'" in missing.output
     assert CliRunner().invoke(main, ["compare", str(ds)]).exit_code == 0
+
+
+def test_compare_names_runs_with_run_as_every_command(tmp_path):
+    from click.testing import CliRunner
+
+    from overlapviz.cli import main
+
+    runs = [run("seq", "sequential"), run("opt", "optimized", smem_pad_bytes=4096)]
+    ds = build(tmp_path / "ds", runs, {"seq": [10.0] * 5, "opt": [8.0] * 5})
+    by_option = CliRunner().invoke(main, ["compare", str(ds), "--run", "seq", "--run", "opt", "--format", "json"])
+    by_position = CliRunner().invoke(main, ["compare", str(ds), "seq", "opt", "--format", "json"])
+    assert by_option.exit_code == 0 and by_option.output == by_position.output
+    three = CliRunner().invoke(main, ["compare", str(ds), "--run", "seq"])
+    assert three.exit_code == 1 and "compare takes two runs" in three.output
+    both = CliRunner().invoke(main, ["compare", str(ds), "seq", "--run", "opt"])
+    assert both.exit_code == 1 and "not both" in both.output

@@ -17,11 +17,14 @@ TABLE_COLUMNS = ["run_id", "workload", "setup", "smem_pad_bytes", "comm_priority
 @click.argument("dataset", type=DATASET)
 @click.argument("run_a", required=False)
 @click.argument("run_b", required=False)
+@click.option("--run", "runs", multiple=True, metavar="RUN_ID",
+              help="A run to compare (give two, A then B), as every other command names runs; the same as RUN_A RUN_B.")
 @click.option("--level", type=float, default=statistics.DEFAULT_LEVEL, show_default=True, help="Confidence level of the bootstrap intervals.")
 @click.option("--resamples", type=click.IntRange(min=100), default=statistics.DEFAULT_RESAMPLES, show_default=True, help="Bootstrap resamples.")
 @click.option("--seed", type=int, default=statistics.DEFAULT_SEED, show_default=True, help="Bootstrap seed.")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True, help="Output format.")
-def compare(dataset: str, run_a: str | None, run_b: str | None, level: float, resamples: int, seed: int, fmt: str) -> None:
+def compare(dataset: str, run_a: str | None, run_b: str | None, runs: tuple[str, ...], level: float, resamples: int, seed: int,
+            fmt: str) -> None:
     """Compare configurations in DATASET.
 
     With no runs: one record per run, best first: median iteration time with its
@@ -30,8 +33,14 @@ def compare(dataset: str, run_a: str | None, run_b: str | None, level: float, re
     RUN_B: the configuration columns that differ, then each metric for A and B with
     delta (B − A), its CI where one exists, and ratio (B / A).
     """
+    if runs:
+        if run_a is not None:
+            raise click.ClickException("name the runs either as --run A --run B or as RUN_A RUN_B, not both")
+        if len(runs) != 2:
+            raise click.ClickException(f"--run given {len(runs)} time(s): compare takes two runs (--run A --run B), or none")
+        run_a, run_b = runs
     if (run_a is None) != (run_b is None):
-        raise click.ClickException("give two runs (RUN_A RUN_B) to compare, or none for the table of all runs")
+        raise click.ClickException("give two runs (--run A --run B) to compare, or none for the table of all runs")
     try:
         if run_a is None:
             frame, cols = speedup.config_table(dataset, level=level, n_resamples=resamples, seed=seed), TABLE_COLUMNS
