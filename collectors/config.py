@@ -28,6 +28,10 @@ PROFILERS = ("torch", "none")
 HIGHEST_PRIORITY = -128
 
 
+# fields added after sample_traces/ was first recorded; written into manifests only when set
+ADDED_FIELDS = ("green_ctx_sms", "cuda_max_connections")
+
+
 def _help(text: str, default: Any) -> Any:
     return field(default=default, metadata={"help": text})
 
@@ -56,6 +60,8 @@ class CollectConfig:
     comm_priority: typing.Optional[int] = _help("requested priority of the comm stream (lower = higher); None: 0, or the highest for optimized", None)
     message_bytes: int = _help("bytes of the collective's buffer per rank (the paper used 896 MiB)", 64 << 20)
     sm_carveout: typing.Optional[int] = _help("vendor GEMM: SMs left free for communication, via torch._C._set_sm_carveout_experimental where this torch has it", None)
+    green_ctx_sms: typing.Optional[int] = _help("overlapped setups, CUDA: run the GEMM on a green context of this many SMs (torch.cuda.green_contexts), leaving the rest to the collective; the driver may round it up (the manifest records the SMs granted); None: all SMs", None)
+    cuda_max_connections: typing.Optional[int] = _help("CUDA_DEVICE_MAX_CONNECTIONS (1-32) for the run's processes: hardware work queues shared by all streams (1 = launch order is dispatch order); None: inherited from the environment", None)
     backend: str = _help("auto (nccl/rccl for 2+ GPUs, stand-in on one GPU, gloo on CPU) | nccl | gloo | stand-in", "auto")
     standin_ranks: int = _help("stand-in: ranks of the ring it plays, for the bytes it moves (all-reduce: 2(n-1)/n x message)", 8)
     standin_ctas: int = _help("stand-in: CTAs (like NCCL channels)", 16)
@@ -112,6 +118,14 @@ class CollectConfig:
                 raise bad("smem_pad_bytes", "shaping needs our tiled GEMM (compute_impl='tiled'); the vendor GEMM cannot be padded")
             if self.sm_carveout is not None and self.sm_carveout < 0:
                 raise bad("sm_carveout", "must be >= 0")
+        if self.green_ctx_sms is not None:
+            if self.green_ctx_sms < 1:
+                raise bad("green_ctx_sms", "must be >= 1")
+            if self.setup == "sequential":
+                raise bad("green_ctx_sms", "a green context splits SMs between the GEMM and the collective running beside it; "
+                                           "sequential runs them one after the other (use baseline or optimized)")
+        if self.cuda_max_connections is not None and not 1 <= self.cuda_max_connections <= 32:
+            raise bad("cuda_max_connections", "must be in [1, 32] (CUDA_DEVICE_MAX_CONNECTIONS)")
         if self.setup == "sequential" and self.comm_priority not in (None, 0):
             raise bad("comm_priority", "sequential runs comm on the compute stream; it has no priority of its own")
         if self.setup == "baseline" and self.comm_priority is not None and self.comm_priority < 0:
@@ -142,6 +156,11 @@ class CollectConfig:
         return self.iterations // 3
 
     @property
+    def single_process(self) -> bool:
+        """One process runs it (the stand-in, or one GPU): a sweep may run several such in one process."""
+        return self.nproc == 1
+
+    @property
     def requested_priority(self) -> int:
         """The comm stream priority asked for (before torch clamps it to the device's range)."""
         if self.comm_priority is not None:
@@ -149,7 +168,16 @@ class CollectConfig:
         return HIGHEST_PRIORITY if self.setup == "optimized" else 0
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """The fields as a dict; the fields added after the first recordings (``ADDED_FIELDS``) only when set.
+
+        So a configuration recorded before those fields existed reads back equal to the same
+        configuration today (``from_dict`` fills them with their defaults).
+        """
+        out = dataclasses.asdict(self)
+        for name in ADDED_FIELDS:
+            if out[name] is None:
+                del out[name]
+        return out
 
     def replace(self, **changes: Any) -> "CollectConfig":
         return dataclasses.replace(self, **changes)
@@ -237,8 +265,8 @@ def run_id(config: CollectConfig) -> str:
     away from its default, so adding a field (with a default) keeps existing ids, and a
     resumed sweep still finds its runs.
     """
-    defaults = CollectConfig().to_dict()
-    changed = {k: v for k, v in config.to_dict().items() if v != defaults[k]}
+    defaults = dataclasses.asdict(CollectConfig())
+    changed = {k: v for k, v in dataclasses.asdict(config).items() if v != defaults[k]}
     digest = hashlib.sha1(json.dumps(changed, sort_keys=True).encode()).hexdigest()[:8]
     gemm = (
         f"tiled{config.tile_m}x{config.tile_n}x{config.tile_k}-pad{config.smem_pad_bytes // 1024}k"
@@ -247,7 +275,15 @@ def run_id(config: CollectConfig) -> str:
     )
     prio = f"p{config.requested_priority}" if config.requested_priority != HIGHEST_PRIORITY else "phigh"
     backend = "standin" if config.backend == "stand-in" else config.backend
-    return f"{config.workload}_{config.setup}_{gemm}_{prio}_{backend}_{digest}"
+    controls = "".join(
+        part for part in (
+            f"-smemcarve{config.smem_carveout_percent}" if config.smem_carveout_percent is not None else "",
+            f"-gc{config.green_ctx_sms}" if config.green_ctx_sms is not None else "",
+            f"-conn{config.cuda_max_connections}" if config.cuda_max_connections is not None else "",
+            "-commfirst" if config.launch_order == "comm-first" else "",
+        )
+    )
+    return f"{config.workload}_{config.setup}_{gemm}{controls}_{prio}_{backend}_{digest}"
 
 
 # --- presets: functions returning a full config; variants call a base and change fields ---
@@ -293,6 +329,18 @@ def cb_ar_standin() -> CollectConfig:
     return cb_ar_small().replace(backend="stand-in", standin_link_gbps=200.0)
 
 
+def mb_ar_standin() -> CollectConfig:
+    return cb_ar_standin().replace(workload="mb-ar", gemm_m=8192, gemm_n=8192, gemm_k=8)
+
+
+def cb_a2a_standin() -> CollectConfig:
+    return cb_ar_standin().replace(workload="cb-a2a")
+
+
+def mb_a2a_standin() -> CollectConfig:
+    return mb_ar_standin().replace(workload="mb-a2a")
+
+
 def gloo_smoke() -> CollectConfig:
     """CPU only: two gloo processes, tiny sizes, so the whole path runs in CI in seconds."""
     return CollectConfig(
@@ -312,7 +360,8 @@ def gloo_smoke() -> CollectConfig:
 
 PRESETS: dict[str, Callable[[], CollectConfig]] = {
     f.__name__: f
-    for f in (cb_ar, mb_ar, cb_a2a, mb_a2a, cb_ar_small, mb_ar_small, cb_a2a_small, mb_a2a_small, cb_ar_standin, gloo_smoke)
+    for f in (cb_ar, mb_ar, cb_a2a, mb_a2a, cb_ar_small, mb_ar_small, cb_a2a_small, mb_a2a_small,
+              cb_ar_standin, mb_ar_standin, cb_a2a_standin, mb_a2a_standin, gloo_smoke)
 }
 
 

@@ -220,6 +220,24 @@ extern "C" __global__ void __launch_bounds__(OVZ_COMM_MAX_THREADS, 1)
   ovz_comm_body(collective, data, peer, n_vec, n_ranks, link_bytes_per_ns);
 }
 
+// ---------------------------------------------------------------------------------------
+// SM probe: every block records the SM it ran on, after holding it for spin_ns, so that a
+// grid of a few blocks per SM spreads over every SM its stream can reach (used to measure
+// the SMs a green context grants). 1024 threads per block: at most 2 blocks per SM.
+// ---------------------------------------------------------------------------------------
+extern "C" __global__ void ovz_probe_smid(int* __restrict__ out, long long spin_ns) {
+  unsigned smid;
+#if defined(__HIP_PLATFORM_AMD__) || defined(__HIPCC__)
+  smid = __smid();
+#else
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+#endif
+  const uint64_t t0 = ovz_now_ns();
+  while (ovz_now_ns() - t0 < (uint64_t)spin_ns) {
+  }
+  if (threadIdx.x == 0) out[blockIdx.x] = (int)smid;
+}
+
 #ifndef OVZ_KERNELS_ONLY
 // ---------------------------------------------------------------------------------------
 // Host side (torch bindings). Every launch goes to torch's current stream.
@@ -317,6 +335,14 @@ void standin(const std::string& collective, torch::Tensor& data, const torch::Te
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
+torch::Tensor probe_sms(int64_t blocks, int64_t spin_ns) {
+  TORCH_CHECK(blocks >= 1, "probe_sms: blocks must be >= 1");
+  auto out = torch::full({blocks}, -1, torch::dtype(torch::kInt32).device(torch::kCUDA, c10::cuda::current_device()));
+  ovz_probe_smid<<<(unsigned)blocks, 1024, 0, c10::cuda::getCurrentCUDAStream()>>>(out.data_ptr<int>(), (long long)spin_ns);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return out;
+}
+
 pybind11::dict kernel_attributes(const std::string& name) {
   cudaFuncAttributes attr;
   C10_CUDA_CHECK(cudaFuncGetAttributes(&attr, find_kernel(name)));
@@ -394,5 +420,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("set_smem_carveout", &set_smem_carveout, "cudaFuncAttributePreferredSharedMemoryCarveout; false if refused");
   m.def("device_attributes", &device_attributes, "cudaDeviceGetAttribute values of one device");
   m.def("gemm_smem_bytes", &gemm_smem_bytes, "dynamic shared memory of one tiled GEMM block");
+  m.def("probe_sms", &probe_sms, "SM id of each block of a probe grid on the current stream (int32, one per block)");
 }
 #endif

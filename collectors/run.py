@@ -1,12 +1,19 @@
 """One configuration on one rank (the module torchrun starts): check, time with events, trace, write the run directory.
 
     torchrun --nproc-per-node 8 -m overlapviz.collectors.run --preset cb_ar --out DIR [--setup optimized ...]
-    python -m overlapviz.collectors.run --preset cb_ar_standin --out DIR          # one GPU, stand-in
+    python -P -m overlapviz.collectors.run --preset cb_ar_standin --out DIR       # one GPU, stand-in
+
+(``-P``, or ``PYTHONSAFEPATH=1``, keeps a clone's own ``overlapviz/`` directory from
+shadowing the installed package when started from the clone's root.) ``--batch FILE``
+runs several single-process configurations one after another in this process; the
+sweep runner uses it so that CUDA, the profiler and the extension start once.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import gc
 import json
 import os
 import sys
@@ -75,10 +82,11 @@ def collect_run(config: CollectConfig, run_dir: Path, *, run_id: str | None = No
     rid = run_id or make_run_id(config)
     start_time = mf.now_iso()
     rank = int(os.environ.get("RANK", "0"))
-    known = {"start_time": start_time, **mf.versions()}
+    known = {"start_time": start_time}
     d = workload = None
     try:
-        d = init_dist(config)
+        d = init_dist(config)  # first: CUDA_DEVICE_MAX_CONNECTIONS must be set before CUDA starts
+        known.update(mf.versions())
         known.update(world_size=d.world_size, backend=d.backend)
         workload = Workload(config, d)
         checks = workload.check() if config.check else {}
@@ -128,6 +136,8 @@ def collect_run(config: CollectConfig, run_dir: Path, *, run_id: str | None = No
         message = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}".strip()
         (run_dir / mf.ERROR.format(rank=rank)).write_text(message + "\n")
         if rank == 0:
+            with contextlib.suppress(Exception):
+                known = {**mf.versions(), **known}
             run = mf.run_record(config, run_id=rid, status="failed", error=message, **known)
             mf.write_manifest(run_dir, mf.manifest(config, run, effective=workload.effective if workload else None))
         raise
@@ -138,16 +148,96 @@ def collect_run(config: CollectConfig, run_dir: Path, *, run_id: str | None = No
             dist.destroy_process_group()
 
 
+@contextlib.contextmanager
+def _output_to(path: Path):
+    """Send this process's stdout and stderr (file descriptors 1 and 2, C libraries included) to ``path``."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    with open(path, "ab") as log:
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            for fd in saved:
+                os.close(fd)
+
+
+def _device_healthy() -> bool:
+    """False when the GPU context is broken (a sticky CUDA error): the rest must run in a fresh process."""
+    import torch
+
+    if not torch.cuda.is_available() or not torch.cuda.is_initialized():
+        return True
+    try:
+        torch.cuda.synchronize()
+        return True
+    except Exception:
+        return False
+
+
+def run_batch(items: list[dict], *, status_fd: int | None = None) -> int:
+    """Run single-process configurations one after another in this process.
+
+    ``items``: ``{"config": {...}, "run_dir": str, "run_id": str}`` each. Every run writes
+    its own directory (its output goes to its ``collect.log``) exactly as a run in its own
+    process would. On ``status_fd`` the parent reads ``start <i>`` and ``end <i> ok|failed``
+    lines, by which it enforces each run's timeout. Returns 0, or 3 when a failure left
+    the GPU unusable (the parent then runs the rest in a new process).
+    """
+    status = os.fdopen(status_fd, "w", buffering=1) if status_fd is not None else None
+
+    def say(line: str) -> None:
+        if status is not None:
+            status.write(line + "\n")
+            status.flush()
+
+    for i, item in enumerate(items):
+        config = CollectConfig.from_dict(item["config"], where=f"batch item {i}")
+        run_dir = Path(item["run_dir"])
+        run_dir.mkdir(parents=True, exist_ok=True)
+        say(f"start {i}")
+        ok = True
+        with _output_to(run_dir / mf.LOG):
+            print(f"{item['run_id']}: in a batch process (pid {os.getpid()}, item {i + 1} of {len(items)})", flush=True)
+            try:
+                data = collect_run(config, run_dir, run_id=item["run_id"])
+                ranks = data["measurement"]["ranks"]
+                print(f"{item['run_id']}: ok, median {ranks[0]['median_ms']:.4f} ms -> {run_dir}", flush=True)
+            except Exception:
+                traceback.print_exc()
+                ok = False
+        say(f"end {i} {'ok' if ok else 'failed'}")
+        if not ok and not _device_healthy():
+            return 3
+        gc.collect()
+        try:
+            import torch
+
+            if torch.cuda.is_available() and torch.cuda.is_initialized():
+                torch.cuda.empty_cache()
+        except Exception:
+            pass
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     import dataclasses
 
-    p = argparse.ArgumentParser(prog="python -m overlapviz.collectors.run", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -P -m overlapviz.collectors.run", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--preset", help="a preset name (cb_ar, cb_ar_standin, gloo_smoke, ...)")
     src.add_argument("--config", help="a JSON file with configuration fields")
     src.add_argument("--config-json", help="the configuration as a JSON object")
-    out = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--batch", metavar="FILE", help="a JSON list of {config, run_dir, run_id}: run them one after another here")
+    p.add_argument("--status-fd", type=int, default=None, help="with --batch: file descriptor for start/end lines")
+    out = p.add_mutually_exclusive_group(required=False)
     out.add_argument("--out", help="a sweep directory: the run goes to OUT/runs/<run_id>/")
     out.add_argument("--run-dir", help="the run directory itself")
     p.add_argument("--run-id", help="the run id (default: derived from the configuration)")
@@ -174,7 +264,17 @@ def config_from_args(args: argparse.Namespace) -> CollectConfig:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.batch:
+        try:
+            items = json.loads(Path(args.batch).read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            print(f"error: {args.batch}: cannot read the batch: {exc}", file=sys.stderr)
+            return 2
+        return run_batch(items, status_fd=args.status_fd)
+    if not (args.out or args.run_dir):
+        parser.error("one of the arguments --out --run-dir is required")
     try:
         config = config_from_args(args)
     except ValueError as exc:

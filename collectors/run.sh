@@ -18,6 +18,9 @@ OUT=${OUT:-./overlap_runs}
 LOG_RANK=${LOG_RANK:-0}          # which local rank's output to show
 # NVLink multicast stays off unless asked for (it can wedge shared hosts' GPUs)
 export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}
+# safe-path mode for every Python the launcher starts: from a clone's root, the clone's own
+# overlapviz/ directory must not shadow the installed package (it has no collectors/)
+export PYTHONSAFEPATH=1
 
 if [[ -n "$SWEEP" ]]; then
   exec overlapviz collect --sweep "$SWEEP" --nproc "$NGPU" -o "$OUT" "$@"

@@ -522,7 +522,9 @@ def launch_command(names: list[str], out: str | Path, *, launcher: str | None = 
     """The command that records ``names`` into ``out`` (``launcher`` prefixes it, default this Python)."""
     import shlex
 
-    prefix = shlex.split(launcher) if launcher else [sys.executable]
+    from overlapviz.collectors.launch import python_command
+
+    prefix = shlex.split(launcher) if launcher else python_command()  # -P: a clone's overlapviz/ must not shadow
     return prefix + ["-m", "overlapviz.collectors.scenarios", "--scenario", ",".join(names), "--out", str(out)]
 
 
@@ -544,7 +546,9 @@ def collect(scenarios: list[Scenario], out: str | Path, *, launcher: str | None 
     if todo:
         limit = timeout_s if timeout_s is not None else base_config().timeout_s * 2 * len(todo)
         try:
-            subprocess.run(launch_command(todo, out, launcher=launcher), timeout=limit, check=False)
+            from overlapviz.collectors.launch import child_env
+
+            subprocess.run(launch_command(todo, out, launcher=launcher), timeout=limit, check=False, env=child_env())
         except subprocess.TimeoutExpired:
             error = f"timeout: the scenarios did not finish in {limit:g} s"
     results = []

@@ -1,6 +1,6 @@
 """Check a GPU machine before a sweep: build the kernels, check them, report footprints, occupancy and timings.
 
-    python -m overlapviz.collectors.selfcheck [--json FILE]
+    python -P -m overlapviz.collectors.selfcheck [--json FILE]
 
 Prints one table per topic; ``--json`` writes every number too.
 """

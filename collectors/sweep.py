@@ -13,12 +13,19 @@ A sweep file::
     compute_impl = "vendor"
     setup = ["sequential", "baseline", "optimized"]
 
-Each configuration runs in its own process group (``python -m overlapviz.collectors.run``
-or torchrun for several processes, or any launcher prefix such as ``srun ... torchrun``)
-with a timeout, so a crash, hang, out-of-memory or NCCL error fails that configuration
-only: it gets a manifest with status ``failed`` and its error, and the sweep goes on. A
-configuration whose manifest says ``ok`` or ``failed`` is finished and is not run again
-when the sweep is resumed; anything else in its directory is removed and rerun.
+Configurations of several processes run each in its own process group (torchrun, or any
+launcher prefix such as ``srun ... torchrun``); single-process ones (one GPU, the
+stand-in) run one after another in a batch process (``python -P -m
+overlapviz.collectors.run --batch``), so that CUDA, the profiler and the extension start
+once, with a new batch process for each ``cuda_max_connections`` and after any crash.
+Either way each configuration has its timeout, and a crash, hang, out-of-memory or NCCL
+error fails that configuration only: it gets a manifest with status ``failed`` and its
+error, and the sweep goes on. A configuration whose manifest says ``ok`` (or ``failed``,
+unless ``retry_failed``) is finished and is not run again when the sweep is resumed;
+anything else in its directory is removed and rerun.
+
+Every child runs in Python's safe-path mode (``collectors/launch.py``), so a clone's own
+``overlapviz/`` directory never shadows the installed package.
 """
 
 from __future__ import annotations
@@ -26,6 +33,8 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
+import select
 import shlex
 import shutil
 import signal
@@ -33,11 +42,12 @@ import subprocess
 import sys
 import time
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from overlapviz.collectors import manifest as mf
 from overlapviz.collectors.config import CollectConfig, coerce, preset, run_id as make_run_id
+from overlapviz.collectors.launch import child_env, python_command
 
 RUNS_DIR = "runs"
 SWEEP_COPY = "sweep.toml"  # the sweep file, copied beside runs/ for the record
@@ -113,9 +123,37 @@ def parse_sweep(text: str, *, where: str = "sweep", overrides: dict | None = Non
     return Sweep(str(doc.get("name", Path(where).stem)), tuple(configs.values()), text)
 
 
+SHIPPED_SWEEP = "sweep_{name}.toml"  # beside this module, installed with it
+
+
+def shipped_sweeps() -> dict[str, Path]:
+    """The sweep files installed with the collectors, by name (``sweep_<name>.toml`` -> ``<name>``)."""
+    here = Path(__file__).parent
+    return {p.stem[len("sweep_"):]: p for p in sorted(here.glob(SHIPPED_SWEEP.format(name="*")))}
+
+
+def resolve_sweep(path_or_name: str | os.PathLike) -> Path:
+    """A sweep file: the path if it exists, else the shipped sweep of that name (``cpu_tour``, ``h200_paper_grid``).
+
+    Raises
+    ------
+    ValueError
+        If it is neither, listing the shipped sweeps.
+    """
+    path = Path(path_or_name)
+    if path.exists():
+        return path
+    shipped = shipped_sweeps()
+    name = str(path_or_name).removeprefix("sweep_").removesuffix(".toml").replace("-", "_")
+    if path.parent == Path(".") and name in shipped:
+        return shipped[name]
+    raise ValueError(f"{path_or_name}: no such sweep file, and no shipped sweep of that name "
+                     f"(shipped: {', '.join(shipped)})")
+
+
 def load_sweep(path: str | os.PathLike, *, overrides: dict | None = None) -> Sweep:
-    """Read and expand a sweep file (see ``parse_sweep``)."""
-    path = Path(path)
+    """Read and expand a sweep file or a shipped sweep by name (see ``parse_sweep`` and ``resolve_sweep``)."""
+    path = resolve_sweep(path)
     try:
         text = path.read_text()
     except OSError as exc:
@@ -135,19 +173,20 @@ def _apply(config: CollectConfig, changes: dict, *, where: str) -> CollectConfig
 
 
 def launch_command(config: CollectConfig, run_dir: Path, *, launcher: str | None = None) -> list[str]:
-    """The command that runs ``config`` into ``run_dir``.
+    """The command that runs ``config`` into ``run_dir`` in its own process(es).
 
     ``launcher`` is a command prefix that, followed by ``-m overlapviz.collectors.run ...``,
     starts the collector on every rank (``torchrun --nproc-per-node 8``, ``srun ... torchrun
     ...``, ``torchrun --no-python ... rocprofv3 --kernel-trace -- python3``). Default:
-    this Python for one process, torchrun (standalone) for several.
+    this Python for one process, torchrun (standalone) for several, both in safe-path
+    mode (``-P``; the ranks torchrun starts get ``PYTHONSAFEPATH=1`` from ``child_env``).
     """
     if launcher:
         prefix = shlex.split(launcher)
     elif config.nproc > 1:
-        prefix = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={config.nproc}"]
+        prefix = python_command() + ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={config.nproc}"]
     else:
-        prefix = [sys.executable]
+        prefix = python_command()
     return prefix + [
         "-m", "overlapviz.collectors.run",
         "--config-json", json.dumps(config.to_dict(), sort_keys=True),
@@ -156,26 +195,29 @@ def launch_command(config: CollectConfig, run_dir: Path, *, launcher: str | None
     ]
 
 
+def _fresh(run_dir: Path) -> None:
+    if run_dir.exists():
+        shutil.rmtree(run_dir)  # an interrupted (or retried) attempt: start clean
+    run_dir.mkdir(parents=True)
+
+
 def run_one(config: CollectConfig, run_dir: Path, *, launcher: str | None = None, env: dict | None = None) -> Outcome:
     """Run one configuration in its own process group, with its timeout; record a failure.
 
     The launcher's output goes to ``run_dir/collect.log``. On a non-zero exit or a
     timeout the run's manifest is (re)written with status ``failed`` and the error (the
-    failing rank's one-line error, else the log's last line), and any traces are removed:
-    a failed run has a manifest and no traces.
+    failing rank's one-line error, else the log's first exception line), and any traces
+    are removed: a failed run has a manifest and no traces.
     """
     rid = make_run_id(config)
     run_dir = Path(run_dir)
-    if run_dir.exists():
-        shutil.rmtree(run_dir)  # an interrupted attempt: start clean
-    run_dir.mkdir(parents=True)
+    _fresh(run_dir)
     cmd = launch_command(config, run_dir, launcher=launcher)
-    child_env = dict(os.environ if env is None else env)
-    child_env.setdefault("PYTHONUNBUFFERED", "1")
+    child = child_env(env, max_connections=config.cuda_max_connections)
     start = time.monotonic()
     error = None
     with open(run_dir / mf.LOG, "wb") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=child_env, start_new_session=True)
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=child, start_new_session=True)
         try:
             code = proc.wait(timeout=config.timeout_s)
         except subprocess.TimeoutExpired:
@@ -194,6 +236,114 @@ def run_one(config: CollectConfig, run_dir: Path, *, launcher: str | None = None
     return Outcome(rid, "failed", error, seconds, run_dir)
 
 
+BATCH_FILE = ".batch-{pid}.json"  # the batch process's work list, in the sweep directory while it runs
+BATCH_LOG = "batch.log"  # the batch processes' own output (each run's goes to its collect.log)
+
+
+def run_batch(items: list[tuple[CollectConfig, Path]], out: Path, *, env: dict | None = None,
+              on_done=None, worker: list[str] | None = None) -> list[Outcome]:
+    """Run single-process configurations one after another in batch processes; each keeps its timeout.
+
+    ``items`` are (config, run_dir) pairs sharing ``cuda_max_connections`` (read once per
+    process). A batch process that crashes or overruns a run's timeout is killed; that run
+    is recorded failed and the rest go on in a new process. ``on_done(outcome)`` is called
+    as each run ends. ``worker`` replaces the batch process's command (``python -P -m
+    overlapviz.collectors.run``; tests use it).
+    """
+    out = Path(out)
+    outcomes: list[Outcome] = []
+    todo = list(items)
+    while todo:
+        for cfg, rd in todo:
+            _fresh(Path(rd))
+        work = out / BATCH_FILE.format(pid=os.getpid())
+        work.write_text(json.dumps([{"config": c.to_dict(), "run_dir": str(rd), "run_id": make_run_id(c)} for c, rd in todo]))
+        read_fd, write_fd = os.pipe()
+        cmd = (worker or python_command() + ["-m", "overlapviz.collectors.run"]) + [
+            "--batch", str(work), "--status-fd", str(write_fd)]
+        child = child_env(env, max_connections=todo[0][0].cuda_max_connections)
+        with open(out / BATCH_LOG, "ab") as log:
+            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=child, start_new_session=True,
+                                    pass_fds=(write_fd,))
+        os.close(write_fd)
+        done: set[int] = set()
+        current, started = 0, time.monotonic()  # the first run's clock starts with the process (imports, build)
+        running = heard = False  # todo[current] has started; the process has said anything at all
+        buf = b""
+        try:
+            with os.fdopen(read_fd, "rb", buffering=0) as status:
+                while True:
+                    cfg, rd = todo[current] if current < len(todo) else (None, None)
+                    left = (cfg.timeout_s - (time.monotonic() - started)) if cfg is not None else 5.0
+                    ready, _, _ = select.select([status], [], [], max(0.0, left))
+                    if not ready:
+                        if cfg is None:
+                            break
+                        _kill_group(proc)
+                        outcome = _finish(cfg, Path(rd), False, time.monotonic() - started,
+                                          f"timeout: no result after {cfg.timeout_s:g} s")
+                        outcomes.append(outcome)
+                        done.add(current)
+                        if on_done:
+                            on_done(outcome)
+                        break
+                    chunk = status.read(4096)
+                    if not chunk:  # the batch process is gone
+                        break
+                    buf += chunk
+                    while b"\n" in buf:
+                        line, buf = buf.split(b"\n", 1)
+                        parts = line.decode().split()
+                        heard = True
+                        if parts[:1] == ["start"]:
+                            current, started, running = int(parts[1]), time.monotonic(), True
+                        elif parts[:1] == ["end"]:
+                            i = int(parts[1])
+                            c, r = todo[i]
+                            outcome = _finish(c, Path(r), parts[2] == "ok", time.monotonic() - started, None)
+                            outcomes.append(outcome)
+                            done.add(i)
+                            current, started, running = i + 1, time.monotonic(), False
+                            if on_done:
+                                on_done(outcome)
+        except BaseException:
+            _kill_group(proc)  # Ctrl-C: the unfinished runs stay unfinished (rerun on resume)
+            raise
+        finally:
+            work.unlink(missing_ok=True)
+        try:
+            code = proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            code = None
+        # it died inside a run, or before its first run (then that run fails, so the sweep moves on);
+        # after a finished run (code 3: the GPU was left unusable) the rest go to a new process
+        if current < len(todo) and current not in done and (running or not heard):
+            cfg, rd = todo[current]
+            if running:
+                error = (_first_error(Path(rd), last_line=False)
+                         or f"the batch process died (exit code {code}) during this run; see its collect.log")
+            else:
+                error = (_log_error(out / BATCH_LOG)
+                         or f"the batch process exited (code {code}) before its first run; see {BATCH_LOG}")
+            outcome = _finish(cfg, Path(rd), False, time.monotonic() - started, error)
+            outcomes.append(outcome)
+            done.add(current)
+            if on_done:
+                on_done(outcome)
+        todo = [item for i, item in enumerate(todo) if i not in done and i > max(done, default=-1)]
+    return outcomes
+
+
+def _finish(config: CollectConfig, run_dir: Path, ok: bool, seconds: float, error: str | None) -> Outcome:
+    rid = make_run_id(config)
+    if ok and error is None and mf.run_status(run_dir) == "ok":
+        return Outcome(rid, "ok", None, seconds, run_dir)
+    error = error or _first_error(run_dir) or "finished without an ok manifest"
+    record_failure(config, run_dir, error)
+    return Outcome(rid, "failed", error, seconds, run_dir)
+
+
 def _kill_group(proc: subprocess.Popen) -> None:
     for sig, wait_s in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
         try:
@@ -207,8 +357,29 @@ def _kill_group(proc: subprocess.Popen) -> None:
             continue
 
 
-def _first_error(run_dir: Path) -> str | None:
-    """The error a rank wrote (lowest rank first), else the last non-empty line of the log."""
+_EXCEPTION_LINE = re.compile(r"^(?:[\w.]+\.)?(\w*(?:Error|Exception|Interrupt|Exit))(?::|$)")
+_LAUNCHER_ERRORS = ("ChildFailedError",)  # torchrun's summary: the ranks' own errors say more
+
+
+def _log_error(log: Path) -> str | None:
+    """The last exception line of a log (the batch process's own), None when there is none."""
+    try:
+        lines = [ln.strip() for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return None
+    for ln in reversed(lines):
+        m = _EXCEPTION_LINE.match(ln)
+        if m and m.group(1) not in _LAUNCHER_ERRORS:
+            return ln
+    return None
+
+
+def _first_error(run_dir: Path, *, last_line: bool = True) -> str | None:
+    """The error a rank wrote (lowest rank first), else the log's first exception line, else its last line.
+
+    A rank that could not even import the collector (a module not found) writes no error
+    file; its exception line in the log is what says why, not torchrun's summary below it.
+    """
     errors = sorted(run_dir.glob(mf.ERROR.format(rank="*")), key=lambda p: p.name)
     for p in errors:
         text = p.read_text(errors="replace").strip()
@@ -218,10 +389,16 @@ def _first_error(run_dir: Path) -> str | None:
         lines = [ln.strip() for ln in (run_dir / mf.LOG).read_text(errors="replace").splitlines() if ln.strip()]
     except OSError:
         return None
-    for ln in reversed(lines):  # prefer a Python exception line over torchrun's summary
+    for ln in lines:
+        m = _EXCEPTION_LINE.match(ln)
+        if m and m.group(1) not in _LAUNCHER_ERRORS:
+            return ln
+        if "Error while finding module specification" in ln:  # python -m of a module that is not there
+            return ln.split(": ", 1)[-1]
+    for ln in reversed(lines):
         if "Error" in ln.split(":")[0] or ln.startswith(("RuntimeError", "ValueError", "torch.")):
             return ln
-    return lines[-1] if lines else None
+    return lines[-1] if lines and last_line else None
 
 
 def record_failure(config: CollectConfig, run_dir: Path, error: str) -> dict:
@@ -238,42 +415,94 @@ def record_failure(config: CollectConfig, run_dir: Path, error: str) -> dict:
 
 
 def run_sweep(sweep: Sweep, out: str | os.PathLike, *, launcher: str | None = None, progress: bool | None = None,
-              env: dict | None = None) -> list[Outcome]:
+              env: dict | None = None, retry_failed: bool = False, batch: bool = True,
+              check: bool = True) -> list[Outcome]:
     """Run every configuration of ``sweep`` not yet finished under ``out/runs/<run_id>/``.
+
+    Parameters
+    ----------
+    retry_failed
+        Run again the configurations whose manifest says ``failed`` (by default a failed
+        run is finished, like an ok one).
+    batch
+        Run single-process configurations (no ``launcher``) in batch processes (see
+        ``run_batch``); False: each in its own process.
+    check
+        Check the whole sweep against this machine first (``preflight.check_sweep``) and
+        run nothing if any configuration cannot run here.
 
     Returns one outcome per configuration, finished ones from an earlier attempt included
     (status ``skipped-ok`` / ``skipped-failed``).
+
+    Raises
+    ------
+    preflight.SweepNotRunnable
+        When ``check`` finds problems; every problem is listed.
     """
     from tqdm import tqdm
 
     out = Path(out)
-    (out / RUNS_DIR).mkdir(parents=True, exist_ok=True)
-    if sweep.source is not None:
-        (out / SWEEP_COPY).write_text(sweep.source)
     outcomes: list[Outcome] = []
     todo = []
     for cfg in sweep.configs:
         rid = make_run_id(cfg)
         rd = out / RUNS_DIR / rid
         status = mf.run_status(rd)
-        if status is not None:
+        if status == "ok" or (status == "failed" and not retry_failed):
             outcomes.append(Outcome(rid, f"skipped-{status}", None, 0.0, rd))
         else:
             todo.append((cfg, rid, rd))
+    if check and todo:
+        from overlapviz.collectors import preflight
+
+        preflight.require_runnable([c for c, _, _ in todo], env=env, launcher=launcher, total=len(sweep.configs))
+    (out / RUNS_DIR).mkdir(parents=True, exist_ok=True)
+    if sweep.source is not None:
+        (out / SWEEP_COPY).write_text(sweep.source)
     disable = (not sys.stderr.isatty()) if progress is None else not progress
     bar = tqdm(total=len(sweep.configs), initial=len(outcomes), desc=sweep.name, unit="run", disable=disable)
+
+    def done(result: Outcome) -> None:
+        outcomes.append(result)
+        if result.status == "failed":
+            bar.write(f"{result.run_id}: failed: {result.error}")
+        bar.update(1)
+
+    previous = _sigterm_interrupts()  # SLURM's time limit, `timeout`: stop the ranks, not only this process
     try:
-        for cfg, rid, rd in todo:
+        batched = [(c, rid, rd) for c, rid, rd in todo if batch and launcher is None and c.single_process]
+        alone = [item for item in todo if item not in batched]
+        groups: dict = {}
+        for c, _, rd in batched:  # one batch process per CUDA_DEVICE_MAX_CONNECTIONS, in sweep order
+            groups.setdefault(c.cuda_max_connections, []).append((c, rd))
+        for items in groups.values():
+            bar.set_postfix_str(f"batch of {len(items)}")
+            run_batch(items, out, env=env, on_done=done)
+        for cfg, rid, rd in alone:
             bar.set_postfix_str(rid[:60])
-            result = run_one(cfg, rd, launcher=launcher, env=env)
-            outcomes.append(result)
-            if result.status == "failed":
-                bar.write(f"{rid}: failed: {result.error}")
-            bar.update(1)
+            done(run_one(cfg, rd, launcher=launcher, env=env))
     finally:
         bar.close()
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     order = {make_run_id(c): i for i, c in enumerate(sweep.configs)}
     return sorted(outcomes, key=lambda o: order[o.run_id])
+
+
+def _sigterm_interrupts():
+    """Make SIGTERM raise KeyboardInterrupt here, so that the running configuration's process group is killed.
+
+    The ranks run in their own sessions (a timeout must kill all of them, not this
+    process); without this a SIGTERM to the sweep would leave them running. Returns the
+    previous handler (None where signals cannot be set: not the main thread).
+    """
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    try:
+        return signal.signal(signal.SIGTERM, interrupt)
+    except ValueError:
+        return None
 
 
 def finished_run_dirs(out: str | os.PathLike) -> list[Path]:

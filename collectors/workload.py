@@ -63,6 +63,53 @@ def resolve_backend(config: CollectConfig, world_size: int, cuda: bool, hip: boo
     return backend
 
 
+_UNSET = object()
+# CUDA_DEVICE_MAX_CONNECTIONS as it was when this process created its CUDA context (read once, then)
+_CONNECTIONS_AT_CUDA_INIT: object = _UNSET
+
+
+def apply_max_connections(config: CollectConfig) -> dict:
+    """Set CUDA_DEVICE_MAX_CONNECTIONS as ``config`` asks, before this process initializes CUDA.
+
+    The driver reads the variable once, when the process creates its CUDA context; a
+    sweep therefore starts a new process for each value. Returns what the manifest
+    records: requested, effective (the value when CUDA was initialized; None = unset,
+    the driver's default) and a note.
+
+    Raises
+    ------
+    RuntimeError
+        If CUDA was already initialized here with another value.
+    """
+    global _CONNECTIONS_AT_CUDA_INIT
+    import torch
+
+    from overlapviz.collectors.launch import MAX_CONNECTIONS_ENV
+
+    want = config.cuda_max_connections
+    initialized = torch.cuda.is_initialized()
+    if _CONNECTIONS_AT_CUDA_INIT is _UNSET:
+        if want is not None and not initialized:
+            os.environ[MAX_CONNECTIONS_ENV] = str(want)
+        # CUDA initialized before the collector looked (an embedding program): the environment
+        # then is the best evidence there is
+        _CONNECTIONS_AT_CUDA_INIT = os.environ.get(MAX_CONNECTIONS_ENV)
+    have = _CONNECTIONS_AT_CUDA_INIT
+    if want is not None and have != str(want):
+        raise RuntimeError(
+            f"cuda_max_connections: {want} asked for, but this process created its CUDA context with "
+            f"{MAX_CONNECTIONS_ENV}={have if have is not None else 'unset'}; the driver reads it once per process "
+            "(overlapviz collect starts a process per value)"
+        )
+    try:
+        effective = int(have) if have is not None else None
+    except ValueError:
+        effective = None
+    note = (f"{MAX_CONNECTIONS_ENV}={have} when this process created its CUDA context" if have is not None
+            else f"{MAX_CONNECTIONS_ENV} unset: the driver's default (8 work queues)")
+    return {"requested": want, "effective": effective, "applied": want is not None, "note": note}
+
+
 def init_dist(config: CollectConfig) -> Dist:
     """Read torchrun's environment and create the process group (none for the stand-in)."""
     import torch
@@ -71,9 +118,10 @@ def init_dist(config: CollectConfig) -> Dist:
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     local = int(os.environ.get("LOCAL_RANK", "0"))
+    connections = apply_max_connections(config)  # before anything creates the CUDA context
     cuda = torch.cuda.is_available()
     backend = resolve_backend(config, world, cuda, bool(torch.version.hip))
-    notes: dict = {}
+    notes: dict = {"cuda_max_connections": connections}
     if backend in ("nccl", "rccl", "stand-in"):
         torch.cuda.set_device(local)
         device = torch.device("cuda", local)
@@ -90,6 +138,22 @@ def init_dist(config: CollectConfig) -> Dist:
     elif backend == "gloo":
         dist.init_process_group("gloo", timeout=timeout)
     return Dist(rank, world, local, backend, device, backend != "stand-in", notes)
+
+
+def create_green_context(num_sms: int, device_index: int):
+    """A ``torch.cuda.green_contexts.GreenContext`` of ``num_sms`` SMs, through whichever API this torch has.
+
+    torch 2.9-2.13: ``GreenContext.create(num_sms, device_id)``; later: ``GreenContext(num_sms=..., device_id=...)``.
+    """
+    import torch.cuda.green_contexts as gcm
+
+    GC = gcm.GreenContext
+    if hasattr(GC, "create"):
+        try:
+            return GC.create(num_sms=num_sms, device_id=device_index)
+        except TypeError:
+            return GC.create(num_sms, device_index)
+    return GC(num_sms=num_sms, device_id=device_index)
 
 
 def _dtype(name: str):
@@ -136,6 +200,8 @@ class Workload:
         eff = self.effective
         eff["comm_priority_requested"] = cfg.requested_priority
         if not self.dist.is_cuda:
+            if cfg.green_ctx_sms is not None:
+                raise RuntimeError("green_ctx_sms: green contexts need a CUDA GPU")
             eff["comm_priority_effective"] = None
             eff["priority_applied"] = False
             eff["priority_note"] = "gloo runs on CPU threads: stream priorities do not exist"
@@ -153,6 +219,8 @@ class Workload:
             return
         self.compute_stream = torch.cuda.Stream(priority=0)
         self.comm_stream = torch.cuda.Stream(priority=requested)  # torch clamps to its range
+        if cfg.green_ctx_sms is not None:
+            self._setup_green_context()
         eff["compute_priority_effective"] = self.compute_stream.priority
         if self.dist.backend in ("nccl", "rccl"):
             # the collective runs on the process group's internal stream; with
@@ -163,6 +231,96 @@ class Workload:
             eff["comm_priority_effective"] = self.comm_stream.priority
             eff["comm_stream"] = "collector comm stream"
         eff["priority_applied"] = cfg.setup == "optimized"
+
+    def _setup_green_context(self) -> None:
+        """Put the GEMM on a green context of ``green_ctx_sms`` SMs (torch.cuda.green_contexts).
+
+        Two ways, by what this torch offers: the green context's own stream
+        (``GreenContext.Stream()``, torch >= 2.10), else making the green context current
+        around each GEMM launch (``set_context``/``pop_context``, ``make_current``/``pop_current``).
+        The SMs granted are measured: a probe kernel whose blocks record their SM id runs
+        where the GEMM runs. Where the stream way fails (a driver that refuses events across
+        contexts), the context way is taken and the manifest says so.
+        """
+        import torch
+
+        cfg, eff = self.config, self.effective
+        rec = {"requested": cfg.green_ctx_sms, "effective": None, "applied": False}
+        eff["green_ctx"] = rec
+        try:
+            import torch.cuda.green_contexts as gcm
+        except ImportError:
+            raise RuntimeError(f"green_ctx_sms: torch {torch.__version__} has no torch.cuda.green_contexts") from None
+        if getattr(gcm, "SUPPORTED", True) is False:
+            raise RuntimeError(f"green_ctx_sms: torch {torch.__version__} was built without green context support")
+        ctx = create_green_context(cfg.green_ctx_sms, self.dist.device.index or 0)
+        self._green = ctx
+        modes = []
+        if hasattr(ctx, "Stream") and os.environ.get("OVZ_GREEN_CTX_MODE", "stream") == "stream":
+            modes.append("stream")
+        modes.append("context")
+        errors = []
+        for mode in modes:
+            try:
+                if mode == "stream":
+                    self._green_stream = ctx.Stream()
+                    self._green_push = None
+                else:
+                    push = getattr(ctx, "set_context", None) or getattr(ctx, "make_current")
+                    pop = getattr(ctx, "pop_context", None) or getattr(ctx, "pop_current")
+                    self._green_stream = None
+                    self._green_push = (push, pop)
+                granted = self._probe_green_sms()
+            except (RuntimeError, AttributeError) as exc:
+                errors.append(f"{mode}: {type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}")
+                torch.cuda.synchronize(self.dist.device)
+                continue
+            if self._green_stream is not None:
+                self.compute_stream = self._green_stream
+            rec.update(effective=granted, applied=True,
+                       mode="GreenContext.Stream()" if mode == "stream" else "context pushed around each GEMM launch")
+            if errors:
+                rec["note"] = "; ".join(errors)
+            return
+        raise RuntimeError(f"green_ctx_sms: no way to run the GEMM on the green context worked ({'; '.join(errors)})")
+
+    def _probe_green_sms(self) -> int:
+        """How many SMs work placed where the GEMM runs can reach (distinct SM ids of a probe grid).
+
+        It also checks what the run relies on: an event recorded there, waited on by the
+        main stream.
+        """
+        import torch
+
+        sms = torch.cuda.get_device_properties(self.dist.device).multi_processor_count
+
+        def launch():
+            ids = self.ext.probe_sms(4 * sms, 20_000)
+            done = torch.cuda.Event()
+            done.record()
+            return ids, done
+
+        with torch.cuda.stream(self.compute_stream):
+            ids, done = self._on_green(launch)
+        self.main.wait_event(done)
+        torch.cuda.synchronize(self.dist.device)
+        return int(torch.unique(ids).numel())
+
+    def _on_green(self, fn):
+        """Run ``fn`` (a launch on the current stream) where the GEMM runs: its green context when pushed."""
+        if getattr(self, "_green_push", None) is None:
+            if getattr(self, "_green_stream", None) is not None:
+                import torch
+
+                with torch.cuda.stream(self._green_stream):
+                    return fn()
+            return fn()
+        push, pop = self._green_push
+        push()
+        try:
+            return fn()
+        finally:
+            pop()
 
     def _setup_controls(self) -> None:
         import torch
@@ -180,6 +338,9 @@ class Workload:
             else:
                 setter(cfg.sm_carveout)
                 eff["sm_carveout_applied"] = True
+                getter = getattr(torch._C, "_get_sm_carveout_experimental", None)
+                if getter is not None:
+                    eff["sm_carveout_effective"] = getter()
         if cfg.compute_impl == "tiled" and not self.dist.is_cuda:
             raise RuntimeError("compute_impl tiled needs a CUDA or ROCm GPU (on CPU use compute_impl vendor)")
         if cfg.compute_impl == "tiled":
@@ -202,11 +363,48 @@ class Workload:
             if self.dist.backend == "stand-in":
                 names.append(extension.STANDIN_KERNELS[cfg.collective])
             accepted = [bool(self.ext.set_smem_carveout(n, cfg.smem_carveout_percent)) for n in names]
+            self._carveout_set = [n for n, ok in zip(names, accepted) if ok]  # reset in close(): it outlives the run
             eff["smem_carveout_applied"] = bool(names) and all(accepted)
             if not names:
                 eff["smem_carveout_note"] = "no kernel of ours runs in this configuration"
         if self.ext is not None:
             eff["kernels"] = self.kernel_facts()
+        eff["controls"] = self.controls()
+
+    def controls(self) -> dict:
+        """Every control of the run, requested vs effective (the manifest's ``effective.controls``)."""
+        cfg, eff, gpu = self.config, self.effective, self.dist.is_cuda
+        gemm = (eff.get("kernels") or {}).get("gemm") or {}
+        out = {
+            "comm_priority": {"requested": eff.get("comm_priority_requested"), "effective": eff.get("comm_priority_effective"),
+                              "applied": bool(eff.get("priority_applied"))},
+            "smem_pad_bytes": {"requested": cfg.smem_pad_bytes, "effective": gemm.get("blocks_per_sm"),
+                               "effective_is": "GEMM blocks resident per SM (cudaOccupancyMaxActiveBlocksPerMultiprocessor)",
+                               "applied": bool(eff.get("shaping_applied"))},
+            "smem_carveout_percent": {"requested": cfg.smem_carveout_percent,
+                                      "effective": cfg.smem_carveout_percent if eff.get("smem_carveout_applied") else None,
+                                      "applied": bool(eff.get("smem_carveout_applied"))},
+            "sm_carveout": {"requested": cfg.sm_carveout, "effective": eff.get("sm_carveout_effective",
+                                                                           cfg.sm_carveout if eff.get("sm_carveout_applied") else None),
+                            "effective_is": "torch's setting, passed to cuBLAS (torch._C._get_sm_carveout_experimental); "
+                                            "whether the kernel cuBLAS picked honours it shows in the trace (its grid)",
+                            "applied": bool(eff.get("sm_carveout_applied"))},
+            "green_ctx_sms": dict(eff.get("green_ctx") or {"requested": None, "effective": None, "applied": False}),
+            "cuda_max_connections": dict(self.dist.notes.get("cuda_max_connections")
+                                         or {"requested": cfg.cuda_max_connections, "effective": None, "applied": False}),
+        }
+        if "green_ctx" in eff:
+            out["green_ctx_sms"]["effective_is"] = "distinct SMs a probe grid on the GEMM's green context reached"
+        if not gpu:
+            for name in ("cuda_max_connections",):
+                if out[name]["requested"] is not None:
+                    out[name].update(applied=False, note="no GPU: nothing reads it")
+        for note in ("priority_note", "sm_carveout_note", "smem_carveout_note"):
+            if note in eff:
+                key = {"priority_note": "comm_priority", "sm_carveout_note": "sm_carveout",
+                       "smem_carveout_note": "smem_carveout_percent"}[note]
+                out[key]["note"] = eff[note]
+        return out
 
     def kernel_facts(self) -> dict:
         """Registers, shared memory and blocks per SM of our kernels at this configuration."""
@@ -232,10 +430,19 @@ class Workload:
         return (2 * (n - 1) * m) // n if self.config.collective == "all_reduce" else ((n - 1) * m) // n
 
     def close(self) -> None:
+        """Undo what outlives the run in this process (a sweep may run the next configuration here)."""
         import torch
 
         if self.effective.get("sm_carveout_applied"):
             torch._C._set_sm_carveout_experimental(None)
+        for name in getattr(self, "_carveout_set", []):
+            self.ext.set_smem_carveout(name, -1)  # -1: cudaSharedmemCarveoutDefault, the driver's choice
+        self._carveout_set = []
+        if getattr(self, "_green", None) is not None:
+            torch.cuda.synchronize(self.dist.device)
+            self._green_stream = self._green_push = None
+            self.compute_stream = None
+            self._green = None  # destroyed with its last reference
 
     # -- the two halves --------------------------------------------------------------------
     def compute(self) -> None:
@@ -292,7 +499,10 @@ class Workload:
         import torch
 
         with torch.cuda.stream(self.compute_stream):
-            self.compute()
+            if getattr(self, "_green", None) is not None:
+                self._on_green(self.compute)
+            else:
+                self.compute()
 
     def _comm_on_stream(self) -> None:
         import torch

@@ -48,6 +48,10 @@ needs_gloo = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_avai
         ({"backend": "stand-in", "nproc": 2}, "nproc"),
         ({"standin_threads": 700}, "standin_threads"),
         ({"standin_smem_bytes": 1024}, "standin_smem_bytes"),
+        ({"setup": "sequential", "green_ctx_sms": 64}, "green_ctx_sms"),  # nothing runs beside the GEMM
+        ({"setup": "optimized", "green_ctx_sms": 0}, "green_ctx_sms"),
+        ({"cuda_max_connections": 0}, "cuda_max_connections"),
+        ({"cuda_max_connections": 33}, "cuda_max_connections"),
     ],
 )
 def test_bad_combinations_are_rejected_naming_the_field(changes, field):
@@ -150,14 +154,49 @@ def test_shipped_sweep_file_parses():
     sweep = sw.load_sweep(path)
     assert len(sweep.configs) == 16
     assert all(c.backend == "stand-in" for c in sweep.configs)
+    assert set(sw.shipped_sweeps()) >= {"cpu_tour", "h200_paper_grid", "h200_standin"}
+    assert sw.load_sweep("h200_standin").configs == sweep.configs  # by name, from anywhere
+    with pytest.raises(ValueError, match="no shipped sweep of that name .shipped: cpu_tour"):
+        sw.load_sweep("nope")
+
+
+def test_paper_grid_is_the_papers_grid_with_one_reference_per_workload():
+    from overlapviz.analysis.speedup import WORKLOAD_KEY
+
+    configs = sw.load_sweep("h200_paper_grid").configs
+    assert all(c.backend == "stand-in" and c.single_process for c in configs)
+    tiled = [c for c in configs if c.compute_impl == "tiled"]
+    grid = {(c.workload, c.setup, (c.tile_m, c.tile_n, c.tile_k), c.smem_pad_bytes) for c in tiled
+            if c.green_ctx_sms is None and c.cuda_max_connections is None and c.smem_carveout_percent is None}
+    assert len(grid) == 4 * 3 * 3 * 2  # workloads x setups x shaping levels x tiles
+    vendor = [c for c in configs if c.compute_impl == "vendor"]
+    assert {c.dtype for c in vendor} == {"bfloat16"} and {c.setup for c in vendor} == {"sequential", "baseline", "optimized"}
+    controls = {("sm_carveout", c.workload) for c in vendor if c.sm_carveout} | {
+        ("green", c.workload, c.compute_impl) for c in configs if c.green_ctx_sms} | {
+        ("connections", c.workload, c.compute_impl, c.launch_order) for c in configs if c.cuda_max_connections}
+    assert len(controls) == 4 + 8 + 16
+    # the analysis pools every run with equal WORKLOAD_KEY, setup, pad 0 and priority 0 as the reference:
+    # the controls stay on the optimized setup, so each workload keeps exactly one of each
+    key = lambda c: tuple(getattr(c, k, None) for k in WORKLOAD_KEY if hasattr(c, k))  # noqa: E731
+    for setup in ("sequential", "baseline"):
+        refs = [key(c) for c in configs if c.setup == setup and c.smem_pad_bytes == 0 and c.requested_priority == 0]
+        assert len(refs) == len(set(refs)) == 4 * 3, setup
+
+
+def test_cpu_tour_runs_on_a_cpu():
+    configs = sw.load_sweep("cpu_tour").configs
+    assert len(configs) == 6 and all(c.backend == "gloo" and c.nproc == 2 and c.compute_impl == "vendor" for c in configs)
 
 
 def test_launch_command_uses_torchrun_for_several_processes(tmp_path):
+    import sys
+
     one = sw.launch_command(gloo_smoke().replace(nproc=1, backend="auto"), tmp_path)
     two = sw.launch_command(gloo_smoke(), tmp_path)
     custom = sw.launch_command(gloo_smoke(), tmp_path, launcher="srun torchrun --nnodes 2 --nproc-per-node 4")
-    assert one[1:3] == ["-m", "overlapviz.collectors.run"]
-    assert two[1:5] == ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
+    # -P: the current directory is not put on sys.path (a clone's overlapviz/ would shadow the installed package)
+    assert one[:4] == [sys.executable, "-P", "-m", "overlapviz.collectors.run"]
+    assert two[:6] == [sys.executable, "-P", "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
     assert custom[:6] == ["srun", "torchrun", "--nnodes", "2", "--nproc-per-node", "4"]
     assert custom[6:8] == ["-m", "overlapviz.collectors.run"]
     assert json.loads(custom[custom.index("--config-json") + 1]) == gloo_smoke().to_dict()
@@ -197,7 +236,8 @@ timeout_s = 0.5             # killed before torch has even started
 """
     (out / "cpu.toml").write_text(text)
     runner = CliRunner()
-    result = runner.invoke(main, ["collect", "--sweep", str(out / "cpu.toml"), "-o", str(out), "--no-progress"])
+    # --no-check: the tiled run must get as far as the run itself, to show how a failing run is recorded
+    result = runner.invoke(main, ["collect", "--sweep", str(out / "cpu.toml"), "-o", str(out), "--no-progress", "--no-check"])
     return out, result, sw.load_sweep(out / "cpu.toml")
 
 
@@ -286,11 +326,47 @@ def test_resume_skips_finished_runs_and_reruns_interrupted_ones(gloo_sweep, tmp_
     interrupted = resumed / "runs" / run_id(sweep.configs[2])
     (interrupted / "manifest.json").unlink()
     (interrupted / "trace_rank0.json.gz").write_bytes(b"partial")
-    outcomes = sw.run_sweep(sweep, resumed, progress=False)
+    outcomes = sw.run_sweep(sweep, resumed, progress=False, check=False)
     assert [o.status for o in outcomes] == ["skipped-ok", "skipped-failed", "failed"]
     assert (ok_dir / "manifest.json").stat().st_mtime_ns == before
     assert not (interrupted / "trace_rank0.json.gz").exists()  # the partial attempt was cleared
     assert mf.run_status(interrupted) == "failed"
+
+
+@needs_gloo
+@pytest.mark.slow
+def test_retry_failed_runs_the_failed_configurations_again(gloo_sweep, tmp_path):
+    out, _, sweep = gloo_sweep
+    (tmp_path / "runs").mkdir()
+    failed = out / "runs" / run_id(sweep.configs[1])
+    shutil.copytree(failed, tmp_path / "runs" / failed.name)
+    before = json.loads((failed / "manifest.json").read_text())["run"]["start_time"]
+    one = sw.Sweep("t", (sweep.configs[1],), None)
+    assert [o.status for o in sw.run_sweep(one, tmp_path, progress=False, check=False)] == ["skipped-failed"]
+    (again,) = sw.run_sweep(one, tmp_path, progress=False, check=False, retry_failed=True)
+    assert again.status == "failed" and "tiled needs a CUDA or ROCm GPU" in again.error  # rerun, and failed again
+    assert json.loads((again.run_dir / "manifest.json").read_text())["run"]["start_time"] >= before
+    r = CliRunner().invoke(main, ["collect", "--sweep", str(out / "cpu.toml"), "-o", str(out), "--no-progress",
+                                  "--no-ingest", "--list"])
+    assert r.exit_code == 0 and r.output.count("\tfailed") == 2, r.output
+
+
+@needs_gloo
+@pytest.mark.slow
+def test_report_lists_failures_and_never_a_table_of_nulls(gloo_sweep, tmp_path):
+    from overlapviz.collectors import report
+    from overlapviz.ingest import ingest
+
+    out, _, sweep = gloo_sweep
+    text = report.render(out / "dataset")
+    assert "| cb-ar | torch.matmul fp32 |" in text and "<NA>" not in text and "nan" not in text
+    assert "2 failed:" in text and "timeout: no result after 0.5 s" in text
+    only_failed = [out / "runs" / run_id(c) for c in sweep.configs[1:]]
+    ds = ingest([str(d) for d in only_failed], tmp_path / "ds", progress=False)
+    with pytest.raises(ValueError, match="every configuration failed") as exc:
+        report.render(ds)
+    assert "RuntimeError: compute_impl tiled needs a CUDA or ROCm GPU" in str(exc.value)
+    assert "<NA>" not in str(exc.value)
 
 
 @needs_gloo
@@ -370,3 +446,182 @@ def test_profiler_writes_no_trace_when_the_traced_pass_fails(tmp_path):
     assert trace.name == "trace_rank3.json.gz"
     names = {e.get("name") for e in json.load(gzip.open(trace))["traceEvents"]}
     assert {"ovz_iter#0", "aten::mm"} <= names
+
+
+# --- validation up front ---------------------------------------------------------------------
+
+CPU_MACHINE = {"torch": "2.13.0+cpu", "cuda": None, "hip": None, "gloo": True, "nccl": False, "gpus": [],
+               "compiler": {"ok": False, "why": "no nvcc"}, "green_ctx": {"ok": False, "why": "no GPU"},
+               "sm_carveout_setter": True, "host_mem_available_bytes": 8 << 30}
+H200 = {"index": 0, "name": "NVIDIA H200", "sms": 132, "total_bytes": 150 << 30, "free_bytes": 140 << 30,
+        "smem_per_block_optin": 232448}
+GPU_MACHINE = dict(CPU_MACHINE, torch="2.11.0+cu130", cuda="13.0", nccl=True, gpus=[H200],
+                   compiler={"ok": True, "why": None}, green_ctx={"ok": True, "why": None})
+
+
+def test_preflight_lists_every_problem_of_a_gpu_sweep_on_a_cpu_at_once():
+    from overlapviz.collectors import preflight
+
+    configs = sw.load_sweep("h200_paper_grid").configs
+    problems = preflight.check_configs(configs, CPU_MACHINE)
+    text = preflight.format_problems(problems, len(configs))
+    assert text.startswith(f"{len(configs)} of {len(configs)} configurations cannot run on this machine; nothing was run")
+    msgs = [p.message for p in problems]
+    assert any(m.startswith("compute_impl tiled (our CUDA GEMM) needs a CUDA or ROCm GPU") and "cpu_tour" in m for m in msgs)
+    assert any(m.startswith("backend stand-in needs a CUDA or ROCm GPU") for m in msgs)
+    for knob in ("green_ctx_sms", "cuda_max_connections", "smem_carveout_percent", "sm_carveout"):
+        assert any(m.startswith(f"{knob}: ") for m in msgs), knob
+    # one line per problem, naming how many configurations it stops
+    assert sum(len(p.run_ids) for p in problems if p.message.startswith("compute_impl tiled")) == 88
+    assert preflight.check_configs(sw.load_sweep("cpu_tour").configs, CPU_MACHINE) == []
+
+
+def test_preflight_checks_ranks_gpus_limits_and_memory_on_a_gpu_machine():
+    from overlapviz.collectors import preflight
+    from overlapviz.collectors.config import cb_ar, cb_ar_standin
+
+    def problems(cfg, machine=GPU_MACHINE):
+        return preflight.problems_for(cfg, machine)
+
+    assert problems(cb_ar_standin()) == []
+    (p,) = problems(cb_ar().replace(nproc=8))  # NCCL, 8 ranks, one GPU
+    assert p.startswith("nproc = 8 needs 8 GPUs") and "stand-in" in p
+    (p,) = problems(cb_ar_standin().replace(smem_pad_bytes=232448))
+    assert p.startswith("smem_pad_bytes: 232448 bytes of padding") and "opt-in limit of 232448" in p
+    (p,) = problems(cb_ar_standin().replace(compute_impl="vendor", gemm_m=1 << 18, gemm_n=1 << 18, gemm_k=8))
+    assert p.startswith("memory: about") and "GPU 0 (NVIDIA H200) has 140.0 GiB free" in p
+    no_gc = dict(GPU_MACHINE, green_ctx={"ok": False, "why": "torch 2.8 has no torch.cuda.green_contexts"})
+    assert problems(cb_ar_standin().replace(setup="optimized", green_ctx_sms=112), no_gc) == [
+        "green_ctx_sms: torch 2.8 has no torch.cuda.green_contexts"]
+    (p,) = problems(cb_ar_standin().replace(setup="optimized", green_ctx_sms=140))
+    assert p == "green_ctx_sms: 140 SMs asked for, the NVIDIA H200 has 132"
+    (p,) = problems(cb_ar_standin(), dict(GPU_MACHINE, compiler={"ok": False, "why": "no nvcc (CUDA_HOME/ROCM_HOME or PATH)"}))
+    assert "built on first use and need no nvcc" in p
+    assert preflight.check_configs([cb_ar_standin()], {"probe_error": "the machine probe failed: boom"})[0].message == (
+        "the machine probe failed: boom")
+
+
+def test_collect_refuses_a_sweep_this_machine_cannot_run_before_running_anything(tmp_path):
+    r = CliRunner().invoke(main, ["collect", "--sweep", "h200_paper_grid", "-o", str(tmp_path / "o"), "--no-progress"])
+    assert r.exit_code != 0
+    assert "116 of 116 configurations cannot run on this machine; nothing was run" in r.output, r.output
+    assert "--no-check" in r.output and "Traceback" not in r.output
+    assert not (tmp_path / "o" / "runs").exists()
+    # a launcher runs the ranks elsewhere: the local machine is not asked
+    from overlapviz.collectors import preflight
+
+    assert preflight.require_runnable(sw.load_sweep("h200_paper_grid").configs, launcher="srun torchrun") is None
+
+
+# --- batch processes ---------------------------------------------------------------------------
+
+FAKE_WORKER = """
+import json, os, sys, time
+from pathlib import Path
+from overlapviz.collectors import manifest as mf
+from overlapviz.collectors.config import CollectConfig
+args = sys.argv[1:]
+items = json.loads(Path(args[args.index("--batch") + 1]).read_text())
+status = os.fdopen(int(args[args.index("--status-fd") + 1]), "w", buffering=1)
+for i, item in enumerate(items):
+    cfg = CollectConfig.from_dict(item["config"])
+    status.write(f"start {i}\\n")
+    rd = Path(item["run_dir"])
+    (rd / mf.LOG).write_text(f"pid {os.getpid()}\\n")
+    if cfg.seed == 1:
+        time.sleep(60)                      # hangs: killed at its timeout
+    if cfg.seed == 2:
+        os._exit(1)                         # dies without a word
+    mf.write_manifest(rd, mf.manifest(cfg, mf.run_record(cfg, run_id=item["run_id"], status="ok")))
+    status.write(f"end {i} ok\\n")
+"""
+
+
+def test_batch_keeps_each_runs_timeout_and_survives_crashes(tmp_path):
+    import sys
+
+    worker = tmp_path / "worker.py"
+    worker.write_text(FAKE_WORKER)
+    configs = [gloo_smoke().replace(nproc=1, seed=s, timeout_s=2.0) for s in (0, 1, 3, 2, 4)]
+    items = [(c, tmp_path / "runs" / run_id(c)) for c in configs]
+    seen = []
+    outcomes = sw.run_batch(items, tmp_path, worker=[sys.executable, "-P", str(worker)], on_done=seen.append)
+    assert [o.status for o in outcomes] == ["ok", "failed", "ok", "failed", "ok"]
+    assert [o.run_id for o in outcomes] == [run_id(c) for c in configs] == [o.run_id for o in seen]
+    assert outcomes[1].error == "timeout: no result after 2 s"
+    assert outcomes[3].error.startswith("the batch process died (exit code 1) during this run")
+    pids = [(rd / mf.LOG).read_text().split()[1] for _, rd in items]
+    assert pids[0] == pids[1] != pids[2] == pids[3] != pids[4]  # a new process after the hang and after the crash
+    for o in outcomes[1::2]:
+        assert mf.run_status(o.run_dir) == "failed" and not list(o.run_dir.glob("trace_rank*"))
+    assert not list(tmp_path.glob(".batch-*.json"))
+
+
+def test_first_error_names_the_ranks_exception_not_torchruns_summary(tmp_path):
+    (tmp_path / mf.LOG).write_text(
+        "Traceback (most recent call last):\n  File x\n"
+        "ModuleNotFoundError: No module named 'overlapviz.collectors'\n"
+        "E1203 torch/distributed/elastic/multiprocessing/api.py failed (exitcode: 1)\n"
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n")
+    assert sw._first_error(tmp_path) == "ModuleNotFoundError: No module named 'overlapviz.collectors'"
+    (tmp_path / mf.LOG).write_text("/venv/bin/python: Error while finding module specification for 'overlapviz.collectors.run' "
+                                   "(ModuleNotFoundError: No module named 'overlapviz.collectors')\n")
+    assert sw._first_error(tmp_path).startswith("Error while finding module specification")
+
+
+# --- the recorded paper grid ------------------------------------------------------------------
+
+GRID = Path(__file__).resolve().parents[1] / "sample_traces" / "h200_paper_grid"
+
+
+def test_the_recorded_grid_is_the_shipped_sweep_and_says_stand_in():
+    ids = {run_id(c) for c in sw.load_sweep("h200_paper_grid").configs}
+    assert ids == {d.name for d in (GRID / "runs").iterdir()}
+    for d in (GRID / "runs").iterdir():
+        m = mf.read_manifest(d)
+        assert m["run"]["status"] == "ok" and m["run"]["stand_in"] is True and m["run"]["backend"] == "stand-in"
+        assert "_standin_" in d.name and m["devices"][0]["name"] == "NVIDIA H200"
+        controls = m["effective"]["controls"]
+        cfg = m["config"]
+        assert controls["green_ctx_sms"]["requested"] == cfg["green_ctx_sms"]
+        assert controls["cuda_max_connections"]["requested"] == cfg["cuda_max_connections"]
+        if cfg["green_ctx_sms"]:
+            assert controls["green_ctx_sms"]["applied"] and controls["green_ctx_sms"]["effective"] == cfg["green_ctx_sms"]
+        if cfg["cuda_max_connections"]:
+            assert controls["cuda_max_connections"]["effective"] == cfg["cuda_max_connections"]
+
+
+@pytest.fixture(scope="module")
+def grid_dataset(tmp_path_factory):
+    from overlapviz.ingest import ingest
+
+    return ingest([str(GRID)], tmp_path_factory.mktemp("grid") / "ds", progress=False)
+
+
+def test_report_knows_workload_gemm_tile_dtype_and_controls(grid_dataset):
+    from overlapviz.collectors import report
+
+    table = report.sweep_table(grid_dataset)
+    assert len(table) == 116 and table["time_ratio"].notna().all() and table["speedup"].notna().all()
+    assert list(dict.fromkeys(table["workload"])) == ["cb-ar", "mb-ar", "cb-a2a", "mb-a2a"]
+    assert set(table["gemm"]) == {"tiled 64x64x32 fp32", "tiled 64x64x64 fp32", "torch.matmul bf16"}
+    assert {"green ctx 112 SMs", "max connections 1", "max connections 1 + comm launched first",
+            "cuBLAS SM carve-out 16", "smem carve-out 100 %", "-"} == set(table["controls"])
+    # one reference each: no pooled iterations
+    assert not table["sequential_run_id"].str.contains(",").any() and not table["baseline_run_id"].str.contains(",").any()
+    text = report.render(grid_dataset)
+    assert text.startswith("Communication: the single-GPU stand-in kernel") and "failed" not in text
+    best = report.best_table(table)
+    assert len(best) == 12 and (best["best_time_ratio"] < 1).all()
+
+
+def test_a_batch_process_that_cannot_start_fails_its_first_run_and_the_sweep_moves_on(tmp_path):
+    import sys
+
+    worker = tmp_path / "broken.py"
+    worker.write_text("raise ImportError('no module named overlapviz.collectors')\n")
+    configs = [gloo_smoke().replace(nproc=1, seed=s, timeout_s=30.0) for s in (0, 1)]
+    items = [(c, tmp_path / "runs" / run_id(c)) for c in configs]
+    outcomes = sw.run_batch(items, tmp_path, worker=[sys.executable, "-P", str(worker)])
+    assert [o.status for o in outcomes] == ["failed", "failed"]
+    assert outcomes[0].error == "ImportError: no module named overlapviz.collectors"

@@ -97,7 +97,7 @@ def test_standin_pacing_holds_the_link_rate(ext):
 
 def test_standin_run_end_to_end(tmp_path):
     run_dir = tmp_path / "run"
-    cmd = [sys.executable, "-m", "overlapviz.collectors.run", "--preset", "cb_ar_standin", "--run-dir", str(run_dir),
+    cmd = [sys.executable, "-P", "-m", "overlapviz.collectors.run", "--preset", "cb_ar_standin", "--run-dir", str(run_dir),
            "--setup", "optimized", "--smem-pad-bytes", "114688", "--gemm-m", "1024", "--gemm-n", "1024",
            "--gemm-k", "1024", "--message-bytes", str(8 << 20), "--iterations", "9", "--trace-iterations", "2"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
@@ -120,3 +120,84 @@ def test_standin_run_end_to_end(tmp_path):
     assert comm[0]["args"]["registers per thread"] == 96
     assert comm[0]["args"]["block"] == [512, 1, 1]
     assert gemm[0]["args"]["shared memory"] >= 114688
+
+
+def test_probe_reaches_every_sm_on_an_ordinary_stream(ext):
+    ids = ext.probe_sms(4 * torch.cuda.get_device_properties(0).multi_processor_count, 20_000)
+    torch.cuda.synchronize()
+    assert int(torch.unique(ids).numel()) == torch.cuda.get_device_properties(0).multi_processor_count
+    assert int(ids.min()) >= 0
+
+
+def _small(**changes):
+    from overlapviz.collectors.config import cb_ar_standin
+
+    return cb_ar_standin().replace(gemm_m=1024, gemm_n=1024, gemm_k=1024, message_bytes=8 << 20, iterations=6,
+                                   trace_iterations=2, **changes)
+
+
+@pytest.mark.parametrize("impl", ["tiled", "vendor"])
+def test_green_context_confines_the_gemm_and_records_the_sms_granted(impl):
+    from overlapviz.collectors.run import measure
+    from overlapviz.collectors.workload import Dist, Workload
+
+    gc = pytest.importorskip("torch.cuda.green_contexts")
+    if getattr(gc, "SUPPORTED", True) is False:
+        pytest.skip("torch built without green contexts")
+    changes = {"compute_impl": "vendor", "dtype": "bfloat16"} if impl == "vendor" else {}
+    config = _small(setup="optimized", green_ctx_sms=64, **changes)
+    w = Workload(config, Dist(0, 1, 0, "stand-in", torch.device("cuda", 0), False))
+    try:
+        rec = w.effective["controls"]["green_ctx_sms"]
+        assert rec["requested"] == 64 and rec["applied"] is True
+        assert 64 <= rec["effective"] < torch.cuda.get_device_properties(0).multi_processor_count, rec
+        w.check()
+        assert all(t > 0 for t in measure(w, 3))
+        ref = w.a.double() @ w.b.double()
+        assert float(torch.linalg.norm(w.c.double() - ref) / torch.linalg.norm(ref)) < 2e-2  # the green GEMM wrote C
+    finally:
+        w.close()
+
+
+def _sweep_of(configs, out, **kw):
+    from overlapviz.collectors import sweep as sw
+
+    return sw.run_sweep(sw.Sweep("t", tuple(configs), None), out, progress=False, **kw)
+
+
+def test_batch_runs_configurations_in_one_process_and_isolates_failures(tmp_path):
+    from overlapviz.collectors import manifest as mf
+
+    optin = torch.cuda.get_device_properties(0).shared_memory_per_block_optin
+    configs = [_small(setup="baseline"), _small(setup="optimized", smem_pad_bytes=optin),  # fails: beyond the opt-in limit
+               _small(setup="optimized", smem_carveout_percent=100, smem_pad_bytes=114688), _small(setup="optimized")]
+    outcomes = _sweep_of(configs, tmp_path, check=False)
+    assert [o.status for o in outcomes] == ["ok", "failed", "ok", "ok"], [o.error for o in outcomes]
+    assert "smem_pad_bytes" in outcomes[1].error
+    pids = {open(o.run_dir / mf.LOG).readline().split("pid ")[1].split(",")[0] for o in outcomes}
+    assert len(pids) == 1  # one batch process
+    # the carve-out preference of run 3 must not leak into run 4 (same process, same kernels)
+    m3, m4 = (mf.read_manifest(o.run_dir)["effective"] for o in outcomes[2:])
+    assert m3["smem_carveout_applied"] is True and m4["smem_carveout_applied"] is False
+
+
+def test_max_connections_runs_in_its_own_process_and_is_recorded(tmp_path):
+    from overlapviz.collectors import manifest as mf
+
+    outcomes = _sweep_of([_small(setup="optimized"), _small(setup="optimized", cuda_max_connections=1)], tmp_path)
+    assert [o.status for o in outcomes] == ["ok", "ok"], [o.error for o in outcomes]
+    plain, one = (mf.read_manifest(o.run_dir)["effective"]["controls"]["cuda_max_connections"] for o in outcomes)
+    assert one["requested"] == 1 and one["effective"] == 1 and one["applied"] is True
+    assert plain["requested"] is None
+    assert mf.read_manifest(outcomes[1].run_dir)["environment"]["variables"]["CUDA_DEVICE_MAX_CONNECTIONS"] == "1"
+
+
+def test_preflight_passes_a_runnable_sweep_and_refuses_too_much_memory():
+    from overlapviz.collectors import preflight
+
+    machine = preflight.probe_machine()
+    assert machine["gpus"] and machine["compiler"]["ok"], machine
+    assert preflight.check_configs([_small()], machine) == []
+    huge = _small(compute_impl="vendor", gemm_m=1 << 19, gemm_n=1 << 19, gemm_k=8)
+    (problem,) = preflight.check_configs([huge], machine)
+    assert problem.message.startswith("memory: about")

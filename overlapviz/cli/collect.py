@@ -8,7 +8,14 @@ from pathlib import Path
 
 import click
 
-from overlapviz.collectors.config import PRESETS, CollectConfig, coerce, field_types, preset, run_id
+from overlapviz.collectors.config import (
+    PRESETS,
+    CollectConfig,
+    coerce,
+    field_types,
+    preset,
+    run_id,
+)
 from overlapviz.collectors.scenarios import SCENARIOS
 
 
@@ -27,7 +34,9 @@ def _knob_options(fn):
 
 @click.command("collect")
 @click.option("--preset", "preset_name", metavar="NAME", help=f"One configuration from a preset: {', '.join(PRESETS)}.")
-@click.option("--sweep", "sweep_file", type=click.Path(dir_okay=False, path_type=str), help="A TOML sweep file (see docs/collect.md).")
+@click.option("--sweep", "sweep_file", metavar="FILE|NAME",
+              help="A TOML sweep file (see docs/collect.md), or a sweep shipped with overlapviz by name: "
+                   "cpu_tour (CPU, 2 gloo processes), h200_paper_grid (one GPU, stand-in), h200_standin.")
 @click.option("--config", "config_file", type=click.Path(dir_okay=False, path_type=str), help="One configuration from a JSON file of fields.")
 @click.option("--scenario", "scenario_names", metavar="NAME|all",
               help="Ground-truth scenarios (one GPU, stand-in comm) whose start-delay cause is known by construction: "
@@ -39,21 +48,34 @@ def _knob_options(fn):
               help="Command prefix that starts every rank, followed by '-m overlapviz.collectors.run ...' "
                    "(e.g. 'srun torchrun --nnodes 2 --nproc-per-node 8 ...'). Default: python, or torchrun --standalone for --nproc > 1.")
 @click.option("--no-ingest", is_flag=True, help="Do not ingest the runs into DIR/dataset at the end.")
+@click.option("--retry-failed", is_flag=True, help="Run again the configurations recorded as failed (by default a failed run is finished).")
+@click.option("--no-check", is_flag=True,
+              help="Do not check the sweep against this machine before running (skipped anyway with --launcher); "
+                   "configurations that cannot run are then run and recorded as failed.")
+@click.option("--isolate", is_flag=True,
+              help="Run every single-process configuration in its own process (default: one after another in a batch "
+                   "process, which starts CUDA and the profiler once).")
+@click.option("--report", "print_report", is_flag=True,
+              help="At the end print the sweep's table (workload, GEMM, controls, setup, time, TimeRatio, speedup, overlap); "
+                   "with every run finished before, only prints it.")
 @click.option("--list", "list_only", is_flag=True, help="Print the run ids (and whether finished) and run nothing.")
 @click.option("--progress/--no-progress", default=None, help="Progress bar (default: when stderr is a terminal).")
 @_knob_options
-def collect(preset_name, sweep_file, config_file, scenario_names, out, launcher, no_ingest, list_only, progress,
-            **knobs) -> None:
+def collect(preset_name, sweep_file, config_file, scenario_names, out, launcher, no_ingest, retry_failed, no_check,
+            isolate, print_report, list_only, progress, **knobs) -> None:
     """Run the computation-communication overlap experiment and ingest the traces.
 
-    Exactly one of --preset, --sweep, --config or --scenario. Each configuration runs in its own
-    process (torchrun for several GPUs) with a timeout; a sweep that was interrupted is
+    Exactly one of --preset, --sweep, --config or --scenario. The whole sweep is first
+    checked against this machine (GPU, ranks, backend, compiler, memory); any problem
+    stops it before the first run, with every problem listed. Each configuration then runs
+    with its timeout (torchrun for several processes); a sweep that was interrupted is
     resumed by running the same command again: finished runs (manifest ok or failed) are
-    kept, failed ones are not retried (delete their directory to retry).
+    kept, failed ones are retried with --retry-failed.
 
     \b
+    overlapviz collect --sweep cpu_tour -o runs/cpu --report        # CPU only: 2 gloo processes
     overlapviz collect --preset cb_ar_standin -o runs/one --setup optimized
-    overlapviz collect --sweep collectors/sweep_h200_standin.toml -o runs/h200
+    overlapviz collect --sweep h200_paper_grid -o runs/h200          # one GPU: the paper's grid, stand-in
     overlapviz collect --preset cb_ar --nproc 8 -o runs/nccl       # torchrun, NCCL
     overlapviz collect --scenario all -o runs/scenarios             # one GPU, known causes
     """
@@ -96,20 +118,36 @@ def collect(preset_name, sweep_file, config_file, scenario_names, out, launcher,
             status = mf.run_status(Path(out) / sw.RUNS_DIR / rid) or "todo"
             click.echo(f"{rid}\t{status}")
         return
-    outcomes = sw.run_sweep(sweep, out, launcher=launcher, progress=progress)
+    from overlapviz.collectors.preflight import SweepNotRunnable
+
+    try:
+        outcomes = sw.run_sweep(sweep, out, launcher=launcher, progress=progress, retry_failed=retry_failed,
+                                batch=not isolate, check=not no_check)
+    except SweepNotRunnable as exc:
+        raise click.ClickException(str(exc)) from None
     ran = [o for o in outcomes if not o.status.startswith("skipped")]
     ok = sum(o.status in ("ok", "skipped-ok") for o in outcomes)
     failed = [o for o in outcomes if o.status in ("failed", "skipped-failed")]
     click.echo(f"{sweep.name}: {len(outcomes)} runs, {ok} ok, {len(failed)} failed, "
                f"{len(outcomes) - len(ran)} finished before -> {Path(out) / sw.RUNS_DIR}")
     for o in failed:
-        click.echo(f"  failed {o.run_id}: {o.error or mf.read_manifest(o.run_dir).get('run', {}).get('error')}")
-    if not no_ingest:
+        click.echo(f"  failed {o.run_id}: {o.error or (mf.read_manifest(o.run_dir) or {}).get('run', {}).get('error')}")
+    if any(o.status == "skipped-failed" for o in outcomes):
+        click.echo("  (failed runs are kept as finished; --retry-failed runs them again)")
+    dataset = Path(out) / sw.DATASET_DIR
+    if not no_ingest and (ran or not dataset.exists()):
         try:
             path = sw.ingest_sweep(out, progress=progress)
         except ValueError as exc:
             raise click.ClickException(str(exc)) from None
         click.echo(f"dataset: {path}")
+    if print_report:
+        from overlapviz.collectors import report
+
+        if not dataset.exists():
+            raise click.ClickException(f"{dataset}: no dataset to report on (drop --no-ingest)")
+        click.echo("")
+        click.echo(report.render(dataset))
     if failed and not ok:
         raise click.ClickException("every configuration failed")
 

@@ -1,0 +1,128 @@
+"""Collection from the root of a clone with a non-editable install, as CI and users run it (gloo, CPU).
+
+``pip install .`` then ``overlapviz collect`` from the clone's root used to fail every run:
+each rank was started as ``python -m overlapviz.collectors.run``, which puts the current
+directory first on ``sys.path``, and the clone's own ``overlapviz/`` (no ``collectors``
+inside) shadowed the installed package. Here a copy of the repository is installed
+(``pip install --no-deps --no-build-isolation``, not editable) into a fresh virtual
+environment whose dependencies come from the running one, and the README's CPU tour is
+run exactly as written from the copy's root.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+import torch.distributed as dist  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+TOUR = re.compile(r"<!-- cpu-tour -->\s*```bash\n(.*?)```\s*<!-- /cpu-tour -->", re.S)
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(), reason="needs gloo"),
+]
+
+
+def tour_commands() -> list[str]:
+    """The README's CPU tour: its commands, comments dropped."""
+    m = TOUR.search((REPO / "README.md").read_text())
+    assert m, "README.md: no <!-- cpu-tour --> ```bash ... ``` <!-- /cpu-tour --> block"
+    lines = [ln.split("  #")[0].strip() for ln in m.group(1).splitlines()]
+    return [ln for ln in lines if ln and not ln.startswith("#")]
+
+
+def _clone_copy(dst: Path) -> Path:
+    """What a clone holds: the repository without this checkout's environment, builds and caches."""
+    ignore = shutil.ignore_patterns(".git", ".venv", "venv", "build", "dist", "*.egg-info", "__pycache__", "*.so",
+                                    ".pytest_cache", ".hypothesis", "runs", ".whl", ".gl", ".devcarry")
+    shutil.copytree(REPO, dst, ignore=ignore)
+    return dst
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    """(clone root, the venv's bin directory) after a non-editable install of the copy."""
+    base = tmp_path_factory.mktemp("install")
+    root = _clone_copy(base / "clone")
+    venv = base / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    vpython = venv / "bin" / "python"
+    purelib = subprocess.run([str(vpython), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    # the dependencies (torch, pandas, pyarrow, click, ...) come from this environment, read after the
+    # new environment's own site-packages; a path in a .pth is not a site dir, so an editable
+    # install of overlapviz here (its finder is itself a .pth) is not seen there
+    deps = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
+    Path(purelib, "_overlapviz_test_deps.pth").write_text("\n".join(sorted(deps)) + "\n")
+    # offline with this environment's setuptools where it is recent enough for pyproject.toml (SPDX
+    # license: >= 77), else pip's build isolation fetches one
+    offline = ["--no-build-isolation", "--no-index"] if _setuptools_at_least(77) else []
+    done = subprocess.run([sys.executable, "-m", "pip", "--python", str(vpython), "install", "--no-deps", *offline,
+                           "-q", str(root)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return root, venv / "bin"
+
+
+def _setuptools_at_least(major: int) -> bool:
+    try:
+        from importlib.metadata import version
+
+        return int(version("setuptools").split(".")[0]) >= major
+    except Exception:  # not installed, or an odd version string
+        return False
+
+
+def _run(cmd, cwd: Path, bindir: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONSAFEPATH", "VIRTUAL_ENV")}
+    env["PATH"] = f"{bindir}{os.pathsep}{env.get('PATH', '')}"
+    env["VIRTUAL_ENV"] = str(bindir.parent)
+    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout,
+                          shell=isinstance(cmd, str), executable="/bin/bash" if isinstance(cmd, str) else None)
+
+
+def test_the_install_holds_every_package_and_the_clone_does_not_shadow_it(installed):
+    root, bindir = installed
+    packages = sorted(p.parent.relative_to(root).as_posix().replace("/", ".")
+                      for p in (root / "overlapviz").rglob("__init__.py"))
+    probe = ("import importlib, sys\n"
+             f"for name in {packages + ['overlapviz.collectors', 'overlapviz.dashboards']!r}:\n"
+             "    try:\n"
+             "        m = importlib.import_module(name)\n"
+             "    except ImportError as exc:\n"
+             "        print('MISSING', name, exc); continue\n"
+             "    print('OK', name, m.__file__)\n")
+    done = _run([str(bindir / "python"), "-P", "-c", probe], root, bindir)
+    assert done.returncode == 0, done.stderr[-2000:]
+    missing = [ln for ln in done.stdout.splitlines() if ln.startswith("MISSING")]
+    assert not missing, ("a non-editable install lacks packages (pyproject.toml [tool.setuptools] packages): "
+                         + "; ".join(missing))
+    for ln in done.stdout.splitlines():
+        assert str(root) not in ln, f"imported from the clone, not the install: {ln}"
+
+
+def test_the_readme_cpu_tour_works_as_written_from_the_clone_root(installed):
+    root, bindir = installed
+    commands = tour_commands()
+    assert commands[0].startswith("overlapviz collect --sweep cpu_tour")
+    outputs = []
+    for cmd in commands:
+        done = _run(cmd, root, bindir, timeout=400)
+        assert done.returncode == 0, f"{cmd}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+        outputs.append(done.stdout)
+    collect_out = outputs[0]
+    assert "cpu_tour: 6 runs, 6 ok, 0 failed" in collect_out, collect_out
+    assert "| cb-ar | torch.matmul fp32 |" in collect_out and "| mb-a2a | torch.matmul fp32 |" in collect_out
+    runs = sorted((root / "runs" / "cpu" / "runs").iterdir())
+    assert len(runs) == 6
+    for rd in runs:
+        assert sorted(p.name for p in rd.glob("trace_rank*.json.gz")) == ["trace_rank0.json.gz", "trace_rank1.json.gz"]
