@@ -65,3 +65,25 @@ def test_every_analyze_json_key_is_documented(tmp_path):
         assert ("step" in keys) == (per == "step")
         for key in keys:
             assert f"`{key}`" in analysis, f"docs/analysis.md does not document the analyze key {key!r}"
+
+
+def test_every_compare_and_residency_column_is_documented(tmp_path):
+    import pandas as pd
+
+    from overlapviz.analysis.advise import Footprint, advise
+    from overlapviz.analysis.devices import nvidia_arch
+    from overlapviz.analysis.residency import kernel_residency
+    from overlapviz.analysis.speedup import compare, config_table
+    from overlapviz.testing import kernel_row, write_rows_dataset
+
+    doc = (DOCS / "residency.md").read_text()
+    ds = write_rows_dataset(tmp_path / "ds", [kernel_row("gemm", "compute", 7, 0, 100, launch=0)])
+    with schema.DatasetWriter(tmp_path / "it") as w:
+        w.add("runs", pd.DataFrame([{"run_id": "a", "setup": "sequential"}, {"run_id": "b", "setup": "baseline"}]))
+        w.add("iterations", pd.DataFrame([{"run_id": r, "rank": 0, "iteration": 0, "time_ms": 1.0, "measured": True} for r in "ab"]))
+        w.commit()
+    frames = [kernel_residency(ds), config_table(tmp_path / "it"), compare(tmp_path / "it", "a", "b"),
+              advise(nvidia_arch(9, 0) | {"num_sms": 132}, Footprint(256, 64, 0, grid=999), Footprint(512, 32, 0, grid=8))]
+    words = set(re.findall(r"[a-z_]+", doc))
+    missing = sorted({c for f in frames for c in f.columns if c not in words})
+    assert not missing, missing

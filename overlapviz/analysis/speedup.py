@@ -19,14 +19,16 @@ from overlapviz.analysis.statistics import (
 )
 
 # runs with equal values here run the same workload; only the overlap setup and its knobs differ
+# (dtype and the SM-partitioning controls come from each collected run's manifest config: runs_frame)
 WORKLOAD_KEY = (
-    "workload", "compute_impl", "gemm_m", "gemm_n", "gemm_k", "tile_m", "tile_n", "tile_k",
+    "workload", "compute_impl", "dtype", "gemm_m", "gemm_n", "gemm_k", "tile_m", "tile_n", "tile_k",
     "collective", "message_bytes", "world_size", "backend", "stand_in", "device_name",
 )
 CONFIG_COLUMNS = (
     "workload", "setup", "compute_impl", "gemm_m", "gemm_n", "gemm_k", "tile_m", "tile_n", "tile_k",
     "smem_pad_bytes", "comm_priority", "comm_priority_effective", "collective", "message_bytes",
     "sm_carveout", "world_size", "backend", "stand_in", "device_name",
+    "dtype", "green_ctx_sms", "cuda_max_connections", "launch_order", "smem_carveout_percent",
 )
 
 
@@ -61,6 +63,26 @@ def _is_reference(runs: pd.DataFrame, setup: str) -> pd.Series:
 # the computation's own configuration: a run's slowdown is measured against the sequential
 # run that ran the very same computation kernel
 COMPUTE_KEY = ("smem_pad_bytes", "sm_carveout")
+
+
+# configuration fields a collected run's manifest holds (config_json) beyond the runs table's columns
+MANIFEST_CONFIG = ("dtype", "green_ctx_sms", "cuda_max_connections", "launch_order", "smem_carveout_percent")
+
+
+def runs_frame(dataset_path: str | os.PathLike) -> pd.DataFrame:
+    """The runs table with ``MANIFEST_CONFIG`` columns from each collected run's manifest (null elsewhere)."""
+    import json
+
+    runs = schema.read_frame(dataset_path, "runs")
+    extra = {c: [] for c in MANIFEST_CONFIG}
+    for text in runs["config_json"] if "config_json" in runs else [None] * len(runs):
+        try:
+            config = (json.loads(text) or {}).get("config") or {} if isinstance(text, str) and text else {}
+        except ValueError:
+            config = {}
+        for c in MANIFEST_CONFIG:
+            extra[c].append(config.get(c) if isinstance(config, dict) else None)
+    return runs.assign(**{c: pd.Series(v, index=runs.index, dtype=object) for c, v in extra.items() if c not in runs})
 
 
 def _key_frame(runs: pd.DataFrame, columns=WORKLOAD_KEY) -> pd.Series:
@@ -132,7 +154,7 @@ def config_table(
         nulls last).
     """
     check_level(level)
-    runs = schema.read_frame(dataset_path, "runs")
+    runs = runs_frame(dataset_path)
     if run_ids is not None:
         _require_runs(dataset_path, runs, run_ids)
     times = iteration_times(dataset_path)
