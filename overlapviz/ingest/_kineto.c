@@ -3,14 +3,18 @@
  * scan(buf, categories, meta_keys) parses the whole document (validating it as JSON) and
  * returns, for the complete ("X" or no "ph") events whose "cat" is one of `categories`,
  * the fields ingest reads, as raw column buffers grouped by bucket; the caller
- * (overlapviz/ingest/chrome_fast.py) wraps them into Arrow arrays.
+ * (overlapviz/ingest/chrome_columns.py) wraps them into Arrow arrays.
  *
  * Anything this fast path does not handle exactly like the Python reader (invalid JSON, a
  * field of an unexpected type, an integer past int64, invalid UTF-8) raises Unsupported; the caller then reads the file with the Python reader, which
  * accepts what it can and words the errors. So this file never has to explain a bad trace.
  *
- * Numbers: doubles are correctly rounded (Clinger's fast path, else PyOS_string_to_double),
- * the same value Python's float() gives; integers are exact int64.
+ * Numbers: "ts" and "dur" (decimal µs) become int64 ns straight from their text, never
+ * through a double: integer µs * 1000 plus the first three fractional digits; more
+ * digits round to the nearest ns, ties to even (chrome_events.decimal_us_to_ns is the
+ * same rule in Python). A time past int64 ns is handed over. Integers are exact int64;
+ * a numeric string in an integer field is int(float(text)) (correctly rounded doubles:
+ * Clinger's fast path, else PyOS_string_to_double), as the Python reader reads it.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -342,6 +346,81 @@ static int num_trunc(P *s, const Num *n, int64_t *out) {
     return 0;
 }
 
+static const uint64_t POW10_U64[20] = {1ULL, 10ULL, 100ULL, 1000ULL, 10000ULL, 100000ULL, 1000000ULL, 10000000ULL,
+                                       100000000ULL, 1000000000ULL, 10000000000ULL, 100000000000ULL,
+                                       1000000000000ULL, 10000000000000ULL, 100000000000000ULL,
+                                       1000000000000000ULL, 10000000000000000ULL, 100000000000000000ULL,
+                                       1000000000000000000ULL, 10000000000000000000ULL};
+
+/* Exact int64 ns of a decimal µs token (num_scan's grammar): the digits are read as text,
+ * so no double rounds them: the ns are the digits before the ns point (integer digits +
+ * exponent + 3), and the digits after it round them, up when above half, or exactly half
+ * and the kept value odd (ties to even). Returns 1 (and no value) when the ns are past
+ * int64. Up to 19 significant digits (every Kineto time) it is integer arithmetic on
+ * num_scan's mant and exp10; longer tokens are read digit by digit. */
+static int num_ns(const Num *n, int64_t *out) {
+    uint64_t limit = n->neg ? (uint64_t)INT64_MAX + 1 : (uint64_t)INT64_MAX, v = 0;
+    if (!n->overflow) { /* every digit is in mant (value = mant * 10^exp10): integer arithmetic */
+        long long q = (long long)n->exp10 + 3;
+        uint64_t m = n->mant;
+        if (m == 0 || q < -19) { /* under 0.1 ns */
+            v = 0;
+        } else if (q >= 0) {
+            if (q > 19 || m > limit / POW10_U64[q]) return 1;
+            v = m * POW10_U64[q];
+        } else {
+            uint64_t p = POW10_U64[-q], r, half = p / 2;
+            v = m / p;
+            r = m - v * p;
+            if (r > half || (r == half && (v & 1))) v++;
+            if (v > limit) return 1;
+        }
+        *out = n->neg ? (v == (uint64_t)INT64_MAX + 1 ? INT64_MIN : -(int64_t)v) : (int64_t)v;
+        return 0;
+    }
+    /* more digits than mant holds: from the text, digit by digit */
+    const unsigned char *p = n->a, *e = n->b;
+    int neg = n->neg;
+    if (neg) p++;
+    const unsigned char *ia = p;
+    while (p < e && *p >= '0' && *p <= '9') p++;
+    const unsigned char *ib = p, *fa = p, *fb = p;
+    if (p < e && *p == '.') {
+        fa = ++p;
+        while (p < e && *p >= '0' && *p <= '9') p++;
+        fb = p;
+    }
+    long long ex = 0;
+    if (p < e && (*p == 'e' || *p == 'E')) {
+        int eneg = 0;
+        p++;
+        if (p < e && (*p == '+' || *p == '-')) { eneg = *p == '-'; p++; }
+        for (; p < e && *p >= '0' && *p <= '9'; p++)
+            if (ex < 100000000) ex = ex * 10 + (*p - '0'); /* past 1e8 the answer is 0 or out of range anyway */
+        if (eneg) ex = -ex;
+    }
+    long long ni = ib - ia, nd = ni + (fb - fa), k = ni + ex + 3;
+#define DIGIT(i) ((i) < ni ? ia[i] - '0' : fa[(i) - ni] - '0')
+    for (long long i = 0; i < k; i++) {
+        if (i >= nd && v == 0) break; /* only zeros left to append to a zero */
+        unsigned d = i < nd ? (unsigned)DIGIT(i) : 0;
+        if (v > (limit - d) / 10) return 1;
+        v = v * 10 + d;
+    }
+    if (k >= 0 && k < nd) { /* dropped digits: round to nearest, ties to even */
+        unsigned r = (unsigned)DIGIT(k);
+        int sticky = 0;
+        for (long long i = k + 1; i < nd && !sticky; i++) sticky = DIGIT(i) != 0;
+        if (r > 5 || (r == 5 && (sticky || (v & 1)))) {
+            if (v == limit) return 1;
+            v++;
+        }
+    } /* k < 0: under 0.1 ns, rounds to 0 */
+#undef DIGIT
+    *out = neg ? (v == (uint64_t)INT64_MAX + 1 ? INT64_MIN : -(int64_t)v) : (int64_t)v;
+    return 0;
+}
+
 /* ---- skipping any value (validating it) ------------------------------------------------ */
 
 static int skip_value(P *s, int depth);
@@ -399,9 +478,53 @@ static int skip_value(P *s, int depth) {
 
 /* ---- one event ----------------------------------------------------------------------- */
 
-enum { I_DEVICE, I_STREAM, I_CORRELATION, I_REGS, I_SMEM, I_BYTES, I_EXTERNAL, N_INTS };
-static const char *INT_KEYS[N_INTS] = {"device", "stream", "correlation", "registers per thread", "shared memory", "bytes", "External id"};
-static const size_t INT_KEY_LEN[N_INTS] = {6, 6, 11, 20, 13, 5, 11};
+/* The "args" fields kept, by their names in the trace (which are also the column names the
+ * caller reads): integers, strings, and the grid/block lists. Every kept event gets every
+ * column (null where absent); the caller takes those its bucket needs. The integers from
+ * N_DENSE on and the strings are rare (sync records, collectives): they are stored
+ * sparsely, (row, value) where present, so that events without them cost nothing more. */
+enum { I_DEVICE, I_STREAM, I_CORRELATION, I_REGS, I_SMEM, I_BYTES, I_EXTERNAL, N_DENSE = I_EXTERNAL + 1,
+       I_WAIT_STREAM = N_DENSE, I_WAIT_EVENT, I_WAIT_RECORD, I_GROUP_SIZE, I_IN_NELEMS, I_OUT_NELEMS, I_SEQ, N_INTS };
+static const char *INT_KEYS[N_INTS] = {"device", "stream", "correlation", "registers per thread", "shared memory",
+                                       "bytes", "External id", "wait_on_stream", "wait_on_cuda_event_id",
+                                       "wait_on_cuda_event_record_corr_id", "Group size", "In msg nelems",
+                                       "Out msg nelems", "Seq"};
+enum { S_COLLECTIVE, S_PG_NAME, S_PG_RANKS, S_DTYPE, N_STRS };
+static const char *STR_KEYS[N_STRS] = {"Collective name", "Process Group Name", "Process Group Ranks", "dtype"};
+enum { A_INT, A_STR, A_GRID, A_BLOCK };
+
+/* the wanted args keys by length (a key is compared only with the wanted ones of its
+ * length: cpu_op events carry many args nobody reads) */
+#define MAX_ARG_KEY 40
+#define PER_LEN 4
+typedef struct { const char *name; unsigned char kind, idx; } ArgKey;
+static ArgKey BY_LEN[MAX_ARG_KEY + 1][PER_LEN];
+static int N_BY_LEN[MAX_ARG_KEY + 1];
+
+static int arg_key_add(const char *name, int kind, int idx) {
+    size_t n = strlen(name);
+    if (n > MAX_ARG_KEY || N_BY_LEN[n] >= PER_LEN) return -1;
+    BY_LEN[n][N_BY_LEN[n]++] = (ArgKey){name, (unsigned char)kind, (unsigned char)idx};
+    return 0;
+}
+
+static int arg_keys_init(void) {
+    memset(N_BY_LEN, 0, sizeof N_BY_LEN);
+    for (int i = 0; i < N_INTS; i++)
+        if (arg_key_add(INT_KEYS[i], A_INT, i) < 0) return -1;
+    for (int i = 0; i < N_STRS; i++)
+        if (arg_key_add(STR_KEYS[i], A_STR, i) < 0) return -1;
+    if (arg_key_add("grid", A_GRID, 0) < 0 || arg_key_add("block", A_BLOCK, 1) < 0) return -1;
+    return 0;
+}
+
+static const ArgKey *arg_key(const unsigned char *a, const unsigned char *b) {
+    size_t n = (size_t)(b - a);
+    if (n > MAX_ARG_KEY) return NULL;
+    for (int j = 0; j < N_BY_LEN[n]; j++)
+        if (memcmp(BY_LEN[n][j].name, a, n) == 0) return &BY_LEN[n][j];
+    return NULL;
+}
 
 typedef struct {
     const unsigned char *a, *b;
@@ -409,10 +532,10 @@ typedef struct {
 } Str;
 
 typedef struct {
-    Str ph, cat, name, coll;
-    int has_pid, has_tid, has_ts, has_dur;
+    Str ph, cat, name, strs[N_STRS];
+    int has_pid, has_tid, has_ts, has_dur, bad_time;
     int64_t pid, tid;
-    double ts, dur;
+    int64_t ts, dur; /* ns */
     int has_int[N_INTS];
     int64_t ints[N_INTS];
     int dims_n[2]; /* grid, block: -1 absent or null, else the list length (kept up to 3) */
@@ -457,15 +580,22 @@ static int num_field(P *s, int *kind, Num *n, int *plain, const unsigned char **
     return 0;
 }
 
-/* ts, dur: a number or a numeric string as a double */
-static int get_double(P *s, int *has, double *out) {
+/* ts, dur: decimal µs (a number or a plain numeric string) as exact int64 ns. Any other
+ * value (true, an unusual string, a list) or a time past int64 ns sets *bad: the Python
+ * reader judges it, but only if the event turns out to be kept. */
+static int get_ns(P *s, int *has, int64_t *out, int *bad) {
     int kind, plain;
     Num n;
     const unsigned char *a, *b;
+    if (s->p < s->end && (*s->p == 't' || *s->p == 'f' || *s->p == '[' || *s->p == '{')) {
+        *has = *bad = 1;
+        return skip_value(s, 1);
+    }
     if (num_field(s, &kind, &n, &plain, &a, &b) < 0) return -1;
     *has = kind != F_NULL;
-    if (kind == F_STRING && !plain) return fail(s, "time written as an unusual string");
-    return kind == F_NULL ? 0 : num_double(s, &n, out);
+    if (kind == F_NULL) return 0;
+    if ((kind == F_STRING && !plain) || num_ns(&n, out)) *bad = 1;
+    return 0;
 }
 
 /* an integer field: exact int64; a numeric string as int(float(s)) */
@@ -564,26 +694,13 @@ static int parse_args(P *s, Ev *ev, Key *k) {
     if (s->p < s->end && *s->p == '}') { s->p++; return 0; }
     for (;;) {
         if (key_read(s, k) < 0) return -1;
-        const unsigned char *a = k->a, *b = k->b;
-        int done = 0;
-        for (int i = 0; i < N_INTS; i++) {
-            if (key_is(a, b, INT_KEYS[i], INT_KEY_LEN[i])) {
-                if (get_int(s, &ev->has_int[i], &ev->ints[i]) < 0) return -1;
-                done = 1;
-                break;
-            }
-        }
-        if (!done) {
-            if (key_is(a, b, "grid", 4)) {
-                if (get_dims(s, &ev->dims_n[0], ev->dims[0]) < 0) return -1;
-            } else if (key_is(a, b, "block", 5)) {
-                if (get_dims(s, &ev->dims_n[1], ev->dims[1]) < 0) return -1;
-            } else if (key_is(a, b, "Collective name", 15)) {
-                if (get_str(s, &ev->coll) < 0) return -1;
-            } else if (skip_value(s, 2) < 0) {
-                return -1;
-            }
-        }
+        const ArgKey *key = arg_key(k->a, k->b);
+        int r;
+        if (!key) r = skip_value(s, 2);
+        else if (key->kind == A_INT) r = get_int(s, &ev->has_int[key->idx], &ev->ints[key->idx]);
+        else if (key->kind == A_STR) r = get_str(s, &ev->strs[key->idx]);
+        else r = get_dims(s, &ev->dims_n[key->idx], ev->dims[key->idx]);
+        if (r < 0) return -1;
         ws(s);
         if (s->p >= s->end) return fail(s, "truncated");
         if (*s->p == ',') { s->p++; ws(s); continue; }
@@ -645,13 +762,13 @@ static int parse_event(P *s, Ev *ev, Key *k, const Cats *cats, int *ci) {
         else if (n == 4 && memcmp(a, "name", 4) == 0) r = get_str(s, &ev->name);
         else if (n == 3 && memcmp(a, "pid", 3) == 0) r = get_id(s, &ev->has_pid, &ev->pid);
         else if (n == 3 && memcmp(a, "tid", 3) == 0) r = get_id(s, &ev->has_tid, &ev->tid);
-        else if (n == 2 && a[0] == 't' && a[1] == 's') r = get_double(s, &ev->has_ts, &ev->ts);
-        else if (n == 3 && memcmp(a, "dur", 3) == 0) r = get_double(s, &ev->has_dur, &ev->dur);
+        else if (n == 2 && a[0] == 't' && a[1] == 's') r = get_ns(s, &ev->has_ts, &ev->ts, &ev->bad_time);
+        else if (n == 3 && memcmp(a, "dur", 3) == 0) r = get_ns(s, &ev->has_dur, &ev->dur, &ev->bad_time);
         else if (n == 4 && memcmp(a, "args", 4) == 0) {
             if (s->p < s->end && *s->p == 'n') return fail(s, "args is null");
             memset(ev->has_int, 0, sizeof ev->has_int);
             ev->dims_n[0] = ev->dims_n[1] = -1;
-            ev->coll.present = 0;
+            for (int i = 0; i < N_STRS; i++) ev->strs[i].present = 0;
             r = parse_args(s, ev, k);
         } else r = skip_value(s, 1);
         if (r < 0) return -1;
@@ -661,6 +778,7 @@ static int parse_event(P *s, Ev *ev, Key *k, const Cats *cats, int *ci) {
         if (*s->p == '}') {
             s->p++;
             if (skipping || !seen_cat || !is_complete(&ev->ph)) *ci = -1;
+            if (*ci >= 0 && ev->bad_time) return fail(s, "a time the Python reader must judge (not a number, or past int64 ns)");
             return 0;
         }
         return fail(s, "expected ',' or '}'");
@@ -673,18 +791,21 @@ typedef struct {
     Py_ssize_t n;
     Buf cat;                                         /* int8 category index */
     Buf name_off, name_data, name_valid;             /* int64 offsets (n + 1), utf-8, uint8 */
-    Buf coll_off, coll_data, coll_valid;
     Buf pid, pid_valid, tid, tid_valid;              /* int64, uint8 */
-    Buf ts, ts_valid, dur, dur_valid;                /* float64, uint8 */
-    Buf ints[N_INTS], ints_valid[N_INTS];
+    Buf ts, ts_valid, dur, dur_valid;                /* int64 ns, uint8 */
+    Buf ints[N_DENSE], ints_valid[N_DENSE];
+    Buf sp_rows[N_INTS - N_DENSE], sp_vals[N_INTS - N_DENSE]; /* sparse: int64 row, int64 value */
+    Buf strs_rows[N_STRS], strs_off[N_STRS], strs_data[N_STRS]; /* sparse: int64 row, int64 offsets (k + 1), utf-8 */
     Buf dims_off[2], dims_vals[2], dims_valid[2];    /* int32 offsets (n + 1), int64, uint8 */
 } Cols;
 
 static void cols_free(Cols *c) {
-    Buf *all[] = {&c->cat, &c->name_off, &c->name_data, &c->name_valid, &c->coll_off, &c->coll_data, &c->coll_valid,
-                  &c->pid, &c->pid_valid, &c->tid, &c->tid_valid, &c->ts, &c->ts_valid, &c->dur, &c->dur_valid};
+    Buf *all[] = {&c->cat, &c->name_off, &c->name_data, &c->name_valid, &c->pid, &c->pid_valid, &c->tid,
+                  &c->tid_valid, &c->ts, &c->ts_valid, &c->dur, &c->dur_valid};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) buf_free(all[i]);
-    for (int i = 0; i < N_INTS; i++) { buf_free(&c->ints[i]); buf_free(&c->ints_valid[i]); }
+    for (int i = 0; i < N_STRS; i++) { buf_free(&c->strs_rows[i]); buf_free(&c->strs_off[i]); buf_free(&c->strs_data[i]); }
+    for (int i = 0; i < N_DENSE; i++) { buf_free(&c->ints[i]); buf_free(&c->ints_valid[i]); }
+    for (int i = 0; i < N_INTS - N_DENSE; i++) { buf_free(&c->sp_rows[i]); buf_free(&c->sp_vals[i]); }
     for (int i = 0; i < 2; i++) { buf_free(&c->dims_off[i]); buf_free(&c->dims_vals[i]); buf_free(&c->dims_valid[i]); }
 }
 
@@ -692,14 +813,16 @@ static int cols_init(Cols *c) {
     memset(c, 0, sizeof *c);
     int64_t zero = 0;
     int32_t zero32 = 0;
-    if (buf_put(&c->name_off, &zero, 8) < 0 || buf_put(&c->coll_off, &zero, 8) < 0) return -1;
+    if (buf_put(&c->name_off, &zero, 8) < 0) return -1;
+    for (int i = 0; i < N_STRS; i++)
+        if (buf_put(&c->strs_off[i], &zero, 8) < 0) return -1;
     for (int i = 0; i < 2; i++)
         if (buf_put(&c->dims_off[i], &zero32, 4) < 0) return -1;
     return 0;
 }
 
-static int put_str(P *s, Buf *off, Buf *data, Buf *valid, const Str *v) {
-    uint8_t ok = (uint8_t)v->present;
+/* a string's UTF-8 and its end offset */
+static int put_text(P *s, Buf *off, Buf *data, const Str *v) {
     if (v->present) {
         if (v->esc) {
             if (unescape_into(s, data, v->a, v->b) < 0) return -1;
@@ -708,7 +831,12 @@ static int put_str(P *s, Buf *off, Buf *data, Buf *valid, const Str *v) {
         }
     }
     int64_t end = (int64_t)data->len;
-    return (buf_put(off, &end, 8) < 0 || buf_put(valid, &ok, 1) < 0) ? -1 : 0;
+    return buf_put(off, &end, 8);
+}
+
+static int put_str(P *s, Buf *off, Buf *data, Buf *valid, const Str *v) {
+    uint8_t ok = (uint8_t)v->present;
+    return (put_text(s, off, data, v) < 0 || buf_put(valid, &ok, 1) < 0) ? -1 : 0;
 }
 
 /* one 8-byte value and its validity byte, stored directly (the common case: room left) */
@@ -724,18 +852,22 @@ static inline int put8(Buf *vals, Buf *valid, int has, const void *v) {
 
 static inline int put_i64(Buf *vals, Buf *valid, int has, int64_t v) { return put8(vals, valid, has, &v); }
 
-static inline int put_f64(Buf *vals, Buf *valid, int has, double v) { return put8(vals, valid, has, &v); }
-
 static int emit(P *s, Cols *c, const Ev *ev, int8_t cat) {
     if (buf_put(&c->cat, &cat, 1) < 0) return -1;
     if (put_str(s, &c->name_off, &c->name_data, &c->name_valid, &ev->name) < 0) return -1;
-    if (put_str(s, &c->coll_off, &c->coll_data, &c->coll_valid, &ev->coll) < 0) return -1;
     if (put_i64(&c->pid, &c->pid_valid, ev->has_pid, ev->pid) < 0) return -1;
     if (put_i64(&c->tid, &c->tid_valid, ev->has_tid, ev->tid) < 0) return -1;
-    if (put_f64(&c->ts, &c->ts_valid, ev->has_ts, ev->ts) < 0) return -1;
-    if (put_f64(&c->dur, &c->dur_valid, ev->has_dur, ev->dur) < 0) return -1;
-    for (int i = 0; i < N_INTS; i++)
+    if (put_i64(&c->ts, &c->ts_valid, ev->has_ts, ev->ts) < 0) return -1;
+    if (put_i64(&c->dur, &c->dur_valid, ev->has_dur, ev->dur) < 0) return -1;
+    for (int i = 0; i < N_DENSE; i++)
         if (put_i64(&c->ints[i], &c->ints_valid[i], ev->has_int[i], ev->ints[i]) < 0) return -1;
+    int64_t row = (int64_t)c->n;
+    for (int i = N_DENSE; i < N_INTS; i++)
+        if (ev->has_int[i] && (buf_put(&c->sp_rows[i - N_DENSE], &row, 8) < 0 || buf_put(&c->sp_vals[i - N_DENSE], &ev->ints[i], 8) < 0))
+            return -1;
+    for (int i = 0; i < N_STRS; i++)
+        if (ev->strs[i].present && (buf_put(&c->strs_rows[i], &row, 8) < 0 || put_text(s, &c->strs_off[i], &c->strs_data[i], &ev->strs[i]) < 0))
+            return -1;
     for (int d = 0; d < 2; d++) {
         int n = ev->dims_n[d];
         uint8_t ok = n >= 0;
@@ -762,17 +894,29 @@ static PyObject *cols_dict(Cols *c) {
     char key[64];
     int bad = set_item(d, "n", PyLong_FromSsize_t(c->n)) || set_item(d, "cat", buf_bytes(&c->cat))
         || set_item(d, "name_off", buf_bytes(&c->name_off)) || set_item(d, "name_data", buf_bytes(&c->name_data))
-        || set_item(d, "name_valid", buf_bytes(&c->name_valid)) || set_item(d, "coll_off", buf_bytes(&c->coll_off))
-        || set_item(d, "coll_data", buf_bytes(&c->coll_data)) || set_item(d, "coll_valid", buf_bytes(&c->coll_valid))
-        || set_item(d, "pid", buf_bytes(&c->pid)) || set_item(d, "pid_valid", buf_bytes(&c->pid_valid))
+        || set_item(d, "name_valid", buf_bytes(&c->name_valid)) || set_item(d, "pid", buf_bytes(&c->pid)) || set_item(d, "pid_valid", buf_bytes(&c->pid_valid))
         || set_item(d, "tid", buf_bytes(&c->tid)) || set_item(d, "tid_valid", buf_bytes(&c->tid_valid))
         || set_item(d, "ts", buf_bytes(&c->ts)) || set_item(d, "ts_valid", buf_bytes(&c->ts_valid))
         || set_item(d, "dur", buf_bytes(&c->dur)) || set_item(d, "dur_valid", buf_bytes(&c->dur_valid));
-    for (int i = 0; !bad && i < N_INTS; i++) {
+    for (int i = 0; !bad && i < N_DENSE; i++) {
         snprintf(key, sizeof key, "%s", INT_KEYS[i]);
         bad = set_item(d, key, buf_bytes(&c->ints[i]));
         snprintf(key, sizeof key, "%s_valid", INT_KEYS[i]);
         bad = bad || set_item(d, key, buf_bytes(&c->ints_valid[i]));
+    }
+    for (int i = N_DENSE; !bad && i < N_INTS; i++) { /* sparse: "<key>_rows" marks them */
+        snprintf(key, sizeof key, "%s", INT_KEYS[i]);
+        bad = set_item(d, key, buf_bytes(&c->sp_vals[i - N_DENSE]));
+        snprintf(key, sizeof key, "%s_rows", INT_KEYS[i]);
+        bad = bad || set_item(d, key, buf_bytes(&c->sp_rows[i - N_DENSE]));
+    }
+    for (int i = 0; !bad && i < N_STRS; i++) {
+        snprintf(key, sizeof key, "%s_rows", STR_KEYS[i]);
+        bad = set_item(d, key, buf_bytes(&c->strs_rows[i]));
+        snprintf(key, sizeof key, "%s_off", STR_KEYS[i]);
+        bad = bad || set_item(d, key, buf_bytes(&c->strs_off[i]));
+        snprintf(key, sizeof key, "%s_data", STR_KEYS[i]);
+        bad = bad || set_item(d, key, buf_bytes(&c->strs_data[i]));
     }
     const char *dims[2] = {"grid", "block"};
     for (int i = 0; !bad && i < 2; i++) {
@@ -938,10 +1082,14 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_kineto",
-                                    "Kineto trace JSON -> column buffers (see overlapviz/ingest/chrome_fast.py).",
+                                    "Kineto trace JSON -> column buffers (see overlapviz/ingest/chrome_columns.py).",
                                     -1, methods, NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__kineto(void) {
+    if (arg_keys_init() < 0) {
+        PyErr_SetString(PyExc_SystemError, "_kineto: args key table too small");
+        return NULL;
+    }
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;
     Unsupported = PyErr_NewException("overlapviz.ingest._kineto.Unsupported", PyExc_ValueError, NULL);

@@ -34,6 +34,12 @@ class RankTrace:
         facts by their ``schema.RUNS`` names (``nccl_version``, ``hip_version``,
         ``cuda_version``, ``torch_version``), which fill the run's row where a manifest
         does not say.
+    syncs
+        Columns of ``schema.SYNCS`` except ``run_id`` and ``rank``: the rank's event
+        records, stream waits and synchronizations (runtime calls and CUPTI's
+        ``cuda_sync`` records), on the ``launch_ns`` clock for runtime calls and the
+        kernels' clock for ``cuda_sync`` ones. None where the format has none to give;
+        an empty table where the trace had none.
     """
 
     rank: int | None
@@ -41,6 +47,7 @@ class RankTrace:
     steps: pa.Table | None = None
     devices: pa.Table | None = None
     info: dict = field(default_factory=dict)
+    syncs: pa.Table | None = None
 
 
 class Reader(Protocol):

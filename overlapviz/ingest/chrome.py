@@ -1,15 +1,17 @@
 """Reader for PyTorch-profiler (Kineto) Chrome traces: ``.json`` or ``.json.gz``, CUDA (CUPTI) or ROCm (roctracer).
 
-One pass over ``traceEvents`` splits events by category; each category's events then
-become Arrow columns in bulk (one ``pyarrow`` struct conversion, not a Python loop per
-field), and the joins (kernel -> launching runtime call by correlation id, step
-ranges, record_param_comms metadata) are vectorized with numpy/pyarrow.
+One pass over ``traceEvents`` splits the complete events by category; each category's
+events then become Arrow columns in bulk (the C scanner ``chrome_columns``, else one
+``pyarrow`` conversion of msgspec structs, not a Python loop per field), and the joins
+(kernel -> launching runtime call by correlation id, step ranges, record_param_comms
+metadata) are vectorized with numpy/pyarrow.
 
-Kineto writes ``ts``/``dur`` in microseconds: floats with three decimals (ns
-resolution, relative to its own base) or integers (older traces, epoch µs ~1.7e15).
-They become int64 ns by splitting the float into whole µs and a fraction and rounding
-the fraction to whole ns, which is exact for every value Kineto can write below 2^43 µs
-(float64's error there is under half a ns) and for integer µs up to 2^53.
+Kineto writes ``ts``/``dur`` in microseconds: decimals with three places (ns resolution,
+relative to its own base) or integers (older traces, epoch µs ~1.7e15). Every path reads
+them from their text into int64 ns, never through a double (at epoch scale a double
+holds µs to 0.25 µs only): three fractional digits are whole ns, more round to the
+nearest ns with ties to even (``chrome_events.decimal_us_to_ns``); a time past int64 ns
+fails naming the file.
 """
 
 from __future__ import annotations
@@ -18,8 +20,10 @@ import gc
 import json
 import re
 import zlib
+from decimal import Decimal
 from pathlib import Path
 
+import msgspec
 import numpy as np
 import numpy.ma  # noqa: F401  pyarrow imports it at its first conversion of an ndarray (~40 ms): with the reader instead
 import pyarrow as pa
@@ -28,13 +32,21 @@ import pyarrow.compute as pc
 from overlapviz.ingest import chrome_columns
 from overlapviz.ingest.base import RankTrace
 from overlapviz.ingest.chrome_events import (
-    _GPU_EVENT,
-    _HOST_EVENT,
+    _BUCKET_TYPES,
+    _BUCKET_WHAT,
+    _BUCKETS,
     _ROUTE,
-    _RUNTIME_EVENT,
+    InexactTimes,
     _events_table,
+    _require,
     _split_typed,
-    decode_typed,
+    _times,
+    decode_exact,
+    decode_text,
+    decode_typed,  # noqa: F401  re-exported: tests compare its doubles with Python's float()
+    float_text,
+    float_us_to_ns,
+    sync_table,
 )
 from overlapviz.schema import DEVICES, conform
 
@@ -115,14 +127,23 @@ def load_document(path: Path) -> dict:
     return _document(read_bytes(path), path)
 
 
-def _document(raw: bytes, path: Path) -> dict:
-    import orjson  # only documents neither the scanner nor msgspec could type come here
+# float literals keep their text (FloatText): ts/dur are read exactly from it
+_DICT_DECODER = msgspec.json.Decoder(float_hook=float_text)
 
+
+def _document(raw: bytes, path: Path) -> dict:
+    # only documents neither the scanner nor the typed msgspec path could read come here
     try:
-        doc = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        what = "truncated JSON" if "unexpected end" in str(exc).lower() or exc.pos >= len(raw) - 1 else "invalid JSON"
-        raise ValueError(f"{path}: {what}: {exc}") from None
+        doc = _DICT_DECODER.decode(raw)
+    except (msgspec.DecodeError, RecursionError) as exc:
+        import orjson  # words JSON errors with a line and column
+
+        try:
+            orjson.loads(raw)
+        except orjson.JSONDecodeError as oexc:
+            what = "truncated JSON" if "unexpected end" in str(oexc).lower() or oexc.pos >= len(raw) - 1 else "invalid JSON"
+            raise ValueError(f"{path}: {what}: {oexc}") from None
+        raise ValueError(f"{path}: invalid JSON: {exc}") from None
     if isinstance(doc, list):
         doc = {"traceEvents": doc}
     if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
@@ -169,19 +190,10 @@ def _gunzip(data: bytes, path: Path) -> bytes:
             raise ValueError(f"{path}: corrupt gzip data: trailing garbage after the compressed data")
 
 
-_MAX_US = 9.2e15  # int64 ns is ±9.22e18
-
-
-def _in_range(us) -> np.ndarray:
-    v = np.asarray(us, dtype=np.float64)
-    ok = np.abs(v) < _MAX_US  # NaN compares False
-    if not ok.all():
-        raise ValueError(f"a time of {v[~ok][0]!r} us is past what int64 nanoseconds hold")
-    return v
-
-
 def us_to_ns(us: pa.Array | np.ndarray) -> np.ndarray:
-    """Kineto µs (float64, ns resolution) -> int64 ns without float rounding error.
+    """µs held as float64 -> int64 ns (whole µs and the fraction apart): exact for values
+    written with three decimals below 2^43 µs and integers up to 2^53. The reader does
+    not use it (it reads the decimal text); for µs that only exist as doubles.
 
     Null entries must have been rejected before.
 
@@ -190,10 +202,12 @@ def us_to_ns(us: pa.Array | np.ndarray) -> np.ndarray:
     ValueError
         For NaN, infinities and times past int64 ns (±292 years).
     """
-    v = _in_range(us)
-    whole = np.floor(v)
-    frac_ns = np.rint((v - whole) * 1000.0)
-    return whole.astype(np.int64) * 1000 + frac_ns.astype(np.int64)
+    v = np.asarray(us, dtype=np.float64)
+    try:
+        return float_us_to_ns(v)
+    except OverflowError:
+        bad = v[~(np.abs(v) < 9.2e15)][0]
+        raise ValueError(f"a time of {bad!r} us is past what int64 nanoseconds hold") from None
 
 
 def _dims(lists: pa.ChunkedArray | pa.Array, path: Path, label: str) -> list[pa.Array]:
@@ -244,15 +258,21 @@ class ChromeReader:
         gc.disable()
         try:
             raw = read_bytes(path)
-            scanned = chrome_columns.scan_tables(raw)  # the C scanner, else msgspec, else orjson
+            scanned = chrome_columns.scan_tables(raw)  # the C scanner, else msgspec structs, else dicts
             if scanned is None:
-                typed = decode_typed(raw)
+                typed = decode_exact(raw)
                 if typed is None:
                     return [parse_document(_document(raw, path), path)]
                 del raw  # before the structs become columns: the text and both at once were the peak
                 events, meta = typed
                 del typed
-                scanned = _split_typed(events, path), meta, len(events)
+                try:
+                    tables = _split_typed(events, path, doubles="prove")
+                except InexactTimes:  # the first times fit doubles, a later one may not: read their text
+                    del events
+                    events, meta = decode_text(read_bytes(path)) or _changed(path)
+                    tables = _split_typed(events, path, doubles="prove")
+                scanned = tables, meta, len(events)
                 del events
             else:
                 del raw
@@ -268,6 +288,10 @@ class ChromeReader:
                 gc.enable()
 
 
+def _changed(path: Path):
+    raise ValueError(f"{path}: changed while being read")
+
+
 READERS = [ChromeReader()]
 
 
@@ -276,41 +300,41 @@ def parse_document(doc: dict, path: Path) -> RankTrace:
 
     See ``RankTrace`` for the columns. GPU activities (kernel, memcpy, memset) become
     rows; a trace with none of them is CPU-only and its host activities stand in (see
-    ``_host_stand_ins``).
+    ``_host_stand_ins``). Only complete events count (``ph`` "X" or absent): Kineto
+    writes flows, instants and metadata with other phases.
 
     Raises
     ------
     ValueError
         Naming ``path`` and the field: an event without ``ts``/``dur``/``name``, a GPU
-        activity with zero or negative duration, a field of the wrong type.
+        activity with negative duration, a field of the wrong type, a time past int64 ns.
     """
     events = doc["traceEvents"]
-    buckets: dict[str, list] = {"gpu": [], "runtime": [], "host": []}
-    cats: dict[str, list] = {"gpu": [], "runtime": [], "host": []}
+    buckets: dict[str, list] = {b: [] for b in _BUCKETS}
+    cats: dict[str, list] = {b: [] for b in _BUCKETS}
     route = _ROUTE
     for e in events:
         try:
             r = route.get(e.get("cat"))
         except AttributeError:
             raise ValueError(f"{path}: traceEvents holds a {type(e).__name__}, not an event object") from None
-        if r is not None:
+        if r is not None and e.get("ph", "X") in ("X", None):
             buckets[r[0]].append(e)
             cats[r[0]].append(r[1])
     n_events = len(events)
     del events
 
-    gpu = _with_category(_events_table(buckets.pop("gpu"), path, "GPU activity", _GPU_EVENT), cats.pop("gpu"))
-    runtime = _with_category(_events_table(buckets.pop("runtime"), path, "runtime", _RUNTIME_EVENT), cats.pop("runtime"))
-    host = _with_category(_events_table(buckets.pop("host"), path, "host", _HOST_EVENT), cats.pop("host"))
-    return _assemble(gpu, runtime, host, doc, n_events, path)
+    tables = [
+        _with_category(_events_table(buckets.pop(b), path, what, type_), cats.pop(b))
+        for b, what, type_ in zip(_BUCKETS, _BUCKET_WHAT, _BUCKET_TYPES, strict=True)
+    ]
+    return _assemble(*tables, doc, n_events, path)
 
 
-def _assemble(gpu: pa.Table, runtime: pa.Table, host: pa.Table, doc: dict, n_events: int, path: Path) -> RankTrace:
-    """The rank from its GPU, runtime and host event tables and the document's other keys."""
-    gpu = _only_complete(gpu)
-    runtime = _only_complete(runtime)
-    host = _only_complete(host)
-
+def _assemble(gpu: pa.Table, runtime: pa.Table, host: pa.Table, sync: pa.Table, doc: dict, n_events: int,
+              path: Path) -> RankTrace:  # fmt: skip
+    """The rank from its GPU, runtime, host and sync tables (complete events only, times
+    in int64 ns) and the document's other keys."""
     steps = _steps(host, path)
     main_pid, main_tid = _main_thread(host, runtime, steps)
     if gpu.num_rows:
@@ -343,59 +367,38 @@ def _assemble(gpu: pa.Table, runtime: pa.Table, host: pa.Table, doc: dict, n_eve
         "hip_version": _hip_version(doc.get("hip_runtime_version")),
         "cuda_version": _cuda_version(doc.get("cuda_runtime_version")),
     }
-    return RankTrace(rank=rank, kernels=kernels, steps=steps, devices=devices, info=info)
+    syncs = sync_table(runtime, sync, path)
+    return RankTrace(rank=rank, kernels=kernels, steps=steps, devices=devices, info=info, syncs=syncs)
 
 
 def _with_category(table: pa.Table, cats: list) -> pa.Table:
     return table.append_column("category", pa.array(cats, pa.string()))
 
 
-def _only_complete(table: pa.Table) -> pa.Table:
-    """Complete ('X') events only (an event without ``ph`` counts as one); Kineto writes
-    flows and instants with other phases."""
-    if table.num_rows == 0 or table.column("ph").null_count == table.num_rows:
-        return table  # the C scanner keeps only complete events and leaves ph null
-    return table.filter(pc.fill_null(pc.equal(table.column("ph"), "X"), True))
-
-
-def _require(table: pa.Table, path: Path, what: str, columns=("name", "ts", "dur")) -> None:
-    for col in columns:
-        nulls = table.column(col).null_count
-        if nulls:
-            idx = int(np.flatnonzero(np.asarray(table.column(col).is_null()))[0])
-            name = table.column("name")[idx].as_py()
-            label = f" ({name!r:.60})" if name is not None and col != "name" else ""
-            raise ValueError(f"{path}: {what} event{label} has no {col!r} ({nulls} such events)")
-
-
-def _times(table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
-    start = us_to_ns(table.column("ts").to_numpy())
-    dur = np.rint(_in_range(table.column("dur").to_numpy()) * 1000.0).astype(np.int64)
-    return start, dur
+def _us_text(ns: int) -> str:
+    return str(Decimal(int(ns)).scaleb(-3))
 
 
 def _gpu_activities(gpu: pa.Table, runtime: pa.Table, host: pa.Table, main_pid, path: Path) -> pa.Table:
     _require(gpu, path, "GPU activity")
-    start, dur = _times(gpu)
-    if (dur <= 0).any():
-        i = int(np.flatnonzero(dur <= 0)[0])
+    start, dur = _times(gpu, path, "GPU activity")
+    if (dur < 0).any():  # zero is fine: integer-µs traces and memsets have them (DESIGN.md)
+        i = int(np.flatnonzero(dur < 0)[0])
         raise ValueError(
             f"{path}: {gpu.column('category')[i].as_py()} event {gpu.column('name')[i].as_py()!r:.60} "
-            f"has {'zero' if dur[i] == 0 else 'negative'} duration ({gpu.column('dur')[i].as_py()} us; "
-            f"{int((dur <= 0).sum())} such events)"
+            f"has negative duration ({_us_text(dur[i])} us; {int((dur < 0).sum())} such events)"
         )
     n = gpu.num_rows
-    corr = gpu.column("correlation").to_numpy(zero_copy_only=False)
-    corr = np.where(pc.is_null(gpu.column("correlation")).to_numpy(zero_copy_only=False), -1, corr).astype(np.int64)
+    corr = np.asarray(pc.fill_null(gpu.column("correlation"), -1), dtype=np.int64)
 
     # launch: the runtime/driver call with the same correlation id, preferring the main process
-    launch = np.full(n, -1, dtype=np.int64)
+    launch = np.zeros(n, dtype=np.int64)
     rt_idx = np.full(n, -1, dtype=np.int64)
     rt = runtime.filter(pc.is_valid(runtime.column("correlation"))) if runtime.num_rows else runtime
     if rt.num_rows:
         _require(rt, path, "runtime", ("ts",))
         r_corr = rt.column("correlation").to_numpy()
-        r_start = us_to_ns(rt.column("ts").to_numpy())
+        r_start = rt.column("ts").to_numpy()
         r_pid = rt.column("pid").to_numpy(zero_copy_only=False)
         other = (r_pid != main_pid).astype(np.int8) if main_pid is not None else np.zeros(len(r_corr), np.int8)
         order = np.lexsort((r_start, other, r_corr))  # by correlation, main process first, then earliest
@@ -428,8 +431,8 @@ def _gpu_activities(gpu: pa.Table, runtime: pa.Table, host: pa.Table, main_pid, 
         if workitems.any():
             gx, gy, gz = (_blocks(g, b, workitems) for g, b in ((gx, bx), (gy, by), (gz, bz)))
 
-    collective = gpu.column("Collective name")
-    collective = _collective_from_host(gpu, host, collective)
+    has_rt = rt_idx >= 0
+    launch_tid = rt.column("tid").take(pa.array(np.where(has_rt, rt_idx, 0), mask=~has_rt)) if rt.num_rows else pa.nulls(n, pa.int64())
     device = gpu.column("device")
     if device.null_count:
         device = pc.coalesce(device, gpu.column("pid"))
@@ -455,9 +458,10 @@ def _gpu_activities(gpu: pa.Table, runtime: pa.Table, host: pa.Table, main_pid, 
             "regs_per_thread": gpu.column("registers per thread"),
             "shared_mem_bytes": smem,
             "bytes": gpu.column("bytes"),
-            "launch_ns": pa.array(launch, mask=launch < 0),
-            "collective": collective,
+            "launch_ns": pa.array(launch, mask=~has_rt),
             "source_format": pa.array(np.full(n, SOURCE_FORMAT, dtype=object), pa.string()),
+            "launch_tid": launch_tid,
+            **_comm_metadata(gpu, host),
         }
     )
 
@@ -474,19 +478,39 @@ def _blocks(grid: pa.Array, block: pa.Array, workitems: np.ndarray) -> pa.Array:
     return pa.array(out, pa.int64(), mask=~valid)
 
 
-def _collective_from_host(gpu: pa.Table, host: pa.Table, collective: pa.ChunkedArray) -> pa.ChunkedArray:
-    """Fill the collective name from ``record_param_comms`` host ops sharing the External id."""
-    if not host.num_rows or collective.null_count == 0:
-        return collective
+# kernels column <- what PyTorch records of a collective (the raw values), on the kernel or
+# on its record_param_comms op
+_COMM_COLUMNS = {
+    "collective": "Collective name",
+    "comm_group": "Process Group Name",
+    "comm_group_ranks": "Process Group Ranks",
+    "comm_group_size": "Group size",
+    "comm_seq": "Seq",
+    "comm_in_elems": "In msg nelems",
+    "comm_out_elems": "Out msg nelems",
+    "comm_dtype": "dtype",
+}
+
+
+def _comm_metadata(gpu: pa.Table, host: pa.Table) -> dict[str, pa.ChunkedArray]:
+    """The collective's metadata of each GPU activity, field by field: the kernel's own args
+    (Kineto copies them onto the kernels a record_param_comms op launched), else those of
+    the ``record_param_comms`` host op (the one with a "Collective name") sharing its
+    External id. Rows that are not communication get whatever their link says; the driver
+    keeps it for comm rows only."""
+    own = {col: gpu.column(arg) for col, arg in _COMM_COLUMNS.items()}
+    if not host.num_rows or not any(c.null_count for c in own.values()):
+        return own
     rpc = host.filter(
         pc.and_(pc.is_valid(host.column("Collective name")), pc.is_valid(host.column("External id")))
     )
     if not rpc.num_rows:
-        return collective
+        return own
     # the first record per External id (np.unique's indices are first occurrences)
     eids, first = np.unique(np.asarray(rpc.column("External id").to_numpy()), return_index=True)
-    idx = pc.index_in(gpu.column("External id"), pa.array(eids))
-    return pc.coalesce(collective, rpc.column("Collective name").take(pa.array(first)).take(idx))
+    at = pa.array(first).take(pc.index_in(gpu.column("External id"), pa.array(eids)))  # null: no record
+    linked = rpc.select(list(_COMM_COLUMNS.values())).take(at)
+    return {col: pc.coalesce(c, linked.column(_COMM_COLUMNS[col])) if c.null_count else c for col, c in own.items()}
 
 
 def _steps(host: pa.Table, path: Path) -> pa.Table:
@@ -510,7 +534,7 @@ def _steps(host: pa.Table, path: Path) -> pa.Table:
         if not rows.num_rows:
             continue
         _require(rows, path, "step range")
-        start, dur = _times(rows)
+        start, dur = _times(rows, path, "step range")
         if (dur < 0).any():
             raise ValueError(f"{path}: step range {rows.column('name')[int(np.argmax(dur < 0))].as_py()!r} has negative duration")
         numbers = pc.extract_regex(rows.column("name"), pattern.pattern.replace("(\\d+)", "(?P<n>\\d+)"))
@@ -570,10 +594,6 @@ def _mode(col: pa.ChunkedArray):
     return max(vc, key=lambda d: d["counts"])["values"]
 
 
-def _py(v):
-    return None if v is None else int(v)
-
-
 def _host_stand_ins(host: pa.Table, main_tid, path: Path) -> pa.Table:
     """CPU-only traces: top-level ``cpu_op``s of the main thread and every ``user_annotation``
     (the driver drops those its rules call ``other``: labels, not activities).
@@ -588,7 +608,7 @@ def _host_stand_ins(host: pa.Table, main_tid, path: Path) -> pa.Table:
     step_like = pc.fill_null(pc.match_substring_regex(host.column("name"), r"^(ProfilerStep|ovz_iter)#\d+$"), False)
     host = host.filter(pc.invert(step_like))
     _require(host, path, "host")
-    start, dur = _times(host)
+    start, dur = _times(host, path, "host")
     if (dur < 0).any():
         i = int(np.flatnonzero(dur < 0)[0])
         raise ValueError(f"{path}: host event {host.column('name')[i].as_py()!r:.60} has negative duration")
@@ -628,8 +648,9 @@ def _host_stand_ins(host: pa.Table, main_tid, path: Path) -> pa.Table:
             "start_ns": start[rows],
             "end_ns": end[rows],
             "launch_ns": start[rows],  # a host activity launches itself: its step is where it starts
-            "collective": sub.column("Collective name"),
             "source_format": pa.array(np.full(n, SOURCE_FORMAT, dtype=object), pa.string()),
+            "launch_tid": sub.column("tid"),
+            **{col: sub.column(arg) for col, arg in _COMM_COLUMNS.items()},
         }
     )
 

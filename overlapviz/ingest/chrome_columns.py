@@ -18,12 +18,11 @@ import numpy as np
 import pyarrow as pa
 
 from overlapviz.ingest.chrome_events import (
+    _BUCKET_TYPES,
     _BUCKETS,
-    _GPU_EVENT,
-    _HOST_EVENT,
     _META_KEYS,
     _ROUTE,
-    _RUNTIME_EVENT,
+    _TIMES,
 )
 
 try:
@@ -33,11 +32,9 @@ except ImportError:  # built without a C compiler: the msgspec path reads everyt
 
 __all__ = ["available", "scan_tables"]
 
-_INT_ARGS = ("device", "stream", "correlation", "registers per thread", "shared memory", "bytes", "External id")
-# what the scanner keeps: each category's name and bucket (GPU activity, runtime, host)
+# what the scanner keeps: each category's name and bucket (GPU activity, runtime, host, sync)
 _CATS = [(cat.encode(), _BUCKETS.index(bucket)) for cat, (bucket, _) in _ROUTE.items()]
 _CATEGORY = pa.array([category for _, category in _ROUTE.values()], pa.string())  # by category index
-_BUCKET_TYPES = (_GPU_EVENT, _RUNTIME_EVENT, _HOST_EVENT)
 
 
 def available() -> bool:
@@ -57,9 +54,10 @@ def scan_tables(raw: bytes) -> tuple[list[pa.Table], dict, int] | None:
     Returns
     -------
     tables
-        The GPU activity, runtime and host tables: the fields of ``chrome_events``'s
-        event type for each (``args`` flattened), ``ph`` (null: only complete events are
-        kept) and ``category``, like ``chrome_events._split_typed`` builds.
+        The GPU activity, runtime, host and sync tables of the complete events: the
+        fields of ``chrome_events``'s event type for each (``args`` flattened, ``ts`` and
+        ``dur`` as exact int64 ns) and ``category``, like ``chrome_events._split_typed``
+        builds.
     meta
         The keys of ``chrome_events._META_KEYS`` present at the top level, decoded.
     n_events
@@ -78,23 +76,37 @@ def scan_tables(raw: bytes) -> tuple[list[pa.Table], dict, int] | None:
 
 
 def _table(cols: dict, type_: pa.StructType) -> pa.Table:
+    """One bucket's columns (the scanner fills every field for every bucket; the bucket's
+    event type says which it reads), named by their trace keys."""
     n = cols["n"]
-    builders = {
-        "ph": lambda: pa.nulls(n, pa.string()),
-        "name": lambda: _strings(cols, "name", n),
-        "pid": lambda: _numbers(cols, "pid", np.int64),
-        "tid": lambda: _numbers(cols, "tid", np.int64),
-        "ts": lambda: _numbers(cols, "ts", np.float64),
-        "dur": lambda: _numbers(cols, "dur", np.float64),
-        "grid": lambda: _lists(cols, "grid", n),
-        "block": lambda: _lists(cols, "block", n),
-        "Collective name": lambda: _strings(cols, "coll", n),
-        **{k: (lambda k=k: _numbers(cols, k, np.int64)) for k in _INT_ARGS},
-    }
-    table = {f.name: builders[f.name]() for f in type_ if f.name != "args"}
-    table.update({f.name: builders[f.name]() for f in type_.field("args").type})
+    table = {f.name: _column(cols, f, n) for f in type_ if f.name != "args"}
+    table.update({t: _numbers(cols, t, np.int64) for t in _TIMES})  # int64 ns
+    table.update({f.name: _column(cols, f, n) for f in type_.field("args").type})
     table["category"] = _CATEGORY.take(pa.array(np.frombuffer(cols["cat"], np.int8)))
     return pa.table(table)
+
+
+def _column(cols: dict, field: pa.Field, n: int) -> pa.Array:
+    key = field.name
+    if f"{key}_rows" in cols:  # a rare field, stored (row, value) where present
+        rows = np.frombuffer(cols[f"{key}_rows"], np.int64)
+        if not len(rows):
+            return pa.nulls(n, field.type)
+        if pa.types.is_string(field.type):
+            values = pa.LargeStringArray.from_buffers(len(rows), pa.py_buffer(cols[f"{key}_off"]), pa.py_buffer(cols[f"{key}_data"]))
+            at = np.full(n, -1, np.int64)
+            at[rows] = np.arange(len(rows))
+            return values.take(pa.array(at, mask=at < 0)).cast(pa.string())
+        present = np.zeros(n, dtype=bool)
+        present[rows] = True
+        values = np.zeros(n, np.int64)
+        values[rows] = np.frombuffer(cols[key], np.int64)
+        return pa.array(values, pa.int64(), mask=None if present.all() else ~present)
+    if pa.types.is_string(field.type):
+        return _strings(cols, key, n)
+    if pa.types.is_list(field.type):
+        return _lists(cols, key, n)
+    return _numbers(cols, key, np.int64)
 
 
 def _valid(cols: dict, key: str) -> np.ndarray | None:
