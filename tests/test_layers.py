@@ -25,9 +25,10 @@ MAX_LINES = 800
 LAYERS = [
     ("overlapviz.schema", {"overlapviz"}),
     ("overlapviz.collectives", set()),
+    ("overlapviz.devices", set()),
     ("overlapviz.rules", {"overlapviz.schema"}),
-    ("overlapviz.ingest", {"overlapviz", "overlapviz.schema", "overlapviz.rules", "overlapviz.collectives"}),
-    ("overlapviz.analysis", {"overlapviz", "overlapviz.schema", "overlapviz.rules", "overlapviz.collectives"}),
+    ("overlapviz.ingest", {"overlapviz", "overlapviz.schema", "overlapviz.rules", "overlapviz.collectives", "overlapviz.devices"}),
+    ("overlapviz.analysis", {"overlapviz", "overlapviz.schema", "overlapviz.rules", "overlapviz.collectives", "overlapviz.devices"}),
     ("overlapviz.figures", {"overlapviz.schema", "overlapviz.analysis"}),
     ("overlapviz.perfetto", {"overlapviz.schema", "overlapviz.analysis"}),
 ]

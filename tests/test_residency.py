@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from overlapviz import schema
-from overlapviz.analysis.devices import amd_arch, device_limits, nvidia_arch
+from overlapviz.devices import amd_arch, device_limits, nvidia_arch
 from overlapviz.analysis.occupancy import occupancy, occupancy_table, profiler_estimated_occupancy
 from overlapviz.analysis.residency import kernel_residency
 

@@ -91,7 +91,7 @@ def advise(
     Parameters
     ----------
     limits
-        Device limits (:func:`overlapviz.analysis.devices.device_limits`).
+        Device limits (:func:`overlapviz.devices.device_limits`).
     compute, comm
         The two kernels' footprints. ``compute.grid`` (blocks), when given, caps the
         computation's resident blocks at ceil(grid / SMs) and gives ``compute_waves``.

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from overlapviz import schema
-from overlapviz.analysis.devices import device_limits
+from overlapviz.devices import device_limits
 from overlapviz.analysis.occupancy import kernel_occupancy, limits_for
 
 # --- datasets -------------------------------------------------------------------------

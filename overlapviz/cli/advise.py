@@ -6,8 +6,8 @@ import click
 
 from overlapviz.analysis import advise as advise_lib
 from overlapviz.analysis import residency
+from overlapviz.devices import device_limits
 from overlapviz.cli.residency import FORMATS, render
-from overlapviz.analysis.devices import device_limits
 
 TABLE_COLUMNS = ["lever", "setting", "compute_blocks_per_sm", "compute_limiter", "compute_occupancy", "compute_sms", "compute_waves",
                  "comm_blocks_fit_per_sm", "fit_limiter", "meets_target", "residency_cost_blocks", "recommended"]

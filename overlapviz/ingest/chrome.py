@@ -48,6 +48,7 @@ from overlapviz.ingest.chrome_events import (
     float_us_to_ns,
     sync_table,
 )
+from overlapviz.devices import amd_arch_from_name
 from overlapviz.schema import DEVICES, conform
 
 try:  # ISA-L inflates 2-3x faster than zlib; pyproject installs it where it has wheels
@@ -69,14 +70,6 @@ _STEP_PATTERNS = (
 )
 
 _AMD_NAME = re.compile(r"\bAMD\b|Radeon|Instinct", re.IGNORECASE)
-# marketing name -> gfx target, for the AMD GPUs whose name says it unambiguously
-_AMD_ARCH = (
-    (re.compile(r"MI35\d", re.I), "gfx950"),
-    (re.compile(r"MI30\d|MI325", re.I), "gfx942"),
-    (re.compile(r"MI2[15]0", re.I), "gfx90a"),
-    (re.compile(r"MI100", re.I), "gfx908"),
-    (re.compile(r"MI50|MI60|Radeon VII", re.I), "gfx906"),
-)
 _DEVICE_KEYS = {
     "id": "device",
     "name": "name",
@@ -674,7 +667,7 @@ def _devices(doc: dict, path: Path) -> pa.Table:
             if vendor == "nvidia" and "compute_major" in row and "compute_minor" in row:
                 row["arch"] = f"sm_{int(row['compute_major'])}{int(row['compute_minor'])}"
             elif vendor == "amd":
-                row["arch"] = next((arch for pat, arch in _AMD_ARCH if pat.search(name)), None)
+                row["arch"] = amd_arch_from_name(name)
                 if "shared_mem_per_sm" in row:
                     row["lds_per_cu"] = row["shared_mem_per_sm"]  # the same number: LDS per CU
             rows.append(row)

@@ -66,7 +66,18 @@ def finish_kernels(trace: RankTrace, rules: RuleSet) -> pa.Table:
     step = assign_steps(launch, trace.steps)
     k = set_column(k, "kind", kind)
     k = set_column(k, "step", step)
-    return set_column(k, "collective", _comm_collectives(k, kind))
+    k = set_column(k, "collective", _comm_collectives(k, kind))
+    # what a reader linked from record_param_comms belongs to communication kernels only
+    # (the reader links every GPU row of the op; the run's rules say which are comm)
+    comm = pc.fill_null(pc.equal(kind, "comm"), False)
+    for name in COMM_FIELDS:
+        if name in k.column_names and k.column(name).null_count < k.num_rows:
+            col = k.column(name)
+            k = set_column(k, name, pc.if_else(comm, col, pa.nulls(k.num_rows, col.type)))
+    return k
+
+
+COMM_FIELDS = ("comm_group", "comm_group_ranks", "comm_group_size", "comm_seq", "comm_in_elems", "comm_out_elems", "comm_dtype")
 
 
 def _comm_collectives(k: pa.Table, kind: pa.Array) -> pa.Array:

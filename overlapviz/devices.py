@@ -18,7 +18,6 @@ from __future__ import annotations
 import math
 import re
 
-import pandas as pd
 
 KB = 1024
 
@@ -195,7 +194,7 @@ def amd_arch(gfx: str) -> dict:
 
 
 def _present(value) -> bool:
-    if value is None or value is pd.NA:
+    if value is None or type(value).__name__ == "NAType":  # pandas.NA, without importing pandas
         return False
     return not (isinstance(value, float) and math.isnan(value))
 
@@ -328,3 +327,10 @@ def device_limits(devices_row: dict) -> dict:
             out[key] = row[key]
     out["limits_source"] = source
     return out
+
+
+def amd_arch_from_name(name: str | None) -> str | None:
+    """The gfx target of an AMD product name (``AMD Instinct MI300X`` -> ``gfx942``), None when the name does not say."""
+    if not name:
+        return None
+    return next((arch for pattern, arch, _cus in _AMD_NAME if re.search(pattern, str(name), re.IGNORECASE)), None)
