@@ -22,6 +22,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import sys
 import tempfile
 from contextlib import contextmanager
@@ -31,7 +32,10 @@ from typing import Iterator, Sequence
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from overlapviz import __version__
+from overlapviz import __version__, outdir
+from overlapviz.outdir import display_path
+
+_shown = display_path
 
 # --- pyarrow without pandas ---------------------------------------------------------
 # pyarrow imports pandas (when installed) the first time pa.array or pa.scalar runs, to
@@ -353,34 +357,55 @@ class DatasetWriter:
 
     Used as a context manager: on any exception the temporary directory is removed and
     ``out`` is left as it was, so a failed ingest never leaves a half-written dataset.
+    ``out`` may be absent or an empty directory; an overlapviz dataset is replaced only with
+    ``overwrite``, and nothing else ever is; ``out`` may not be, contain or lie inside any of
+    ``inputs``. Temporary directories that killed writers of ``out`` left are removed first;
+    the replacement is one atomic exchange where the file system has one (``outdir``).
     """
 
-    def __init__(self, out: str | os.PathLike, *, overwrite: bool = False, rules: dict | None = None):
+    def __init__(self, out: str | os.PathLike, *, overwrite: bool = False, rules: dict | None = None,
+                 inputs: Sequence[str | os.PathLike] = ()):  # fmt: skip
         self.out = Path(out)
+        if self.out.name in ("", ".", ".."):  # "." or "/": a name to put the temporary directory beside
+            self.out = Path(os.path.abspath(self.out))
         self.overwrite = overwrite
         self.rules = rules
+        self.inputs = list(inputs)
         self._tables: dict[str, list[pa.Table]] = {name: [] for name in TABLES}
         self._kernel_files: list[str] = []
         self._kernel_rows = 0
         self._tmp: Path | None = None
 
     def __enter__(self) -> "DatasetWriter":
-        if self.out.exists() and not self.overwrite:
-            if not self.out.is_dir() or any(self.out.iterdir()):
-                raise ValueError(f"{self.out}: output exists and is not empty (use --overwrite)")
-        parent = self.out.parent if str(self.out.parent) else Path(".")
-        if not parent.exists():
-            raise ValueError(f"{self.out}: parent directory {parent} does not exist")
+        out = self.out
+        parent = out.parent if str(out.parent) else Path(".")
         try:
-            self._tmp = Path(tempfile.mkdtemp(prefix=f".{self.out.name}.tmp-", dir=parent))
+            parent_mode = os.stat(parent).st_mode
+        except FileNotFoundError:
+            raise ValueError(f"{_shown(out)}: parent directory {_shown(parent)} does not exist") from None
         except OSError as exc:
-            raise ValueError(f"{self.out}: cannot write here: {exc.strerror or exc}") from None
-        (self._tmp / "kernels").mkdir()
+            raise ValueError(f"{_shown(out)}: cannot use parent directory {_shown(parent)}: {exc.strerror or exc}") from None
+        if not stat.S_ISDIR(parent_mode):
+            raise ValueError(f"{_shown(out)}: {_shown(parent)} is not a directory")
+        outdir.check_output_path(out, self.inputs)
+        outdir.check_replaceable(out, self.overwrite)
+        outdir.clean_stale_temporaries(out)
+        try:
+            self._tmp = Path(tempfile.mkdtemp(prefix=outdir.temporary_prefix(out, "tmp") + outdir.process_tag(), dir=parent))
+            (self._tmp / outdir.INCOMPLETE).write_text(json.dumps({"pid": os.getpid(), "out": _shown(out)}) + "\n")
+            (self._tmp / "kernels").mkdir()
+        except OSError as exc:
+            self._remove_tmp()
+            raise ValueError(f"{_shown(out)}: cannot write here: {exc.strerror or exc}") from None
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        if self._tmp is not None and self._tmp.exists():
+        self._remove_tmp()
+
+    def _remove_tmp(self) -> None:
+        if self._tmp is not None and os.path.lexists(self._tmp):
             shutil.rmtree(self._tmp, ignore_errors=True)
+        self._tmp = None
 
     @property
     def directory(self) -> Path:
@@ -418,7 +443,30 @@ class DatasetWriter:
         self._tables[name].append(conform(table, TABLES[name], where=name))
 
     def commit(self, extra_metadata: dict | None = None) -> Path:
+        """Write the small tables and ``dataset.json``, then move the dataset into place.
+
+        Raises
+        ------
+        ValueError
+            Naming ``out``: a run id twice, the disk full or read-only, or ``out`` changed
+            meanwhile into something that may not be replaced.
+        """
         assert self._tmp is not None
+        try:
+            self._write_tables(extra_metadata)
+        except OSError as exc:
+            raise ValueError(f"{_shown(self.out)}: cannot write the dataset: {exc.strerror or exc}") from None
+        outdir.check_replaceable(self.out, self.overwrite)  # again: out may have changed meanwhile
+        try:
+            outdir.finish_tree(self._tmp)
+            (self._tmp / outdir.INCOMPLETE).unlink()
+            outdir.move_into_place(self._tmp, self.out)
+        except OSError as exc:
+            raise ValueError(f"{_shown(self.out)}: cannot move the dataset into place: {exc.strerror or exc}") from None
+        self._tmp = None
+        return self.out
+
+    def _write_tables(self, extra_metadata: dict | None) -> None:
         for name in TABLES:
             parts = [t for t in self._tables[name] if t.num_rows]
             if not parts:
@@ -440,15 +488,6 @@ class DatasetWriter:
         }
         meta.update(extra_metadata or {})
         (self._tmp / METADATA_FILE).write_text(json.dumps(meta, indent=2) + "\n")
-        if self.out.exists():
-            backup = self.out.with_name(f".{self.out.name}.old-{os.getpid()}")
-            os.replace(self.out, backup)
-            os.replace(self._tmp, self.out)
-            shutil.rmtree(backup, ignore_errors=True)
-        else:
-            os.replace(self._tmp, self.out)
-        self._tmp = None
-        return self.out
 
 
 def kernels_file(run_id: str, rank: int) -> str:
@@ -493,7 +532,7 @@ def _write(table: pa.Table, path: Path, *, lean: bool = False, **kwargs) -> None
         kwargs["compression"] = "zstd"
     # an OSFile, not a path: pyarrow's file-system resolution of a path string costs more
     # than writing a small table
-    with pa.OSFile(str(path), "wb") as fh:
+    with pa.OSFile(os.fsencode(path), "wb") as fh:  # bytes: a directory name need not be UTF-8
         pq.write_table(table, fh, **kwargs)
 
 

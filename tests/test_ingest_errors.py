@@ -158,15 +158,22 @@ def test_existing_output_needs_overwrite_and_is_replaced_whole(tmp_path):
     out.mkdir(parents=True)
     (out / "keep.txt").write_text("old")
     result, before, after = run_cli(tmp_path, str(p), out=out)
+    assert_failed(result, before, after, str(out), "not an overlapviz dataset")
+    # issue 13: --overwrite replaces only an overlapviz dataset, never another directory
+    result = CliRunner().invoke(main, ["ingest", str(p), "-o", str(out), "--overwrite"])
+    assert result.exit_code != 0 and (out / "keep.txt").read_text() == "old"
+    (out / "keep.txt").unlink()
+    assert CliRunner().invoke(main, ["ingest", str(p), "-o", str(out)]).exit_code == 0
+    result, before, after = run_cli(tmp_path, str(p), out=out)
     assert_failed(result, before, after, str(out), "--overwrite")
-    assert (out / "keep.txt").read_text() == "old"
     # a failing ingest with --overwrite leaves the old dataset in place
+    old = (out / "dataset.json").read_bytes()
     bad = _write(tmp_path, "bad.json", b"{")
     result = CliRunner().invoke(main, ["ingest", str(bad), "-o", str(out), "--overwrite"])
-    assert result.exit_code != 0 and (out / "keep.txt").exists()
-    result = CliRunner().invoke(main, ["ingest", str(p), "-o", str(out), "--overwrite"])
+    assert result.exit_code != 0 and (out / "dataset.json").read_bytes() == old
+    result = CliRunner().invoke(main, ["ingest", str(p), "-o", str(out), "--overwrite", "--run-id", "again"])
     assert result.exit_code == 0, result.output
-    assert not (out / "keep.txt").exists() and (out / "dataset.json").exists()
+    assert (out / "dataset.json").read_bytes() != old
     assert sorted(x.name for x in out.parent.iterdir()) == ["ds"]
 
 

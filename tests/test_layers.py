@@ -23,7 +23,8 @@ MAX_LINES = 800
 
 # what each layer may import (besides itself); a module belongs to the first prefix it matches
 LAYERS = [
-    ("overlapviz.schema", {"overlapviz"}),
+    ("overlapviz.outdir", set()),  # a dataset's directory on disk: safe paths, temporaries, atomic replacement
+    ("overlapviz.schema", {"overlapviz", "overlapviz.outdir"}),
     ("overlapviz.collectives", set()),
     ("overlapviz.devices", set()),
     ("overlapviz.rules", {"overlapviz.schema"}),

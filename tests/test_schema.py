@@ -67,16 +67,29 @@ def test_failed_write_leaves_nothing(tmp_path):
 
 def test_existing_output_is_kept_unless_overwrite(tmp_path):
     out = tmp_path / "ds"
-    out.mkdir()
-    (out / "keep.txt").write_text("x")
-    with pytest.raises(ValueError, match="not empty"):
-        schema.DatasetWriter(out).__enter__()
-    assert (out / "keep.txt").exists()
-    with schema.DatasetWriter(out, overwrite=True) as w:
+    with schema.DatasetWriter(out) as w:
         w.add_kernels(_kernels(), "r", 0)
         w.commit()
-    assert not (out / "keep.txt").exists()
+    with pytest.raises(ValueError, match="not empty"):
+        schema.DatasetWriter(out).__enter__()
     assert schema.read_kernels(out).num_rows == 3
+    with schema.DatasetWriter(out, overwrite=True) as w:
+        w.add_kernels(_kernels(), "r", 0)
+        w.add_kernels(_kernels(rank=1), "r", 1)
+        w.commit()
+    assert schema.read_kernels(out).num_rows == 6
+    assert [p.name for p in tmp_path.iterdir()] == ["ds"]
+
+
+def test_overwrite_never_replaces_what_is_not_a_dataset(tmp_path):
+    """issue 13: --overwrite replaced any directory (the user's traces among them)."""
+    out = tmp_path / "ds"
+    out.mkdir()
+    (out / "keep.txt").write_text("x")
+    with pytest.raises(ValueError, match="not an overlapviz dataset"):
+        schema.DatasetWriter(out, overwrite=True).__enter__()
+    assert (out / "keep.txt").read_text() == "x"
+    assert [p.name for p in tmp_path.iterdir()] == ["ds"]
 
 
 def test_duplicate_rank_is_rejected(tmp_path):

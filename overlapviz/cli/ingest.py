@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
+import sys
+import threading
 from pathlib import Path
 
 import click
@@ -26,7 +31,11 @@ def build_rules(rule_texts: tuple[str, ...], comm_patterns: tuple[str, ...], rul
             raise ValueError(f"{rules_file}: cannot read: {exc.strerror or exc}") from None
         except json.JSONDecodeError as exc:
             raise ValueError(f"{rules_file}: not valid JSON ({exc})") from None
-        except (ValueError, TypeError) as exc:
+        except UnicodeDecodeError:
+            raise ValueError(f"{rules_file}: not UTF-8 text") from None
+        except RecursionError:
+            raise ValueError(f"{rules_file}: not a rule set (JSON nested too deeply)") from None
+        except (ValueError, TypeError, AttributeError, KeyError) as exc:
             raise ValueError(f"{rules_file}: {exc}") from None
     overrides = [parse_rule(t) for t in rule_texts]
     overrides += [Rule("comm", p, ("kernel",)) for p in comm_patterns]
@@ -37,7 +46,7 @@ def build_rules(rule_texts: tuple[str, ...], comm_patterns: tuple[str, ...], rul
 @click.argument("sources", nargs=-1, required=True, type=click.Path(path_type=str))
 @click.option("-o", "--output", "out", required=True, type=click.Path(path_type=str), help="Dataset directory to create.")
 @click.option("--run-id", default=None, help="Run id, when the sources make one run (default: the directory name).")
-@click.option("--overwrite", is_flag=True, help="Replace an existing dataset at --output.")
+@click.option("--overwrite", is_flag=True, help="Replace an existing overlapviz dataset at --output (never anything else; see docs/robustness.md).")
 @click.option("--workers", type=click.IntRange(min=1), default=None, help="Processes reading traces at once, this one included (default: min(2, CPUs); one when the traces hold under 32 MiB in all).")
 @click.option(
     "--rule",
@@ -65,22 +74,88 @@ def ingest(sources, out, run_id, overwrite, workers, rule_texts, comm_patterns, 
     """
     from overlapviz import schema
     from overlapviz.ingest import ingest as run_ingest
+    from overlapviz.ingest.files import display, printable
 
     try:
-        rules = build_rules(rule_texts, comm_patterns, rules_file)
-        path = run_ingest(
-            list(sources),
-            out,
-            rules=rules,
-            run_id=run_id,
-            overwrite=overwrite,
-            workers=workers,
-            progress=None if not quiet else False,
-        )
+        with _terminate_as_interrupt():
+            rules = build_rules(rule_texts, comm_patterns, rules_file)
+            path = run_ingest(
+                list(sources),
+                out,
+                rules=rules,
+                run_id=run_id,
+                overwrite=overwrite,
+                workers=workers,
+                progress=None if not quiet else False,
+            )
         meta = schema.read_metadata(path)
-        ranks = schema.read_table(path, "ranks")
+        n_ranks = _rows(path / "ranks.parquet")
     except ValueError as exc:
-        raise click.ClickException(" ".join(str(exc).split())) from None
+        raise click.ClickException(printable(exc)) from None
+    except KeyboardInterrupt:
+        raise click.ClickException("interrupted") from None
+    except Exception as exc:  # never a traceback for the user: one line, and the way to the traceback
+        if os.environ.get(DEBUG_ENV, "") not in ("", "0"):
+            raise
+        first = (str(exc).strip().splitlines() or [""])[0][:300]
+        raise click.ClickException(printable(
+            f"internal error ({type(exc).__name__}: {first}); nothing was written; "
+            f"please report it (set {DEBUG_ENV}=1 for the traceback)")) from None  # fmt: skip
     if not quiet:
         n_runs = len(meta.get("runs", []))
-        click.echo(f"ingested {n_runs} run{'s' * (n_runs != 1)}, {ranks.num_rows} rank{'s' * (ranks.num_rows != 1)}, {meta.get('n_kernels', 0)} kernels into {path}")
+        click.echo(f"ingested {n_runs} run{'s' * (n_runs != 1)}, {n_ranks} rank{'s' * (n_ranks != 1)}, {meta.get('n_kernels', 0)} kernels into {display(path)}")
+
+
+DEBUG_ENV = "OVERLAPVIZ_DEBUG"
+
+
+def _rows(path: Path) -> int:
+    """Rows of a Parquet file, opened by Python (its directory's name need not be UTF-8)."""
+    import pyarrow.parquet as pq
+
+    with open(path, "rb") as fh:
+        return pq.ParquetFile(fh).metadata.num_rows
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt():
+    """SIGTERM and SIGHUP (a job killed by its scheduler, a closed terminal) unwind like
+    Ctrl-C (SIGINT) while an ingest runs, so its temporary directory is removed on the way out.
+    Only SIGKILL skips that; the next ingest of the same output removes what it left.
+
+    An interrupt that lands in a finalizer is swallowed by Python, which then prints its
+    traceback ("Exception ignored in ..."): not printed here, and the ingest goes on to
+    its end (a complete dataset); a second signal ends the process at once.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    owner = os.getpid()
+    hit = []
+
+    def interrupt(signum, frame):
+        if os.getpid() != owner or hit:  # a forked reader inherited this handler, or a second signal
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        hit.append(signum)
+        raise KeyboardInterrupt
+
+    def unraisable(info, previous=sys.unraisablehook):
+        if not (isinstance(info.exc_value, KeyboardInterrupt) and hit):
+            previous(info)
+
+    saved = {}
+    for sig in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)):
+        if sig is not None:
+            try:
+                saved[sig] = signal.signal(sig, interrupt)
+            except (ValueError, OSError):
+                pass
+    saved_hook, sys.unraisablehook = sys.unraisablehook, unraisable
+    try:
+        yield
+    finally:
+        sys.unraisablehook = saved_hook
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)

@@ -19,18 +19,20 @@ sorted by name. Two files with one rank in one run are an error.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
+import stat
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from overlapviz.ingest.base import companions
-from overlapviz.ingest.files import head_bytes
+from overlapviz.ingest.files import display, head_bytes, read_regular, regular_file_problem
 from overlapviz.ingest.registry import detect, reader_named
 
-__all__ = ["MANIFEST", "MANIFEST_FORMAT", "RunSource", "discover"]
+__all__ = ["MANIFEST", "MANIFEST_FORMAT", "RunSource", "discover", "input_paths"]
 
 MANIFEST = "manifest.json"
 MANIFEST_FORMAT = "overlapviz-run/1"
@@ -67,14 +69,16 @@ def discover(sources: Sequence[str | os.PathLike], *, run_id: str | None = None)
     loose: list[tuple[Path, str]] = []
     unknown: list[Path] = []
     for src in map(Path, sources):
-        if not src.exists():
-            raise ValueError(f"{src}: no such file or directory")
-        if src.is_dir():
+        mode = _source_mode(src)
+        if stat.S_ISDIR(mode):
             found = _discover_dir(src, depth=0)
             if not found:
-                raise ValueError(f"{src}: no traces found in this directory")
+                raise ValueError(f"{display(src)}: no traces found in this directory")
             runs.extend(found)
         else:
+            problem = regular_file_problem(mode)
+            if problem:
+                raise ValueError(f"{display(src)}: {problem}, not a trace file")
             reader = detect(src)
             if reader is None:
                 unknown.append(src)
@@ -86,24 +90,24 @@ def discover(sources: Sequence[str | os.PathLike], *, run_id: str | None = None)
     loose = [f for f in loose if f[0].resolve() not in claimed]
     for src in unknown:
         if src.resolve() not in claimed:
-            raise ValueError(f"{src}: not a recognised trace format ({_describe(src)})")
+            raise ValueError(f"{display(src)}: not a recognised trace format ({_describe(src)})")
     if loose:
         # files named together: one run per parent directory, named after it (one run in
         # all when --run-id names it)
         groups: dict[Path, list] = {}
         for f in loose:
             groups.setdefault(Path("") if run_id is not None else f[0].resolve().parent, []).append(f)
-        runs[:0] = [RunSource(run_id=parent.name or "run", files=sorted(files, key=lambda f: f[0].name))
+        runs[:0] = [RunSource(run_id=display(parent.name) or "run", files=sorted(files, key=lambda f: f[0].name))
                     for parent, files in groups.items()]
     if run_id is not None:
         if len(runs) != 1:
             raise ValueError(f"--run-id names one run but the sources hold {len(runs)} runs")
-        runs[0].run_id = run_id
+        runs[0].run_id = display(run_id)
     seen: dict[str, RunSource] = {}
     for r in runs:
         if r.run_id in seen:
             where = r.directory or (r.files[0][0] if r.files else r.run_id)
-            raise ValueError(f"{where}: run id {r.run_id!r} appears twice (use --run-id or rename)")
+            raise ValueError(f"{display(where)}: run id {r.run_id!r} appears twice (use --run-id or rename)")
         seen[r.run_id] = r
     return runs
 
@@ -130,13 +134,58 @@ def _describe(path: Path) -> str:
     return "not a Chrome trace, rocprof output, Nsight Systems export or rocpd database"
 
 
-def _discover_dir(d: Path, depth: int) -> list[RunSource]:
+def _source_mode(src: Path) -> int:
+    """``st_mode`` of a source named by the user (followed through symbolic links), or a
+    one-line error naming it: missing, a dangling link, a link loop, no permission."""
+    try:
+        return os.stat(src).st_mode
+    except FileNotFoundError:
+        if os.path.islink(src):
+            raise ValueError(f"{display(src)}: a symbolic link to nothing ({display(os.readlink(src))} does not exist)") from None
+        raise ValueError(f"{display(src)}: no such file or directory") from None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise ValueError(f"{display(src)}: a loop of symbolic links") from None
+        raise ValueError(f"{display(src)}: cannot read: {exc.strerror or exc}") from None
+
+
+def _list_dir(d: Path) -> list[Path]:
+    try:
+        return sorted(p for p in d.iterdir() if not p.name.startswith("."))
+    except OSError as exc:
+        raise ValueError(f"{display(d)}: cannot list this directory: {exc.strerror or exc}") from None
+
+
+def _regular(p: Path) -> bool:
+    """A regular file (through symbolic links); False for links to nothing, loops, FIFOs, devices."""
+    try:
+        return stat.S_ISREG(os.stat(p).st_mode)
+    except OSError:
+        return False
+
+
+def _directory_identity(p: Path) -> tuple[int, int] | None:
+    try:
+        st = os.stat(p)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino) if stat.S_ISDIR(st.st_mode) else None
+
+
+def _discover_dir(d: Path, depth: int, visited: set | None = None) -> list[RunSource]:
+    # a directory reached twice (a symbolic link to it, or to a directory above it) is read once
+    visited = set() if visited is None else visited
+    ident = _directory_identity(d)
+    if ident is not None:
+        if ident in visited:
+            return []
+        visited.add(ident)
     manifest_path = d / MANIFEST
-    entries = sorted(p for p in d.iterdir() if not p.name.startswith("."))
+    entries = _list_dir(d)
     files = [
         p
         for p in entries
-        if p.is_file()
+        if _regular(p)
         and p.name not in _SKIP_NAMES
         and not _TIMINGS_RE.match(p.name)
         and not p.name.lower().endswith(_SKIP_SUFFIXES)
@@ -148,37 +197,56 @@ def _discover_dir(d: Path, depth: int) -> list[RunSource]:
             traces.append((p, reader.name))
     claimed = _claimed(traces)
     traces = [t for t in traces if t[0].resolve() not in claimed]
-    if manifest_path.exists():
+    if _regular(manifest_path):
         manifest = _read_manifest(manifest_path)
         run = manifest.get("run") or {}
-        rid = str(run.get("run_id") or d.name)
-        timings = [p for p in entries if _TIMINGS_RE.match(p.name)]
+        rid = display(str(run.get("run_id") or d.name))
+        timings = [p for p in entries if _TIMINGS_RE.match(p.name) and _regular(p)]
         if not traces and run.get("status", "ok") != "failed":
-            raise ValueError(f"{d}: manifest says the run succeeded but there are no traces in it")
+            raise ValueError(f"{display(d)}: manifest says the run succeeded but there are no traces in it")
         return [RunSource(rid, traces, manifest, d, timings)]
     if traces:
-        return [RunSource(d.resolve().name, traces, None, d)]
+        return [RunSource(display(d.resolve().name), traces, None, d)]
     if depth >= 3:
         return []
     found: list[RunSource] = []
     for sub in entries:
-        if sub.is_dir():
-            found.extend(_discover_dir(sub, depth + 1))
+        if _directory_identity(sub) is not None:
+            found.extend(_discover_dir(sub, depth + 1, visited))
     return found
+
+
+def input_paths(sources: Sequence[str | os.PathLike], runs: Sequence[RunSource]) -> list[Path]:
+    """Every path an ingest of ``runs`` reads: the sources, run directories, trace files and
+    the files their readers read along with them, manifests, timings. The output may be
+    none of them, hold none and lie inside none (``schema.check_output_path``)."""
+    paths = [Path(s) for s in sources]
+    for r in runs:
+        if r.directory is not None:
+            paths.append(r.directory)
+            if r.manifest is not None:
+                paths.append(r.directory / MANIFEST)
+        paths.extend(r.timings)
+        for path, name in r.files:
+            paths.append(path)
+            paths.extend(companions(reader_named(name), path))
+    return list(dict.fromkeys(paths))
 
 
 def _read_manifest(path: Path) -> dict:
     try:
-        manifest = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{path}: cannot read: {exc}") from None
+        manifest = json.loads(read_regular(path))
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{display(path)}: cannot read: {exc}") from None
     except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}: not valid JSON ({exc})") from None
+        raise ValueError(f"{display(path)}: not valid JSON ({exc})") from None
+    except RecursionError:
+        raise ValueError(f"{display(path)}: not a run manifest (JSON nested too deeply)") from None
     if not isinstance(manifest, dict) or not isinstance(manifest.get("run", {}), dict):
-        raise ValueError(f"{path}: not an overlapviz run manifest (no 'run' object)")
+        raise ValueError(f"{display(path)}: not an overlapviz run manifest (no 'run' object)")
     fmt = str(manifest.get("format", ""))
     if fmt.split("/")[0] != MANIFEST_FORMAT.split("/")[0] or fmt.split("/")[-1] != "1":
-        raise ValueError(f"{path}: manifest format {fmt!r} is not {MANIFEST_FORMAT}")
+        raise ValueError(f"{display(path)}: manifest format {fmt!r} is not {MANIFEST_FORMAT}")
     return manifest
 
 

@@ -19,8 +19,9 @@ from overlapviz import schema
 from overlapviz.ingest import pool
 from overlapviz.ingest.base import RankTrace, rank_from_name
 from overlapviz.ingest.classify import finish_kernels, set_column, split_multi_gpu
-from overlapviz.ingest.discover import _TIMINGS_RE, MANIFEST, RunSource, discover
-from overlapviz.ingest.files import input_bytes
+from overlapviz.ingest.discover import _TIMINGS_RE, MANIFEST, RunSource, discover, input_paths
+from overlapviz.ingest.files import display, input_bytes, read_regular
+from overlapviz.ingest.ranges import check_ranges, check_value
 from overlapviz.ingest.registry import reader_named
 from overlapviz.rules import RuleSet, default_rules
 
@@ -45,6 +46,12 @@ class _RankPart:
     top_device: int | None  # the device most of the rank's kernels ran on
 
 
+# OVERLAPVIZ_DEBUG=1: an unexpected exception while reading a file keeps its traceback
+# instead of becoming a one-line "internal error" naming the file
+DEBUG_ENV = "OVERLAPVIZ_DEBUG"
+INTERNAL_ERROR = "internal error"
+
+
 def _ingest_file(path: str, reader_name: str, rules_json: str, file_index: int, run_id: str,
                  directory: str) -> list[_RankPart]:
     """Read one trace file, finish its kernels and write each rank's kernels file into the
@@ -53,7 +60,46 @@ def _ingest_file(path: str, reader_name: str, rules_json: str, file_index: int, 
     Runs wherever the file is read (the parent or a worker), so the expensive per-file work
     (parse, classify, steps, conform, Parquet write) stays with the process that holds the
     trace, and no kernels table crosses between processes. The parent checks the ranks.
+
+    Whatever goes wrong comes out as a one-line ValueError naming the file: a reader's own
+    message (prefixed with the file where it does not name it), nesting past the recursion
+    limit, memory exhausted, the dataset's disk full, and any other exception as an
+    "internal error" (a bug to report; ``OVERLAPVIZ_DEBUG=1`` keeps its traceback).
     """
+    shown = display(path)
+    try:
+        return _read_and_write(path, reader_name, rules_json, file_index, run_id, directory)
+    except _WriteError as exc:
+        raise ValueError(f"cannot write the dataset while ingesting {shown}: {exc}") from None
+    except ValueError as exc:
+        raise ValueError(_naming(str(exc), path)) from None
+    except RecursionError:
+        raise ValueError(f"{shown}: nested too deeply to read (more levels than Python's recursion limit)") from None
+    except MemoryError:
+        raise ValueError(f"{shown}: too large to read in the memory available") from None
+    except OSError as exc:
+        raise ValueError(f"{shown}: cannot read: {exc.strerror or exc}") from None
+    except Exception as exc:
+        if os.environ.get(DEBUG_ENV, "") not in ("", "0"):
+            raise
+        first = (str(exc).strip().splitlines() or [""])[0][:300]
+        raise ValueError(f"{shown}: {INTERNAL_ERROR} while reading this file ({type(exc).__name__}: {first}); "
+                         f"please report it (set {DEBUG_ENV}=1 for the traceback)") from None  # fmt: skip
+
+
+class _WriteError(Exception):
+    """Writing into the dataset's temporary directory failed (disk full, read-only, removed)."""
+
+
+def _naming(message: str, path: str) -> str:
+    """``message`` with the file in front where it does not name it already."""
+    if str(path) in message or display(path) in message:
+        return message
+    return f"{display(path)}: {message}"
+
+
+def _read_and_write(path: str, reader_name: str, rules_json: str, file_index: int, run_id: str,
+                    directory: str) -> list[_RankPart]:  # fmt: skip
     reader = reader_named(reader_name)
     traces = reader.read(Path(path))
     rules = _rules_from_json(rules_json)
@@ -63,12 +109,18 @@ def _ingest_file(path: str, reader_name: str, rules_json: str, file_index: int, 
     parts = []
     for ti, t in enumerate(traces):
         rank = _rank_of(t, Path(path), file_index, ti, len(traces))
+        _check_rank_trace(t, display(path))
         k = finish_kernels(t, rules)
         n = k.num_rows
+        check_ranges(k, schema.KERNELS, display(path), "kernel")
         k = set_column(k, "run_id", pa.repeat(pa.scalar(run_id, pa.string()), n))
         k = set_column(k, "rank", pa.repeat(pa.scalar(rank, pa.int32()), n))
-        rel, n = schema.write_kernels(k, directory, run_id, rank)
-        parts.append(_RankPart(rank, rel, n, t.steps, t.devices, t.info, getattr(t, "syncs", None), _top_device(k)))
+        try:
+            rel, n = schema.write_kernels(k, directory, run_id, rank)
+        except OSError as exc:
+            raise _WriteError(exc.strerror or str(exc)) from None
+        info = {key: display(v) if isinstance(v, str) else v for key, v in t.info.items()}
+        parts.append(_RankPart(rank, rel, n, t.steps, t.devices, info, getattr(t, "syncs", None), _top_device(k)))
         big = big or k.nbytes >= RELEASE_MIN_BYTES
         del k
         t.kernels = None
@@ -78,13 +130,39 @@ def _ingest_file(path: str, reader_name: str, rules_json: str, file_index: int, 
     return parts
 
 
+_RANK_MAX = 2**31 - 1  # ranks are int32 in every table
+
+
 def _rank_of(t: RankTrace, path: Path, file_index: int, trace_index: int, n_traces: int) -> int:
     rank = t.rank
     if rank is None:
         rank = rank_from_name(path.name) if n_traces == 1 else None
     if rank is None:
         rank = file_index if n_traces == 1 else trace_index
+    if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)):
+        raise ValueError(f"{display(path)}: rank {rank!r} is not an integer")
+    if not 0 <= int(rank) <= _RANK_MAX:
+        raise ValueError(f"{display(path)}: rank {int(rank)} is outside 0..{_RANK_MAX}")
     return int(rank)
+
+
+# --- every number fits the column it becomes ------------------------------------------------
+
+_SMALL_TABLES = (("steps", schema.STEPS, "step"), ("syncs", schema.SYNCS, "sync record"),
+                 ("devices", schema.DEVICES, "device"))  # fmt: skip
+
+
+def _check_rank_trace(t: RankTrace, where: str) -> None:
+    """Range-check what a reader handed over besides the kernels (steps, syncs, devices, facts)."""
+    for attr, target, what in _SMALL_TABLES:
+        table = getattr(t, attr, None)
+        if table is not None and table.num_rows:
+            check_ranges(table, target, where, what)
+    for key, value in (t.info or {}).items():
+        if key in schema.RANKS.names and key not in ("run_id", "rank"):
+            check_value(value, schema.RANKS.field(key).type, where, f"{key}")
+        elif key in schema.RUNS.names:
+            check_value(value, schema.RUNS.field(key).type, where, f"{key}")
 
 
 @functools.lru_cache(maxsize=16)
@@ -144,7 +222,8 @@ def ingest(
         progress = sys.stderr.isatty()
     tasks = [(ri, fi, path, reader) for ri, r in enumerate(runs) for fi, (path, reader) in enumerate(r.files)]
 
-    with schema.DatasetWriter(out, overwrite=overwrite, rules=default_set.to_dict()) as writer:
+    inputs = input_paths(sources, runs)
+    with schema.DatasetWriter(out, overwrite=overwrite, rules=default_set.to_dict(), inputs=inputs) as writer:
         state = [_RunState() for _ in runs]
         bar = pool.progress_bar(len(tasks), progress)
         rules_json = {rid: rs.to_json() for rid, rs in run_rules.items()}
@@ -160,7 +239,7 @@ def ingest(
                 bar.close()
         for r, st in zip(runs, state):
             _add_run(writer, r, st, run_rules[r.run_id])
-        meta = {"runs": [r.run_id for r in runs], "ingested_from": [str(s) for s in sources]}
+        meta = {"runs": [r.run_id for r in runs], "ingested_from": [display(s) for s in sources]}
         return writer.commit(meta)
 
 
@@ -186,10 +265,17 @@ class _RunState:
 
 def _add_parts(writer, run: RunSource, st: _RunState, path: Path, parts: list[_RankPart]) -> None:
     """Count one file's ranks (kernels files already written) and add their small tables."""
+    try:
+        _add_file_parts(writer, run, st, path, parts)
+    except (ValueError, pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError) as exc:
+        raise ValueError(_naming(str(exc), str(path))) from None
+
+
+def _add_file_parts(writer, run: RunSource, st: _RunState, path: Path, parts: list[_RankPart]) -> None:
     for part in parts:
         rank = part.rank
         if rank in st.ranks:
-            raise ValueError(f"{path}: rank {rank} of run {run.run_id!r} also comes from {st.ranks[rank]}")
+            raise ValueError(f"{display(path)}: rank {rank} of run {run.run_id!r} also comes from {display(st.ranks[rank])}")
         st.ranks[rank] = path
         writer.add_kernels_file(part.kernels_file, part.n_kernels, run.run_id, rank)
         st.n_kernels += part.n_kernels
@@ -267,38 +353,68 @@ def _add_run(writer, run: RunSource, st: _RunState, rules: RuleSet) -> None:
     row.update(
         run_id=run.run_id,
         n_ranks=len(st.ranks),
-        source_paths=json.dumps([str(p) for p, _ in run.files] or ([str(run.directory)] if run.directory else [])),
+        source_paths=json.dumps([display(p) for p, _ in run.files] or ([display(run.directory)] if run.directory else [])),
         kind_rules=rules.to_json(),
     )
-    where = run.directory / MANIFEST if run.manifest is not None else run.run_id
+    where = display(run.directory / MANIFEST) if run.manifest is not None else run.run_id
     try:
         writer.add("runs", pa.Table.from_pylist([row]))
     except (ValueError, pa.ArrowInvalid, pa.ArrowTypeError) as exc:
         raise ValueError(f"{where}: {exc}") from None
     for path in run.timings:
-        writer.add("iterations", _timings(path, run.run_id))
+        table = _timings(path, run.run_id)
+        try:
+            writer.add("iterations", table)
+        except (ValueError, pa.ArrowInvalid) as exc:
+            raise ValueError(f"{display(path)}: {exc}") from None
 
 
 def _timings(path: Path, run_id: str) -> pa.Table:
     """``timings_rank<N>.json`` as ITERATIONS rows."""
+    shown = display(path)
     try:
-        doc = json.loads(path.read_text())
-        rank = int(doc.get("rank", _TIMINGS_RE.match(path.name).group(1)))
+        doc = json.loads(read_regular(path))
+        rank = _whole(doc.get("rank", _TIMINGS_RE.match(path.name).group(1)), "rank")
         items = doc["iterations"]
         rows = [
             {
                 "run_id": run_id,
                 "rank": rank,
-                "iteration": int(it["iteration"]),
-                "time_ms": float(it["time_ms"]),
-                "measured": bool(it.get("measured", True)),
+                "iteration": _whole(it["iteration"], "iteration"),
+                "time_ms": _finite(it["time_ms"]),
+                "measured": _flag(it.get("measured", True)),
             }
             for it in items
         ]
     except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}: not valid JSON ({exc})") from None
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise ValueError(f"{path}: not a timings file ({type(exc).__name__}: {exc})") from None
+        raise ValueError(f"{shown}: not valid JSON ({exc})") from None
+    except RecursionError:
+        raise ValueError(f"{shown}: not a timings file (JSON nested too deeply)") from None
+    except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
+        if str(exc).startswith(shown):
+            raise
+        raise ValueError(f"{shown}: not a timings file ({type(exc).__name__}: {exc})") from None
     if not rows:
         return schema.empty(schema.ITERATIONS)
     return pa.Table.from_pylist(rows)
+
+
+def _whole(value, field: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise ValueError(f"{field} {value!r} is not an integer")
+    number = int(value)
+    if not 0 <= number <= _RANK_MAX:
+        raise ValueError(f"{field} {number} is outside 0..{_RANK_MAX}")
+    return number
+
+
+def _finite(value) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value):
+        raise ValueError(f"time_ms {value!r} is not a finite number")
+    return float(value)
+
+
+def _flag(value) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"measured {value!r} is not true or false")
+    return value

@@ -13,6 +13,7 @@ process that drives a collective on several GPUs into one rank per GPU, by the r
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 
@@ -20,6 +21,26 @@ from overlapviz.ingest.base import RankTrace
 from overlapviz.ingest.rocprof_common import _V1_SIBLINGS, _is_v1, _v1_base, v3_group
 
 # --- the readers --------------------------------------------------------------------
+
+
+def _guarded(read):
+    """A reader's ``read`` whose surprises in the file's structure (an object where a list
+    belongs, a missing key, a number of the wrong kind) come out as one line naming the
+    file, like every other refusal, instead of a traceback."""
+
+    @functools.wraps(read)
+    def guarded(self, path: Path):
+        try:
+            return read(self, path)
+        except ValueError:
+            raise
+        except (TypeError, AttributeError, KeyError, IndexError, OverflowError, ArithmeticError,
+                UnicodeError, NotImplementedError) as exc:  # fmt: skip
+            first = (str(exc).strip().splitlines() or [""])[0][:200]
+            raise ValueError(f"{path}: not a well-formed {self.name} file "
+                             f"(unexpected content: {type(exc).__name__}: {first})") from None  # fmt: skip
+
+    return guarded
 
 
 class _Reader:
@@ -44,6 +65,7 @@ class RocprofV1CsvReader(_Reader):
         twin = path.with_name(_v1_base(path) + ".json")
         return not (twin.exists() and _is_v1(twin))
 
+    @_guarded
     def read(self, path: Path) -> list[RankTrace]:
         from overlapviz.ingest.rocprof_csv import read_v1_csv
 
@@ -61,8 +83,12 @@ class RocprofV1JsonReader(_Reader):
 
     def sniff(self, path: Path, head: bytes) -> bool:
         doc = head.lstrip(b"\xef\xbb\xbf \t\r\n")
-        return doc.startswith(b"{") and b'"traceEvents"' in doc and b'"BeginNs"' in doc
+        if not (doc.startswith(b"{") and b'"traceEvents"' in doc):
+            return False
+        # exact ns times, or (a file without them, read from ts/dur) rocprof's own lane records
+        return b'"BeginNs"' in doc or _V1_LANE.search(doc) is not None
 
+    @_guarded
     def read(self, path: Path) -> list[RankTrace]:
         from overlapviz.ingest.rocprof_json import read_v1_json
 
@@ -87,6 +113,7 @@ class RocprofV3CsvReader(_Reader):
             return "kernel_trace" not in v3_group(path)
         return False
 
+    @_guarded
     def read(self, path: Path) -> list[RankTrace]:
         from overlapviz.ingest.rocprof_csv import read_v3_csv
 
@@ -105,6 +132,7 @@ class RocprofV3JsonReader(_Reader):
         # a JSON document whose (first) key is the tool's: not a text that merely mentions it
         return _V3_JSON_HEAD.match(head.lstrip(b"\xef\xbb\xbf")) is not None
 
+    @_guarded
     def read(self, path: Path) -> list[RankTrace]:
         from overlapviz.ingest.rocprof_json import read_v3_json
 
@@ -121,12 +149,15 @@ class RocprofV2CliReader(_Reader):
         # else's JSON costs ~1 ms per file
         return (b"Dispatch_ID(" in head or b"Domain(" in head) and _V2_CLI_LINE.search(head) is not None
 
+    @_guarded
     def read(self, path: Path) -> list[RankTrace]:
         from overlapviz.ingest.rocprof_csv import read_v2_cli
 
         return [read_v2_cli(path)]
 
 
+# rocprof v1 names its lanes first, in this exact form (Kineto writes "GPU 0" and other keys)
+_V1_LANE = re.compile(rb'\{\s*"args"\s*:\s*\{\s*"name"\s*:\s*"(?:CPU HIP API|COPY|GPU\d+)"\s*\}\s*,\s*"ph"\s*:\s*"M"')
 _V3_JSON_HEAD = re.compile(rb'\s*\{\s*"rocprofiler-sdk-tool"\s*:')
 _V2_CLI_LINE = re.compile(rb"^(?:Dispatch_ID\(\d+\), |Domain\([A-Z_]+\), Function\()", re.MULTILINE)
 

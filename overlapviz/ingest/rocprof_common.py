@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable, Mapping
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping
 
 import numpy as np
 import pyarrow as pa
@@ -68,8 +68,16 @@ def v3_group(path: Path) -> dict[str, Path]:
     return group
 
 
-def kernel_table(columns: Mapping[str, Iterable], *, where: str) -> pa.Table:
-    """A reader's kernels table from column arrays (absent columns become null)."""
+def kernel_table(columns: Mapping[str, Iterable], *, where: str, what: str = "activity",
+                 row: Callable[[int], str] | None = None) -> pa.Table:  # fmt: skip
+    """A reader's kernels table from column arrays (absent columns become null).
+
+    Every number is range-checked for its column first (``ranges.check_ranges``): a
+    grid of 2^40 blocks or a timestamp past int64 is refused naming ``where``, the row
+    (``row(i)``, e.g. ``"line 7"``; else ``"<what> <i>"``) and the field.
+    """
+    from overlapviz.ingest.ranges import check_ranges
+
     n = None
     arrays = {}
     for name, values in columns.items():
@@ -79,7 +87,62 @@ def kernel_table(columns: Mapping[str, Iterable], *, where: str) -> pa.Table:
         arrays[name] = arr
         n = len(arr) if n is None else n
     table = pa.table(arrays) if arrays else pa.table({"start_ns": pa.array([], pa.int64())})
+    check_ranges(table, READER_KERNEL_SCHEMA, where, what, row)
     return conform(table, READER_KERNEL_SCHEMA, where=where)
+
+
+def csv_line(i: int) -> str:
+    """The line of a CSV file that data row ``i`` (from 0) is on: the header is line 1."""
+    return f"line {i + 2}"
+
+
+_INT_TEXT = re.compile(r"^\s*[+-]?0*([0-9]+)\s*$")
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+def parse_int(value, *, where: str = "", field: str = "", place: str = "") -> int | None:
+    """One integer of a trace, exactly: an int (never a bool) or decimal digits; None for
+    null or empty text. Refused, naming ``where``, ``place`` and ``field``: fractions,
+    NaN, infinities, booleans, other text, and values outside int64."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+
+    def refuse(reason: str):
+        head = ": ".join(p for p in (where, place) if p)
+        shown = repr(value[:40] if isinstance(value, str) else value)
+        subject = f"{field} {shown}" if field else shown
+        return ValueError(f"{head}: {subject} {reason}" if head else f"{subject} {reason}")
+
+    if isinstance(value, bool):
+        raise refuse("is a boolean, not a number")
+    if isinstance(value, (int, np.integer)):
+        number = int(value)
+    elif isinstance(value, str) and (m := _INT_TEXT.match(value)):
+        if len(m.group(1)) > 19:  # past int64 (and never a 4300-digit int() for Python to refuse)
+            raise refuse("is outside the range of int64")
+        number = int(value)
+    elif isinstance(value, (float, np.floating)) and np.isfinite(value) and float(value).is_integer():
+        number = int(value)
+    else:
+        raise refuse("is not an integer")
+    if not INT64_MIN <= number <= INT64_MAX:
+        raise refuse("is outside the range of int64")
+    return number
+
+
+def parse_ints(values, *, where: str, field: str, row: Callable[[int], str]) -> pd.Series:
+    """``parse_int`` over a column (text or numbers) -> nullable Int64, the first bad value named by its row."""
+    import pandas as pd
+
+    out = []
+    for i, v in enumerate(values):
+        v = None if v is pd.NA or (isinstance(v, float) and np.isnan(v)) else v
+        try:
+            out.append(parse_int(v, where=where, field=field))
+        except ValueError:
+            parse_int(v, where=where, field=field, place=row(i))  # the same refusal, with its row
+            raise
+    return pd.Series(out, dtype="Int64")
 
 
 def _to_arrow(values) -> pa.Array:
@@ -96,8 +159,13 @@ def _to_arrow(values) -> pa.Array:
 
 def device_table(rows: list[dict], *, where: str) -> pa.Table:
     """A reader's devices table from row dicts (absent keys become null)."""
+    from overlapviz.ingest.ranges import check_value
+
     if not rows:
         return READER_DEVICE_SCHEMA.empty_table()
+    for i, r in enumerate(rows):
+        for f in READER_DEVICE_SCHEMA:
+            check_value(r.get(f.name), f.type, where, f"device {r.get('device', i)}: {f.name}")
     cols = {f.name: [r.get(f.name) for r in rows] for f in READER_DEVICE_SCHEMA}
     table = pa.table({k: pa.array(v, READER_DEVICE_SCHEMA.field(k).type) for k, v in cols.items()})
     return conform(table, READER_DEVICE_SCHEMA, where=where)
@@ -208,10 +276,10 @@ def gfx_arch(name: str | None, target_version=None) -> str | None:
 
 def _pos(value) -> int | None:
     """A positive int, or None for absent/zero/unparsable values (rocprof writes 0 for 'unknown')."""
-    if value is None:
+    if value is None or isinstance(value, bool):  # a JSON true is not the number 1
         return None
     if isinstance(value, str):
-        m = re.match(r"\s*(\d+)", value)  # rocminfo: "64(0x40)", "64KB"
+        m = re.match(r"\s*([0-9]{1,18})", value)  # rocminfo: "64(0x40)", "64KB"
         if not m:
             return None
         value = m.group(1)

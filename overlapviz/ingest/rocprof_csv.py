@@ -17,8 +17,10 @@ from overlapviz.ingest.rocprof_common import (
     check_one_generation,
     ones_where,
     clean_kernel_names,
+    csv_line,
     device_table,
     kernel_table,
+    parse_ints,
     v3_csv_role,
     v3_group,
 )
@@ -60,16 +62,10 @@ def read_csv(path: Path, *, ints: list[str], strings: list[str], check_complete:
     use = [c for c in dict.fromkeys(ints + strings + ([last] if check_complete else [])) if c in header]
     dtype = {c: "Int64" for c in ints if c in use} | {c: "string" for c in use if c not in ints}
     try:
-        frame = pd.read_csv(
-            path,
-            usecols=use,
-            dtype=dtype,
-            keep_default_na=False,
-            na_values={c: [""] for c in use},
-            encoding="utf-8-sig",
-            engine="c",
-        )
-    except (ValueError, pd.errors.ParserError, UnicodeDecodeError, OSError) as exc:
+        frame = _read(path, use, dtype)
+    except (ValueError, TypeError, OverflowError) as exc:
+        # a value the fast parse refused (text, a fraction, past int64): find and name it
+        _name_bad_integer(path, use, [c for c in ints if c in use])
         msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ValueError(f"{path}: malformed CSV: {msg}") from None
     if check_complete and len(frame):
@@ -81,6 +77,29 @@ def read_csv(path: Path, *, ints: list[str], strings: list[str], check_complete:
             if f.read(1) != b"\n":
                 raise ValueError(f"{path}: last line is cut off (truncated file?)")
     return frame
+
+
+def _read(path: Path, use: list[str], dtype: dict) -> pd.DataFrame:
+    try:
+        return pd.read_csv(
+            path,
+            usecols=use,
+            dtype=dtype,
+            keep_default_na=False,
+            na_values={c: [""] for c in use},
+            encoding="utf-8-sig",
+            engine="c",
+        )
+    except (pd.errors.ParserError, UnicodeDecodeError, OSError, MemoryError) as exc:
+        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ValueError(f"{path}: malformed CSV: {msg}") from None
+
+
+def _name_bad_integer(path: Path, use: list[str], ints: list[str]) -> None:
+    """Raise naming the line and column of the first value of ``ints`` that is not an int64 (if any)."""
+    frame = _read(path, use, {c: "string" for c in use})
+    for c in ints:
+        parse_ints(frame[c], where=f"{path}: malformed CSV", field=c, row=csv_line)
 
 
 def _require(path: Path, header: list[str], columns: list[str], what: str) -> None:
@@ -150,7 +169,7 @@ def read_v1_csv(path: Path) -> RankTrace:
         "wave_size": _first(d, "wave_size"),
         "source_format": ["rocprof_v1_csv"] * len(d),
     }
-    kernels = kernel_table({k: v for k, v in cols.items() if v is not None}, where=str(path))
+    kernels = kernel_table({k: v for k, v in cols.items() if v is not None}, where=str(path), row=csv_line)
     devices = _v1_sysinfo_devices(path)
     if not devices and "gpu-id" in d:
         for dev, waves in d.groupby("gpu-id")["wave_size"] if "wave_size" in d else d.groupby("gpu-id")["gpu-id"]:
@@ -200,11 +219,13 @@ V3_KERNEL_INTS = ["Queue_Id", "Stream_Id", "Thread_Id", "Correlation_Id", "Start
 
 def _agent_numbers(path: Path, values: pd.Series, column: str) -> pd.DataFrame:
     """``"Agent 4"`` / ``"GPU 0"`` / ``"4"`` -> (kind, number); kind is ``gpu`` for type-relative ids."""
-    parts = values.str.extract(r"^\s*(?:(Agent|GPU|CPU)\s*)?(\d+)\s*$", flags=re.IGNORECASE)
+    parts = values.str.extract(r"^\s*(?:(Agent|GPU|CPU)\s*)?([0-9]+)\s*$", flags=re.IGNORECASE)
     bad = values.notna() & parts[1].isna()
     if bad.any():
-        raise ValueError(f"{path}: {column} {values[bad].iloc[0]!r} is not an agent id")
-    return pd.DataFrame({"kind": parts[0].str.lower(), "number": pd.to_numeric(parts[1]).astype("Int64")})
+        i = int(bad.to_numpy().nonzero()[0][0])
+        raise ValueError(f"{path}: {csv_line(i)}: {column} {values[bad].iloc[0]!r} is not an agent id")
+    number = parse_ints(parts[1], where=str(path), field=column, row=csv_line)
+    return pd.DataFrame({"kind": parts[0].str.lower(), "number": number.set_axis(values.index)})
 
 
 def _read_agent_info(path: Path | None) -> tuple[dict[int, int], list[dict]]:
@@ -305,7 +326,7 @@ def read_v3_csv(path: Path) -> RankTrace:
         kernels=pa.concat_tables(tables),
         devices=device_table(device_rows, where=str(path)),
         info={
-            "pid": int(prefix) if prefix.isdigit() else None,
+            "pid": int(prefix) if prefix.isascii() and prefix.isdigit() and len(prefix) < 19 else None,
             "source_path": str(path),
             "source_format": "rocprof_v3_csv",
             "base_time_ns": 0,
@@ -356,7 +377,7 @@ def _v3_kernels(path: Path, mapping: dict, hip, rccl):
     if "Thread_Id" in d:
         frame["thread_id"] = d["Thread_Id"]
     cols["collective"] = assign_collectives(frame, rccl)
-    return kernel_table({k: v for k, v in cols.items() if v is not None}, where=str(path)), n
+    return kernel_table({k: v for k, v in cols.items() if v is not None}, where=str(path), row=csv_line), n
 
 
 def _v3_copies(path: Path, mapping: dict, hip):
@@ -393,7 +414,7 @@ def _v3_copies(path: Path, mapping: dict, hip):
     }
     if correlation is not None:
         cols["launch_ns"] = launch_times(correlation, d["Start_Timestamp"], hip)
-    return kernel_table({k: v for k, v in cols.items() if v is not None}, where=str(path)), n
+    return kernel_table({k: v for k, v in cols.items() if v is not None}, where=str(path), row=csv_line), n
 
 
 # --- rocprofv2 cli plugin text -------------------------------------------------------------
@@ -429,13 +450,15 @@ def read_v2_cli(path: Path) -> RankTrace:
         raise ValueError(f"{path}: rocprofv2 cli output with no kernel dispatch lines ({what}); nothing to ingest")
     d = pd.DataFrame(dispatches)
 
+    lines = d["_line"].tolist()
+
+    def line(i: int) -> str:
+        return f"dispatch on line {lines[i]}"
+
     def ints(col):
         if col not in d:
             return None
-        try:
-            return pd.to_numeric(d[col], errors="raise").astype("Int64")
-        except (ValueError, TypeError):
-            raise ValueError(f"{path}: {col} is not an integer on some dispatch line") from None
+        return parse_ints(d[col], where=str(path), field=col, row=line)
 
     start, end = ints("Begin_Timestamp"), ints("End_Timestamp")
     _check_times(path, start, end, "kernel dispatch")
@@ -447,12 +470,12 @@ def read_v2_cli(path: Path) -> RankTrace:
     if calls:
         c = pd.DataFrame(calls)
         if {"Function", "Correlation_ID", "Start_Timestamp"} <= set(c):
+            def api_ints(col):
+                return parse_ints(c[col], where=str(path), field=col, row=lambda i: f"API record {i}")
+
             api = pd.DataFrame(
-                {
-                    "function": c["Function"],
-                    "correlation": pd.to_numeric(c["Correlation_ID"], errors="coerce").astype("Int64"),
-                    "api_start_ns": pd.to_numeric(c["Start_Timestamp"], errors="coerce").astype("Int64"),
-                }
+                {"function": c["Function"], "correlation": api_ints("Correlation_ID"),
+                 "api_start_ns": api_ints("Start_Timestamp")}  # fmt: skip
             )
     n = len(d)
     cols = {
@@ -482,9 +505,9 @@ def read_v2_cli(path: Path) -> RankTrace:
     pids = d["Process_ID"].unique() if "Process_ID" in d else []
     return RankTrace(
         rank=rank_from_name(path.name),
-        kernels=kernel_table({k: v for k, v in cols.items() if v is not None}, where=str(path)),
+        kernels=kernel_table({k: v for k, v in cols.items() if v is not None}, where=str(path), row=line),
         info={
-            "pid": int(pids[0]) if len(pids) == 1 and str(pids[0]).isdigit() else None,
+            "pid": int(pids[0]) if len(pids) == 1 and str(pids[0]).isascii() and str(pids[0]).isdigit() else None,
             "source_path": str(path),
             "source_format": "rocprof_v2_cli",
             "base_time_ns": 0,

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import gzip
-import zlib
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
 import orjson
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from overlapviz.ingest.base import RankTrace, rank_from_name
 from overlapviz.ingest.rocprof_common import (
@@ -20,29 +19,51 @@ from overlapviz.ingest.rocprof_common import (
     clean_kernel_names,
     device_table,
     kernel_table,
+    parse_int,
     rocminfo_agents,
 )
+from overlapviz.ingest.files import gunzip_bounded, read_regular
+
+INT64_MAX = 2**63 - 1
 
 
 def load_json(path: Path):
-    """Parse a JSON file, gzipped or not; a one-line ValueError naming the file on any failure."""
+    """Parse a JSON file, gzipped or not; a one-line ValueError naming the file on any failure.
+
+    Inflating stops at ``files.max_inflated_bytes`` (a gzip bomb); orjson refuses NaN,
+    infinities and nesting past 1024 levels.
+    """
+    raw = read_regular(path)
+    if raw[:2] == b"\x1f\x8b":
+        raw = gunzip_bounded(raw, path)
     try:
-        raw = path.read_bytes()
-        if raw[:2] == b"\x1f\x8b":
-            raw = gzip.decompress(raw)
         return orjson.loads(raw)
-    except (OSError, EOFError, zlib.error) as exc:
-        raise ValueError(f"{path}: cannot read (truncated or corrupt gzip?): {exc}") from None
     except orjson.JSONDecodeError as exc:
         raise ValueError(f"{path}: not valid JSON (truncated?): {str(exc).splitlines()[0]}") from None
 
 
 def us_to_ns(text) -> int:
-    """A µs value written as a string (``"340781"``, ``"12.3456"``) to int ns, exactly (no float)."""
+    """A µs value written as a string (``"340781"``, ``"12.3456"``) or a number to int ns,
+    exactly (no float); refused: booleans, NaN, infinities, text, and times past int64 ns."""
+    if isinstance(text, bool) or not isinstance(text, (str, int, float)):
+        raise ValueError(f"{text!r} is not a number of µs")
     try:
-        return int((Decimal(str(text)) * 1000).to_integral_value())
+        d = Decimal(str(text).strip())
     except (InvalidOperation, ValueError):
-        raise ValueError(f"{text!r} is not a number of µs") from None
+        raise ValueError(f"{str(text)[:40]!r} is not a number of µs") from None
+    if not d.is_finite():
+        raise ValueError(f"{text!r} is not a finite number of µs")
+    if d.adjusted() > 18:
+        raise ValueError(f"{str(text)[:40]!r} µs is past what int64 nanoseconds hold")
+    ns = int((d * 1000).to_integral_value())
+    if abs(ns) > INT64_MAX:
+        raise ValueError(f"{str(text)[:40]!r} µs is past what int64 nanoseconds hold")
+    return ns
+
+
+def _whole_us(text) -> int:
+    """The whole µs of a time (for joining flow arrows), with ``us_to_ns``'s refusals."""
+    return us_to_ns(text) // 1000
 
 
 # --- legacy rocprof v1 results.json --------------------------------------------------------
@@ -103,18 +124,7 @@ def read_v1_json(path: Path) -> RankTrace:
     )
     if x.empty:
         raise ValueError(f"{path}: no GPU or COPY activity in this rocprof trace")
-    try:
-        x["ts_us"] = x["ts"].map(lambda v: int(Decimal(str(v)))).astype("int64")
-        x["end_us"] = x["ts_us"] + x["dur"].map(lambda v: int(Decimal(str(v)))).astype("int64")
-        exact = x["begin"].notna().all() and x["end"].notna().all()
-        if exact:
-            x["start_ns"] = x["begin"].map(int).astype("int64")
-            x["end_ns"] = x["end"].map(int).astype("int64")
-        else:
-            x["start_ns"] = x["ts"].map(us_to_ns).astype("int64")
-            x["end_ns"] = x["start_ns"] + x["dur"].map(us_to_ns).astype("int64")
-    except (ValueError, TypeError, InvalidOperation) as exc:
-        raise ValueError(f"{path}: bad event time: {exc}") from None
+    x = x.assign(**_v1_times(path, x))
     neg = x.index[x["end_ns"] < x["start_ns"]]
     if len(neg):
         raise ValueError(f"{path}: event {x.loc[neg[0], 'name']!r} ends before it starts (negative duration)")
@@ -160,6 +170,46 @@ def read_v1_json(path: Path) -> RankTrace:
             "n_events": len(events),
         },
     )
+
+
+def _ns(value) -> int:
+    """An exact ns count (``"1550151853029637"`` or an int), with ``parse_int``'s refusals."""
+    number = parse_int(value)
+    if number is None:
+        raise ValueError("is empty")
+    return number
+
+
+def _v1_times(path: Path, x: pd.DataFrame) -> dict:
+    """Exact int64 times of the v1 events: ``args.BeginNs``/``EndNs`` where every event has
+    them, else ``ts``/``dur`` µs; each value checked, the first bad one named with its event."""
+    exact = x["begin"].notna().all() and x["end"].notna().all()
+    cols: dict[str, list] = {"ts_us": [], "end_us": [], "start_ns": [], "end_ns": []}
+    for i, (ts, dur, begin, end, name) in enumerate(zip(x["ts"], x["dur"], x["begin"], x["end"], x["name"])):
+        field = "ts"
+        try:
+            ts_us = _whole_us(ts)
+            field = "dur"
+            end_us = ts_us + _whole_us(dur)
+            if exact:
+                field = "args.BeginNs"
+                start_ns = _ns(begin)
+                field = "args.EndNs"
+                end_ns = _ns(end)
+            else:
+                start_ns = us_to_ns(ts)
+                field = "dur"
+                end_ns = start_ns + us_to_ns(dur)
+            if abs(end_ns) > INT64_MAX or abs(end_us) > INT64_MAX // 1000:
+                raise ValueError("the event ends past what int64 nanoseconds hold")
+        except ValueError as exc:
+            msg = str(exc)
+            raise ValueError(f"{path}: event {i} ({str(name)[:120]!r}): field {field!r}: {msg}") from None
+        cols["ts_us"].append(ts_us)
+        cols["end_us"].append(end_us)
+        cols["start_ns"].append(start_ns)
+        cols["end_ns"].append(end_ns)
+    return {k: pd.Series(v, index=x.index, dtype="int64") for k, v in cols.items()}
 
 
 def _v1_flows(acts: pd.DataFrame, api: pd.DataFrame, events: list[dict]) -> pd.DataFrame:
@@ -231,14 +281,66 @@ def _v1_csv_details(path: Path, acts: pd.DataFrame) -> dict:
 # --- rocprofv3 JSON -----------------------------------------------------------------------
 
 
-def _records(records: list) -> pd.DataFrame:
-    """Flatten a list of nested record dicts to columns (``dispatch_info.grid_size.x``...) through Arrow."""
+# the record fields read as numbers: each must be a JSON integer that fits int64
+_V3_INT_FIELDS = frozenset(
+    ["start_timestamp", "end_timestamp", "correlation_id.internal", "thread_id", "kind", "operation", "bytes",
+     "dispatch_info.kernel_id", "dispatch_info.queue_id.handle", "dispatch_info.agent_id.handle",
+     "dispatch_info.group_segment_size", "stream_id.handle", "src_agent_id.handle", "dst_agent_id.handle"]
+    + [f"dispatch_info.{size}.{axis}" for size in ("workgroup_size", "grid_size") for axis in "xyz"]
+)  # fmt: skip
+_SYMBOL_INT_FIELDS = ("kernel_id", "arch_vgpr_count", "accum_vgpr_count", "sgpr_count")
+
+
+def _name_bad_integer(records: list, where: str, what: str) -> None:
+    """Raise naming the first record whose number field (``_V3_INT_FIELDS``) is not a JSON
+    integer within int64; return when every one is."""
+    for i, record in enumerate(records):
+        for name in _V3_INT_FIELDS:
+            value = record
+            for part in name.split("."):
+                value = value.get(part) if isinstance(value, dict) else None
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int):
+                kind = "a boolean" if isinstance(value, bool) else "not an integer"
+                raise ValueError(f"{where}: {what} record {i}: {name} = {value!r} is {kind}")
+            if not -(2**63) <= value <= INT64_MAX:
+                raise ValueError(f"{where}: {what} record {i}: {name} = {value} is outside the range of int64")
+
+
+def _records(records: list, where: str = "", what: str = "record") -> pd.DataFrame:
+    """Flatten a list of nested record dicts to columns (``dispatch_info.grid_size.x``...) through Arrow.
+
+    The fields read as numbers (``_V3_INT_FIELDS``) must hold JSON integers within int64:
+    a ``true``, a fraction, text or a number past int64 is refused, naming the record.
+    """
     if not records:
         return pd.DataFrame()
-    arr = pa.array(records)
+    if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
+        raise ValueError(f"{where}: {what} records are not a list of objects")
+    try:
+        arr = pa.array(records)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+        _name_bad_integer(records, where, what)  # the usual cause, named; else the generic message
+        raise
     table = pa.Table.from_struct_array(arr)
     while any(pa.types.is_struct(t) for t in table.schema.types):
         table = table.flatten()
+    for name, col in zip(table.column_names, table.columns):
+        if name not in _V3_INT_FIELDS or col.type == pa.null() or col.type == pa.int64():
+            continue
+        valid = pc.is_valid(col)
+        if pa.types.is_unsigned_integer(col.type):
+            over = pc.fill_null(pc.greater(col, pa.scalar(INT64_MAX, col.type)), False)
+            if not pc.any(over).as_py():
+                continue
+            i = int(pc.index(over, True).as_py())
+            raise ValueError(f"{where}: {what} record {i}: {name} = {col[i].as_py()} is outside the range of int64")
+        if pa.types.is_integer(col.type):
+            continue
+        i = int(pc.index(valid, True).as_py())
+        kind = "a boolean" if pa.types.is_boolean(col.type) else "not an integer"
+        raise ValueError(f"{where}: {what} record {i}: {name} = {col[i].as_py()!r} is {kind}")
     return table.to_pandas(types_mapper={pa.int64(): pd.Int64Dtype(), pa.uint64(): pd.Int64Dtype()}.get)
 
 
@@ -304,11 +406,13 @@ def _v3_process(path: Path, tool: dict, index: int) -> RankTrace:
         return handles.astype("Int64").map(device_of).astype("Int64")
 
     try:
-        api = _records(buffers.get("hip_api") or [])
-        rccl = _records(buffers.get("rccl_api") or [])
-        disp = _records(buffers.get("kernel_dispatch") or [])
-        copies = _records(buffers.get("memory_copy") or [])
-    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        api = _records(buffers.get("hip_api") or [], where, "hip_api")
+        rccl = _records(buffers.get("rccl_api") or [], where, "rccl_api")
+        disp = _records(buffers.get("kernel_dispatch") or [], where, "kernel_dispatch")
+        copies = _records(buffers.get("memory_copy") or [], where, "memory_copy")
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
+        if str(exc).startswith(where):
+            raise
         raise ValueError(f"{where}: malformed buffer records: {exc}") from None
     hip = None
     if not api.empty:
@@ -327,7 +431,14 @@ def _v3_process(path: Path, tool: dict, index: int) -> RankTrace:
                 raise ValueError(f"{where}: kernel_dispatch records lack {c}")
         _check(where, disp, "kernel dispatch")
         symbols = tool.get("kernel_symbols") or []
-        symbols = pd.DataFrame(list(symbols.values()) if isinstance(symbols, dict) else symbols)
+        symbols = list(symbols.values()) if isinstance(symbols, dict) else symbols
+        if not isinstance(symbols, list) or not all(isinstance(sym, dict) for sym in symbols):
+            raise ValueError(f"{where}: kernel_symbols is not a list of objects")
+        symbols = pd.DataFrame(symbols)
+        for c in _SYMBOL_INT_FIELDS:
+            if c in symbols:
+                symbols[c] = [parse_int(v, where=where, field=c, place=f"kernel_symbols entry {i}")
+                              for i, v in enumerate(symbols[c].astype(object).where(symbols[c].notna(), None))]  # fmt: skip
         if symbols.empty or "kernel_id" not in symbols:
             raise ValueError(f"{where}: kernel_dispatch records but no kernel_symbols")
         symbols = symbols.drop_duplicates("kernel_id").set_index("kernel_id")
@@ -398,7 +509,7 @@ def _v3_process(path: Path, tool: dict, index: int) -> RankTrace:
         kernels=pa.concat_tables(tables),
         devices=device_table(rows, where=where),
         info={
-            "pid": int(pid) if isinstance(pid, int) else None,
+            "pid": pid if type(pid) is int else None,
             "host": (meta.get("node") or {}).get("hostname"),
             "source_path": str(path),
             "source_format": "rocprof_v3_json",

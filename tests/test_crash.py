@@ -1,0 +1,196 @@
+"""Crash safety of ``overlapviz ingest`` (docs/robustness.md): a run killed at any instant
+(``kill -9``) loses nothing, and the next run succeeds and removes what the killed one left.
+
+After every kill: the inputs are byte for byte as they were; ``-o`` is absent (a first
+ingest), the old dataset byte for byte, or a complete new dataset, never missing once a
+dataset was there and never half-written. Then an ingest of the same ``-o`` succeeds and
+leaves nothing but the dataset beside it. The kills land at seeded random instants over a
+whole run, half of them in its last third (where the dataset is committed).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from test_hostile import CLI, EVENT_SYNC, check_dataset, snapshot
+
+from overlapviz import outdir
+
+DATA = Path(__file__).parent / "data"
+NCCL = DATA / "hta_nccl_parser_config" / "nccl_data.json.gz"  # a real 1-rank NCCL trace, 750 KB gzipped
+KILLS = int(os.environ.get("OVERLAPVIZ_CRASH_KILLS", "6"))
+
+
+def make_sweep(root: Path, runs: int = 6) -> Path:
+    """A sweep of ``runs`` run directories, each one real trace: enough work to kill mid-way
+    (more than the worker pool's threshold in all, so readers fork too)."""
+    for i in range(runs):
+        d = root / "sweep" / f"run{i}"
+        d.mkdir(parents=True)
+        shutil.copy(NCCL, d / "trace.json.gz")
+    return root / "sweep"
+
+
+def start(sources: Path, out: Path, *extra: str) -> subprocess.Popen:
+    args = [*CLI, "ingest", str(sources), "-o", str(out), "--quiet", *extra]
+    if out.exists():
+        args.append("--overwrite")
+    # a session of its own: a kill of the group also reaches the forked readers (as a
+    # scheduler's kill of a job does), and none outlives the test
+    return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+
+
+def run_to_end(sources: Path, out: Path, *extra: str) -> float:
+    t0 = time.monotonic()
+    p = start(sources, out, *extra)
+    _, stderr = p.communicate(timeout=120)
+    assert p.returncode == 0, stderr.decode(errors="replace")
+    check_dataset(out)
+    return time.monotonic() - t0
+
+
+def beside(out: Path) -> list[str]:
+    return sorted(p.name for p in out.parent.iterdir())
+
+
+@pytest.mark.parametrize("group", [True, False], ids=["kill-process-group", "kill-main-process"])
+def test_kill_9_at_random_instants_loses_nothing(tmp_path, group):
+    sweep = make_sweep(tmp_path)
+    inputs = snapshot(sweep)
+    out = tmp_path / "out" / "ds"
+    out.parent.mkdir()
+    # --workers 1 where only the main process is killed: no forked reader is left orphaned
+    extra = () if group else ("--workers", "1")
+    full = run_to_end(sweep, out, *extra)
+    shutil.rmtree(out)
+    rng = random.Random(20261203 + group)
+    instants = [rng.uniform(0.05, full) for _ in range(KILLS // 2)]
+    instants += [rng.uniform(0.66 * full, 1.1 * full) for _ in range(KILLS - KILLS // 2)]
+    stale_seen = 0
+    # and one kill certain to land while the dataset is being built: once its directory is there
+    for at in [None, *instants]:
+        old = snapshot(out) if out.exists() else None
+        p = start(sweep, out, *extra)
+        if at is None:
+            _wait_for_temporary(out, p)
+        else:
+            time.sleep(at)
+        try:
+            if group:
+                os.killpg(p.pid, signal.SIGKILL)
+            else:
+                p.kill()
+        except ProcessLookupError:
+            pass  # it finished first
+        p.communicate(timeout=60)
+        if group:
+            _wait_gone(p.pid)
+        where = f"killed at {at if at is not None else 'its temporary directory'} s of {full:.2f} s"
+        assert snapshot(sweep) == inputs, f"{where}: the inputs changed"
+        if old is not None:
+            assert out.exists(), f"{where}: a killed --overwrite lost the dataset"
+        if out.exists() and snapshot(out) != old:
+            check_dataset(out)  # not the old one: then the complete new one
+        stale_seen += any(n != "ds" for n in beside(out))
+        run_to_end(sweep, out, *extra)
+        assert beside(out) == ["ds"], f"{where}: left beside the dataset after the next run: {beside(out)}"
+    assert snapshot(sweep) == inputs
+    assert stale_seen, "no kill left a temporary directory"
+
+
+def _wait_for_temporary(out: Path, p: subprocess.Popen, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and p.poll() is None:
+        if any(".ovz-tmp." in n for n in beside(out)):
+            time.sleep(0.05)
+            return
+        time.sleep(0.005)
+
+
+def _wait_gone(pgid: int, timeout: float = 10) -> None:
+    """Wait until no process of group ``pgid`` is left (the forked readers die with it)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.02)
+
+
+def test_sigterm_unwinds_and_leaves_nothing(tmp_path):
+    """A scheduler's SIGTERM (to the whole job) ends the ingest with one line and no temporary directory."""
+    sweep = make_sweep(tmp_path)
+    out = tmp_path / "out" / "ds"
+    out.parent.mkdir()
+    p = start(sweep, out)
+    _wait_for_temporary(out, p)
+    os.killpg(p.pid, signal.SIGTERM)
+    stdout, stderr = p.communicate(timeout=60)
+    text = (stdout + stderr).decode(errors="replace")
+    assert "Traceback" not in text, text
+    if p.returncode != 0:  # it may have finished first
+        assert text.strip().splitlines() == ["Error: interrupted"], text
+        assert beside(out) == [], beside(out)
+    else:
+        check_dataset(out)
+
+
+def test_a_dataset_moved_aside_by_a_killed_replacement_goes_back(tmp_path):
+    """Where the file system has no atomic exchange, a replacement is two renames; a run killed
+    between them left the old dataset aside and ``-o`` missing: the next run puts it back."""
+    out = tmp_path / "out" / "ds"
+    out.parent.mkdir()
+    p = tmp_path / "in" / "rank0.json.gz"
+    p.parent.mkdir()
+    shutil.copy(EVENT_SYNC, p)
+    run_to_end(p, out)
+    old = snapshot(out)
+    dead = _dead_pid()
+    aside = out.parent / f"{outdir.temporary_prefix(out, 'old')}{outdir._host()}.{dead}.0.k1ll3d"
+    os.rename(out, aside)
+    tmp = out.parent / f"{outdir.temporary_prefix(out, 'tmp')}{outdir._host()}.{dead}.0.k1ll3d"
+    shutil.copytree(aside, tmp)  # the new dataset, complete, not yet moved into place
+    assert outdir.clean_stale_temporaries(out)
+    assert snapshot(out) == old and beside(out) == ["ds"]
+    # and where the new one is in place, the old one aside is removed
+    shutil.copytree(out, aside)
+    assert outdir.clean_stale_temporaries(out) == [aside]
+    assert snapshot(out) == old and beside(out) == ["ds"]
+
+
+def test_stale_temporaries_of_live_processes_and_others_are_kept(tmp_path):
+    out = tmp_path / "ds"
+    host = outdir._host()
+    keep = [
+        out.parent / f"{outdir.temporary_prefix(out, 'tmp')}{host}.{os.getppid()}.0.alive1",  # a live process
+        out.parent / f"{outdir.temporary_prefix(out, 'tmp')}not-{host}.{_dead_pid()}.0.other1",  # another host
+        out.parent / f"{outdir.temporary_prefix(out, 'tmp')}{host}.{_dead_pid()}.0.nomark",  # not in our shape
+        out.parent / f".ds.ovz-tmp.00000000.{host}.{_dead_pid()}.0.wrong1",  # not this output's hash
+    ]
+    for k in keep[:2] + keep[3:]:
+        (k / ".overlapviz-incomplete").parent.mkdir(parents=True)
+        (k / ".overlapviz-incomplete").write_text("{}")
+    (keep[2] / "mine.txt").parent.mkdir(parents=True)
+    (keep[2] / "mine.txt").write_text("user data")
+    pid_reused = out.parent / f"{outdir.temporary_prefix(out, 'tmp')}{host}.{os.getpid()}.1.reused"
+    (pid_reused / ".overlapviz-incomplete").parent.mkdir(parents=True)
+    (pid_reused / ".overlapviz-incomplete").write_text("{}")
+    removed = outdir.clean_stale_temporaries(out)
+    assert all(k.exists() for k in keep)
+    # this process's pid with another start time: an earlier process that had the pid, gone
+    assert removed == ([pid_reused] if outdir._start_time(os.getpid()) not in (0, 1) else [])
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
