@@ -126,6 +126,8 @@ def sweep_table(dataset_path) -> pd.DataFrame:
     except ValueError:  # no kernels at all (e.g. only host activities): no delays to show
         delays = pd.DataFrame(columns=["comm_start_delay_us", "n_delay_kernels"])
     conf = _config_frame(runs).set_index("run_id")
+    # config_table already carries the manifest's configuration columns (dtype, controls): keep its values
+    conf = conf.drop(columns=[c for c in conf.columns if c in table.columns])
     out = table.join(delays, on="run_id").join(conf, on="run_id")
     out = out.assign(
         _w=out["workload"].map(WORKLOAD_ORDER).fillna(9),

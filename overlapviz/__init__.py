@@ -1,6 +1,6 @@
 """overlapviz: computation-communication overlap experiments, trace datasets, metrics and dashboards."""
 
-__version__ = "0.1.0"
+from overlapviz._version import __version__
 
 
 def open(path, **kwargs):  # noqa: A001 (as tarfile.open)

@@ -7,7 +7,8 @@ import os
 from importlib import resources
 from pathlib import Path
 
-from overlapviz import __version__, schema
+from overlapviz import schema
+from overlapviz._version import __version__
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".csv")
 

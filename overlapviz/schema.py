@@ -32,7 +32,8 @@ from typing import Iterator, Sequence
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from overlapviz import __version__, outdir
+from overlapviz import outdir
+from overlapviz._version import __version__
 from overlapviz.outdir import display_path
 
 _shown = display_path

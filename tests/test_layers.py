@@ -23,8 +23,9 @@ MAX_LINES = 800
 
 # what each layer may import (besides itself); a module belongs to the first prefix it matches
 LAYERS = [
+    ("overlapviz._version", set()),
     ("overlapviz.outdir", set()),  # a dataset's directory on disk: safe paths, temporaries, atomic replacement
-    ("overlapviz.schema", {"overlapviz", "overlapviz.outdir"}),
+    ("overlapviz.schema", {"overlapviz._version", "overlapviz.outdir"}),
     ("overlapviz.collectives", set()),
     ("overlapviz.devices", set()),
     ("overlapviz.rules", {"overlapviz.schema"}),

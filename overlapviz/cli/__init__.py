@@ -6,7 +6,7 @@ import importlib
 
 import click
 
-from overlapviz import __version__
+from overlapviz._version import __version__
 
 # one module per subcommand, each defining a click command named like the module; the line
 # `overlapviz --help` shows for each, so listing the commands imports none of them
