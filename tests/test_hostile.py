@@ -273,9 +273,7 @@ def kineto_gzip_bomb_of_zeros(ws):
     return Run([put(ws / "in" / "rank0.json.gz", bomb)], ws / "out" / "ds")
 
 
-@case(subprocess_cli=True,
-      xfail="chrome.read_bytes inflates without bound (chrome._gunzip); it should inflate with "
-            "files.gunzip_bounded, which stops at OVERLAPVIZ_MAX_INFLATED_BYTES")  # fmt: skip
+@case(subprocess_cli=True)
 def kineto_gzip_bomb_past_the_limit(ws):
     body = b'{"traceEvents": [' + b" " * (8 * 1024 * 1024) + b"]}"
     run = Run([put(ws / "in" / "rank0.json.gz", gzip.compress(body, compresslevel=9))], ws / "out" / "ds")
@@ -1005,10 +1003,7 @@ def rocprof_v1_json_events_not_objects(ws):
     return Run([d / "results.json"], ws / "out" / "ds")
 
 
-@case(xfail="chrome: a document with neither GPU nor host activities gives a kernels table with only "
-            "'name' (chrome._assemble / _host_stand_ins), and classify.finish_kernels fails on the missing "
-            "'category' (KeyError, an internal error); the reader should refuse it: '<file>: no GPU or host "
-            "activities in this trace'")  # fmt: skip
+@case()
 def kineto_no_activities(ws):
     return Run([put(ws / "in" / "rank0.json", '{"schemaVersion": 1, "traceEvents": []}')], ws / "out" / "ds")
 
@@ -1205,9 +1200,7 @@ def nsys_real_in_a_time_column(ws):
     return Run([nsys_copy(ws, "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET end = 1e300;")], ws / "out" / "ds")
 
 
-@case(xfail="nsys.py / sqlite_common.py: a grid past int32 fails in a cast whose message names the file but "
-            "neither the kernel nor the column ('Integer value 1099511627776 not in range'); range-check the "
-            "columns before the cast (like ingest/ranges.check_ranges) and name the kernel and 'grid_x'")  # fmt: skip
+@case()
 def nsys_grid_past_int32(ws):
     return Run([nsys_copy(ws, f"UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET gridX = {2**40};")], ws / "out" / "ds",
                names="grid")  # fmt: skip
@@ -1274,8 +1267,7 @@ def rocpd_dispatch_time_past_int64(ws):
     return Run([rocpd_db(ws, "end = 1e30")], ws / "out" / "ds")
 
 
-@case(xfail="rocpd.py / sqlite_common.py: as nsys_grid_past_int32, the message names neither the dispatch "
-            "nor the column")  # fmt: skip
+@case()
 def rocpd_grid_past_int32(ws):
     return Run([rocpd_db(ws, f"grid_size_x = {2**45}, workgroup_size_x = 1")], ws / "out" / "ds", names="grid")
 

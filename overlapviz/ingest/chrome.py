@@ -31,6 +31,7 @@ import pyarrow.compute as pc
 
 from overlapviz.ingest import chrome_columns
 from overlapviz.ingest.base import RankTrace
+from overlapviz.ingest.files import MAX_INFLATED_BYTES_ENV, max_inflated_bytes
 from overlapviz.ingest.chrome_events import (
     _BUCKET_TYPES,
     _BUCKET_WHAT,
@@ -164,16 +165,23 @@ def read_bytes(path: Path) -> bytes:
 
 
 def _gunzip(data: bytes, path: Path) -> bytes:
-    """Every member of a gzip file. The inflater checks each CRC while it inflates
+    """Every member of a gzip file, refused past ``files.max_inflated_bytes()`` inflated bytes. The inflater checks each CRC while it inflates
     (gzip.decompress runs a second pass for it: ~15 % of the time); ISA-L's is 2-3x
     faster than zlib's where it is installed."""
-    parts = []
+    limit = max_inflated_bytes()
+    parts, total = [], 0
     while True:
         inflater = _inflate.decompressobj(wbits=31)
         try:
-            parts.append(inflater.decompress(data))
+            # at most one byte past what is left: a gzip bomb stops there, holding no more than the limit
+            part = inflater.decompress(data, limit - total + 1)
         except (zlib.error, _inflate.error) as exc:
             raise ValueError(f"{path}: corrupt gzip data: {exc}") from None
+        total += len(part)
+        if total > limit:
+            raise ValueError(f"{path}: inflates to more than {limit:,} bytes ({MAX_INFLATED_BYTES_ENV} sets the limit): "
+                             "not read (a gzip bomb?)")  # fmt: skip
+        parts.append(part)
         if not inflater.eof:
             raise ValueError(f"{path}: truncated gzip file")
         data = inflater.unused_data.lstrip(b"\x00")  # gzip(1) tolerates zero padding after a member
@@ -334,6 +342,8 @@ def _assemble(gpu: pa.Table, runtime: pa.Table, host: pa.Table, sync: pa.Table, 
         kernels = _gpu_activities(gpu, runtime, host, main_pid, path)
     else:
         kernels = _host_stand_ins(host, main_tid, path)
+    if not kernels.num_rows:
+        raise ValueError(f"{path}: no GPU or host activities in this trace (nothing to measure)")
     devices = _devices(doc, path)
     kernels = _with_wave_size(kernels, devices)
 

@@ -474,7 +474,10 @@ def _of_process(table: pa.Table | None, p: int) -> pa.Table | None:
 
 def _column(table: pa.Table, name: str, typ: pa.DataType) -> pa.Array:
     if name in table.column_names:
-        return table.column(name).cast(typ)
+        try:
+            return table.column(name).cast(typ)
+        except (pa.ArrowInvalid, OverflowError) as exc:
+            raise ValueError(f"kernel field {name}: a value does not fit {typ} ({exc})") from None
     return pa.nulls(table.num_rows, typ)
 
 

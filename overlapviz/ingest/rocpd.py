@@ -307,7 +307,11 @@ def _blocks(work_items: pa.Array, workgroup: pa.Array) -> pa.Array:
     """ceil(work-items / work-group size); null where either is unknown or the size is 0."""
     g, w = np_int(work_items), np_int(workgroup)
     ok = np.asarray(work_items.is_valid()) & np.asarray(workgroup.is_valid()) & (w > 0)
-    return masked(-(-g // np.where(ok, w, 1)), ok, pa.int32())
+    blocks = -(-g // np.where(ok, w, 1))
+    big = ok & ((blocks > np.iinfo(np.int32).max) | (blocks < 0))
+    if big.any():
+        raise ValueError(f"kernel dispatch field grid (work-items / work-group size): {int(blocks[big][0])} blocks do not fit int32")
+    return masked(blocks, ok, pa.int32())
 
 
 def _processes(db, src: _Sources) -> dict[tuple[str, int], dict]:

@@ -31,8 +31,20 @@ SYNC_KINDS = ("event_record", "stream_wait_event", "event_sync", "stream_sync", 
 
 
 def kernel_table(columns: Mapping[str, object], *, where: str) -> pa.Table:
-    """A reader's kernels table from column arrays, with every ``READER_KERNEL_SCHEMA`` column."""
-    return conform(pa.table(dict(columns)), READER_KERNEL_SCHEMA, where=where)
+    """A reader's kernels table from column arrays, with every ``READER_KERNEL_SCHEMA`` column.
+
+    Raises
+    ------
+    ValueError
+        Naming ``where``, the kernel and the field, for a number that does not fit its column.
+    """
+    from overlapviz.ingest.ranges import check_ranges
+
+    table = pa.table(dict(columns))
+    names = table.column("name") if "name" in table.column_names else None
+    check_ranges(table, READER_KERNEL_SCHEMA, where, "kernel",
+                 row=None if names is None else (lambda i: repr(names[i].as_py())[:60]))  # fmt: skip
+    return conform(table, READER_KERNEL_SCHEMA, where=where)
 
 
 def sync_table(records: list[dict], *, where: str) -> pa.Table:
