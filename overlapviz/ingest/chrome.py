@@ -19,7 +19,6 @@ from __future__ import annotations
 import gc
 import json
 import re
-import zlib
 from decimal import Decimal
 from pathlib import Path
 
@@ -31,7 +30,7 @@ import pyarrow.compute as pc
 
 from overlapviz.ingest import chrome_columns
 from overlapviz.ingest.base import RankTrace
-from overlapviz.ingest.files import MAX_INFLATED_BYTES_ENV, max_inflated_bytes
+from overlapviz.ingest.files import gunzip_bounded
 from overlapviz.ingest.chrome_events import (
     _BUCKET_TYPES,
     _BUCKET_WHAT,
@@ -51,11 +50,6 @@ from overlapviz.ingest.chrome_events import (
 )
 from overlapviz.devices import amd_arch_from_name
 from overlapviz.schema import DEVICES, conform
-
-try:  # ISA-L inflates 2-3x faster than zlib; pyproject installs it where it has wheels
-    from isal import isal_zlib as _inflate
-except ImportError:
-    _inflate = zlib
 
 SOURCE_FORMAT = "chrome"
 
@@ -158,37 +152,10 @@ def read_bytes(path: Path) -> bytes:
     except OSError as exc:
         raise ValueError(f"{path}: cannot read: {exc.strerror or exc}") from None
     if raw[:2] == b"\x1f\x8b":
-        raw = _gunzip(raw, path)
+        raw = gunzip_bounded(raw, path)
     if not raw[:256].strip() and not raw.strip():  # the head first: no copy of a whole trace
         raise ValueError(f"{path}: empty file, not a trace")
     return raw
-
-
-def _gunzip(data: bytes, path: Path) -> bytes:
-    """Every member of a gzip file, refused past ``files.max_inflated_bytes()`` inflated bytes. The inflater checks each CRC while it inflates
-    (gzip.decompress runs a second pass for it: ~15 % of the time); ISA-L's is 2-3x
-    faster than zlib's where it is installed."""
-    limit = max_inflated_bytes()
-    parts, total = [], 0
-    while True:
-        inflater = _inflate.decompressobj(wbits=31)
-        try:
-            # at most one byte past what is left: a gzip bomb stops there, holding no more than the limit
-            part = inflater.decompress(data, limit - total + 1)
-        except (zlib.error, _inflate.error) as exc:
-            raise ValueError(f"{path}: corrupt gzip data: {exc}") from None
-        total += len(part)
-        if total > limit:
-            raise ValueError(f"{path}: inflates to more than {limit:,} bytes ({MAX_INFLATED_BYTES_ENV} sets the limit): "
-                             "not read (a gzip bomb?)")  # fmt: skip
-        parts.append(part)
-        if not inflater.eof:
-            raise ValueError(f"{path}: truncated gzip file")
-        data = inflater.unused_data.lstrip(b"\x00")  # gzip(1) tolerates zero padding after a member
-        if not data:
-            return b"".join(parts)  # one member: the same bytes object, no copy
-        if data[:2] != b"\x1f\x8b":
-            raise ValueError(f"{path}: corrupt gzip data: trailing garbage after the compressed data")
 
 
 def us_to_ns(us: pa.Array | np.ndarray) -> np.ndarray:

@@ -141,10 +141,17 @@ def max_inflated_bytes() -> int:
 
 
 _CHUNK = 64 * 1024 * 1024
+try:  # ISA-L's inflater: 2-3x zlib's speed (a third of a large trace's ingest), where it has wheels
+    from isal import isal_zlib as _inflate
+except ImportError:  # pragma: no cover - the same results through zlib
+    _inflate = zlib
 
 
 def gunzip_bounded(data: bytes, path: Path, limit: int | None = None) -> bytes:
-    """Every member of the gzip file ``data``, refused past ``limit`` inflated bytes.
+    """Every member of the gzip file ``data``, refused past ``limit`` inflated bytes: the one gunzip of ingest.
+
+    The inflater checks each member's CRC while it inflates (gzip.decompress runs a second
+    pass for it, ~15 % of the time).
 
     A gzip bomb (a few MB that inflate to many GB) stops at the limit, with at most
     ``limit`` bytes held, instead of exhausting the machine's memory.
@@ -159,7 +166,7 @@ def gunzip_bounded(data: bytes, path: Path, limit: int | None = None) -> bytes:
     parts: list[bytes] = []
     total = 0
     while True:
-        inflater = zlib.decompressobj(wbits=31)
+        inflater = _inflate.decompressobj(wbits=31)
         pending = data
         try:
             while not inflater.eof:
@@ -175,7 +182,7 @@ def gunzip_bounded(data: bytes, path: Path, limit: int | None = None) -> bytes:
                 pending = inflater.unconsumed_tail
                 if not progressed:
                     break  # no input left and nothing more to give: truncated
-        except zlib.error as exc:
+        except (zlib.error, _inflate.error) as exc:
             raise ValueError(f"{display(path)}: corrupt gzip data: {exc}") from None
         if not inflater.eof:
             raise ValueError(f"{display(path)}: truncated gzip file")

@@ -431,10 +431,12 @@ def check_one_generation(path: Path) -> None:
 
 
 def _head(path: Path, n: int = 4096) -> bytes:
+    """The first ``n`` bytes of ``path`` (gunzipped, as every reader sees it); empty when unreadable."""
+    from overlapviz.ingest.files import head_bytes
+
     try:
-        with open(path, "rb") as f:
-            return f.read(n)
-    except OSError:
+        return head_bytes(path)[:n]
+    except ValueError:
         return b""
 
 
