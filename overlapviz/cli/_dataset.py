@@ -20,7 +20,8 @@ class DatasetOrTraces(click.ParamType):
 
         path = Path(os.fsdecode(value))
         if not path.exists():
-            raise click.ClickException(f"{path}: no such file or directory (give a dataset directory, or trace files to read)")
+            raise click.ClickException(f"{path}: no such file or directory: not an overlapviz dataset, nor traces "
+                                       "(give a dataset directory, or trace files to read)")
         if path.is_dir() and samples.is_dataset(path):
             return str(path)
         try:
