@@ -1,23 +1,37 @@
-"""Dashboard benchmark: time to first render of each page, and of widget updates, in headless chromium.
+"""Dashboard benchmark: first render of every page (cold and warm), widget updates, zooms and exports, in headless chromium.
 
-Not a test: prints a table. Datasets: the bundled sample traces and a generated one-million-kernel
-trace (overlapviz.testing.generate_trace, ingested by overlapviz.ingest.ingest, cached in --work).
+Not a test: prints Markdown tables. Datasets: the bundled sample traces and a generated trace of one
+million kernels over 8 ranks (``overlapviz.testing.generate_trace`` per rank, ingested by
+``overlapviz.ingest.ingest``, kept in --work).
 
-    .venv/bin/python benchmarks/bench_dashboard.py [--kernels 1000000] [--work /tmp/ovz-bench] [--samples-only]
+* cold: a fresh ``overlapviz serve`` process; the page is opened as soon as the dashboard has loaded
+  (the server's background warm-up may still be running, as it would be for a user);
+* warm: a second browser session on the same server (its tables are computed);
+* every figure is the median of --repeat fresh servers (cold) or sessions (warm); a widget update or a
+  zoom runs from the change in the page until the redrawn plot is on screen.
+
+Run against any checkout: ``PYTHONPATH=/path/to/other/checkout python benchmarks/bench_dashboard.py`` times
+that code (the previous figures in docs/dashboard.md were taken that way, on the same datasets).
+
+    .venv/bin/python benchmarks/bench_dashboard.py [--kernels 1000000] [--ranks 8] [--repeat 3] [--work /tmp/ovz-bench] [--samples-only]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import re
 import socket
 import statistics
 import subprocess
 import sys
 import time
+from collections import defaultdict
 from pathlib import Path
 
-PAGES = ("Overview", "Timeline", "Compare", "Residency", "Ranks")
-TITLES_JS = "return [...Bokeh.documents[0].all_models].filter(m => m.type === 'Title').map(m => m.text)"
+TOKEN = "overlapviz-bench-token-0123456789abcdef"
+MODELS = "[...Bokeh.documents[0].all_models]"
+TITLES_JS = f"return {MODELS}.filter(m => m.type === 'Title').map(m => m.text)"
 CANVAS_JS = """
 function all(root, out) { root.querySelectorAll('canvas').forEach(c => out.push(c));
   root.querySelectorAll('*').forEach(e => { if (e.shadowRoot) all(e.shadowRoot, out); }); return out; }
@@ -25,27 +39,47 @@ return all(document, []).filter(c => { const r = c.getBoundingClientRect(); if (
   const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data; const s = new Set();
   for (let i = 0; i < d.length; i += 4 * 53) s.add((d[i] << 16) | (d[i + 1] << 8) | d[i + 2]); return s.size >= 8; }).length;
 """
-SET_JS = """const [type, prop, value, title] = arguments;
-const m = [...Bokeh.documents[0].all_models].find(m => m.type === type && (title === null || m.title === title));
+TEXT_JS = """function t(root){ let s = ''; const w = document.createTreeWalker(root, NodeFilter.SHOW_TEXT);
+  while (w.nextNode()) { const p = w.currentNode.parentNode; if (p && !['STYLE', 'SCRIPT'].includes(p.nodeName)) s += w.currentNode.textContent + ' '; }
+  root.querySelectorAll('*').forEach(e => { if (e.shadowRoot) s += t(e.shadowRoot); }); return s; } return t(document)"""
+SET_JS = f"""const [type, prop, value, title] = arguments;
+const m = {MODELS}.find(m => m.type.endsWith(type) && (title === null || m.title === title));
 m[prop] = value;"""
+IDLE_JS = "return !!(window.Bokeh && Bokeh.documents.length && Bokeh.documents[0].is_idle)"
+PLOT_VIEW = """const pv = [...Bokeh.index.all_views()].filter(v => v.renderer_views && v.model.title && v.model.title.text
+  && v.model.title.text.startsWith(arguments[0]) && v.el.isConnected)[0];"""
+# what each page shows once drawn (a plot title, or the notice a dataset without it gets); old and new page contents
+MARKERS = {
+    "Overview": ["TimeRatio", "no grid to show", " · "],  # (the previous Overview titled each heatmap "workload · setup")
+    "Timeline": ["Timeline of"],
+    "Compare": ["A: ", "Compare needs two", "Needs two runs"],
+    "Residency": ["Late-start time by cause", "Residency per kernel", "No residency", "no communication kernels"],
+    "Ranks": ["Communication per rank"],
+}
 
 
-def big_dataset(work: Path, n: int) -> Path:
+def big_dataset(work: Path, n: int, ranks: int) -> Path:
+    """``n`` kernels over ``ranks`` ranks of one job (one Kineto trace per rank), ingested once into ``work``."""
     from overlapviz.ingest import ingest
     from overlapviz.testing import generate_trace, write_trace
 
-    out = work / f"generated-{n}"
+    out = work / f"generated-{n}-{ranks}r"
     if (out / "dataset.json").exists():
         return out
+    src = work / f"generated-{n}-{ranks}r-traces" / "gen1m"
+    src.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    trace = write_trace(generate_trace(n, rank=0, world_size=1, seed=0), work / f"generated-{n}.json.gz")
+    for r in range(ranks):
+        path = src / f"rank{r}.json.gz"
+        if not path.exists():
+            write_trace(generate_trace(n // ranks, rank=r, world_size=ranks, seed=0), path)
     t1 = time.perf_counter()
-    ingest([str(trace)], out, overwrite=True)
-    print(f"generated {n:,} kernels in {t1 - t0:.1f} s, ingested in {time.perf_counter() - t1:.1f} s", file=sys.stderr)
+    ingest([str(src)], out, overwrite=True)
+    print(f"generated {n:,} kernels over {ranks} ranks in {t1 - t0:.1f} s, ingested in {time.perf_counter() - t1:.1f} s", file=sys.stderr)
     return out
 
 
-def wait(predicate, timeout=300.0):
+def wait(predicate, timeout=120.0) -> float:
     t0 = time.perf_counter()
     while time.perf_counter() - t0 < timeout:
         try:
@@ -53,118 +87,238 @@ def wait(predicate, timeout=300.0):
                 return time.perf_counter() - t0
         except Exception:  # scripts still loading
             pass
-        time.sleep(0.05)
+        time.sleep(0.03)
     raise TimeoutError
 
 
-def bench_server_side(dataset: Path) -> dict:
-    """Figure building in the server process (no browser): load + first frame, zoomed frame, run switch."""
-    from overlapviz import figures
+class Session:
+    """One ``overlapviz serve`` process and a headless chromium on it."""
+
+    def __init__(self, dataset: Path):
+        from selenium import webdriver
+        from selenium.webdriver.chrome.service import Service
+
+        from overlapviz.export import chromium_options, find_chromium
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        env = dict(os.environ, OVERLAPVIZ_TOKEN=TOKEN)
+        self.proc = subprocess.Popen([sys.executable, "-c", "from overlapviz.cli import main; main()", "serve", str(dataset),
+                                      "--port", str(self.port), "--no-show"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                     env=env)  # fmt: skip
+        browser, driver_path = find_chromium()
+        self.driver = webdriver.Chrome(service=Service(driver_path), options=chromium_options(browser, width=1400, height=1100))
+        self.url = f"http://127.0.0.1:{self.port}/?token={TOKEN}"
+        wait(lambda: socket.create_connection(("127.0.0.1", self.port), timeout=1).close() or True)
+
+    def js(self, script, *args):
+        return self.driver.execute_script(script, *args)
+
+    def shown(self, page: str) -> bool:
+        if not self.js(IDLE_JS):
+            return False
+        titles = " ".join(self.js(TITLES_JS))
+        if any(m in titles for m in MARKERS[page]) and self.js(CANVAS_JS) > 0:
+            return True
+        text = self.js(TEXT_JS)
+        return any(m in text for m in MARKERS[page] if m[0].islower() or m.startswith(("Compare", "Needs", "No ")))
+
+    def load(self) -> float:
+        t0 = time.perf_counter()
+        self.driver.get(self.url)
+        wait(lambda: self.shown("Overview"))
+        return time.perf_counter() - t0
+
+    def pages(self) -> list[str]:
+        return self.js(f"return {MODELS}.filter(m => m.type === 'panel.models.tabs.Tabs')[0].tabs.map(t => t.title)")
+
+    def open(self, page: str) -> float:
+        t0 = time.perf_counter()
+        self.js(SET_JS, "panel.models.tabs.Tabs", "active", self.pages().index(page), None)
+        time.sleep(0.05)
+        wait(lambda: self.shown(page))
+        return time.perf_counter() - t0
+
+    def title(self, prefix: str) -> str:
+        return self.js(PLOT_VIEW + "return pv ? pv.model.title.text : '';", prefix)
+
+    def zoom(self, prefix: str, clicks: int = 1) -> float:
+        """One turn of the wheel over the plot (zoom in) until the server has redrawn the window (the title's kernel
+        count changes) and the page is idle."""
+        from selenium.webdriver.common.action_chains import ActionChains, ScrollOrigin
+
+        before = self.title(prefix)
+        el = self.js(PLOT_VIEW + "return pv.canvas_view.events_el;", prefix)
+        spot = self.js(PLOT_VIEW + "return [pv.frame.bbox.hcenter, pv.frame.bbox.vcenter];", prefix)
+        dx, dy = int(spot[0] - el.size["width"] / 2), int(spot[1] - el.size["height"] / 2)
+        t0 = time.perf_counter()
+        for _ in range(clicks):
+            ActionChains(self.driver).scroll_from_origin(ScrollOrigin.from_element(el, dx, dy), 0, -600).perform()
+        wait(lambda: self.title(prefix) != before and self.js(IDLE_JS), 30)
+        return time.perf_counter() - t0
+
+    def change(self, model_type: str, title: str, value, done, prop: str = "value") -> float:
+        t0 = time.perf_counter()
+        self.js(SET_JS.replace("m[prop]", "m[prop]"), model_type, prop, value, title)
+        time.sleep(0.05)
+        wait(lambda: done() and self.js(IDLE_JS), 30)
+        return time.perf_counter() - t0
+
+    def close(self) -> None:
+        self.driver.quit()
+        self.proc.terminate()
+        self.proc.wait(timeout=30)
+
+
+def bench_browser(dataset: Path, repeat: int) -> dict:
+    out: dict = defaultdict(list)
+    for _ in range(repeat):
+        s = Session(dataset)
+        try:
+            out["Overview first render (cold)"].append(s.load())
+            pages = s.pages()
+            for page in pages[1:]:
+                out[f"{page} first render (cold)"].append(s.open(page))
+            s.driver.get("about:blank")
+            out["Overview first render (warm)"].append(s.load())
+            for page in pages[1:]:
+                out[f"{page} first render (warm)"].append(s.open(page))
+            _updates(s, out)
+        finally:
+            s.close()
+    return {k: statistics.median(v) if all(x == x for x in v) else FAILED for k, v in out.items()}
+
+
+FAILED = float("nan")  # an update that never showed (within 30 s) or could not be made: printed as "failed"
+
+
+def _try(out: dict, label: str, measure) -> None:
+    try:
+        out[label].append(measure())
+    except Exception:  # noqa: BLE001  (an older checkout's bug is a result too)
+        out[label].append(FAILED)
+
+
+def _updates(s: Session, out: dict) -> None:
+    """Widget updates and zooms, on a warm server."""
+    s.open("Overview")
+    if "TimeRatio" in " ".join(s.js(TITLES_JS)) or "Speedup" in s.js(TEXT_JS):
+        _try(out, "Overview metric change (widget update)", lambda: s.change(
+            "RadioButtonGroup", None, 1, lambda: "Speedup" in " ".join(s.js(TITLES_JS)) or s.js(CANVAS_JS) > 0, prop="active"))
+        s.js(SET_JS, "RadioButtonGroup", "active", 0, None)
+    s.open("Timeline")
+    _try(out, "Timeline zoom (wheel, redrawn)", lambda: s.zoom("Timeline of"))
+    ranks = s.js(f"return {MODELS}.find(m => m.type === 'MultiChoice').options")
+    if ranks and len(ranks) > 1:
+        _try(out, "Timeline rank filter (widget update)", lambda: s.change(
+            "MultiChoice", "Ranks (empty: all)", [ranks[1]],
+            lambda: all(str(t).startswith(f"rank {ranks[1]}") for t in s.js(PLOT_VIEW + "return [...pv.model.left[0].major_label_overrides.values()]", "Timeline of"))))  # fmt: skip
+        s.js(SET_JS, "MultiChoice", "value", [], "Ranks (empty: all)")
+        wait(lambda: s.js(IDLE_JS), 60)
+    labels = s.js(f"return {MODELS}.find(m => m.type === 'panel.models.widgets.CustomSelect' && m.title === 'Configuration').options")
+    labels = [o if isinstance(o, str) else o[0] for o in labels]
+    if len(labels) > 1:
+        run = labels[1].split(" — ")[0]
+        _try(out, "Timeline run switch (widget update)", lambda: s.change(
+            "panel.models.widgets.CustomSelect", "Configuration", labels[1], lambda: f"Timeline of {run}" in s.title("Timeline of")))
+    pages = s.pages()
+    if "Compare" in pages:
+        s.open("Compare")
+        if "A: " in " ".join(s.js(TITLES_JS)):
+            _try(out, "Compare zoom (wheel, both redrawn)", lambda: s.zoom("A: "))
+
+
+def bench_exports(dataset: Path) -> dict:
+    """Every page's export (PNG), as the dashboard's button makes it: from the warm store, one chromium kept."""
+    from overlapviz import export
     from overlapviz.dashboards.store import DataStore
 
+    try:
+        store = DataStore(dataset, warm_up=False)
+        extra = {"source": store, "reuse_browser": True}
+    except TypeError:  # an older checkout: its export reads and computes everything itself
+        store, extra = DataStore(dataset), {}
     out = {}
-    store = DataStore(dataset)
-    t0 = time.perf_counter()
-    data = store.timeline()
-    out["load kernels (cold)"] = time.perf_counter() - t0
-    for label in ("first frame (cold)", "first frame (warm)"):
-        t0 = time.perf_counter()
-        figures.timeline_view(data, None)
-        out[label] = time.perf_counter() - t0
-    lo, hi = data.x_extent
-    t0 = time.perf_counter()
-    frame = figures.timeline_view(data, (lo, lo + (hi - lo) / 2000))
-    out[f"zoomed frame ({len(frame.get(2)):,} glyphs)"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    store.timeline()
-    out["load kernels (warm, cached)"] = time.perf_counter() - t0
+    for figure in export.FIGURES:
+        kw = {"runs": [store.run_id]} if figure not in ("heatmap", "speedup", "compare") else {}
+        if figure == "compare":
+            if store.run_a == store.run_b:
+                continue
+            kw = {"runs": [store.run_a, store.run_b]}
+        try:
+            if extra:
+                export.build_figure(dataset, figure, source=store, **kw)  # compute the store's tables (warm), not timed
+        except ValueError:
+            continue
+        times = []
+        for _ in range(2):
+            t0 = time.perf_counter()
+            try:
+                export.export_dataset_figure(dataset, figure, Path("/tmp") / f"ovz-bench-{figure}.png", **extra, **kw)
+            except ValueError:
+                break
+            times.append(time.perf_counter() - t0)
+        if not times:
+            continue
+        out[f"export {figure} (PNG)"] = min(times[1:] or times)
     return out
 
 
-def idle_drawn(driver) -> bool:
-    return driver.execute_script("return Bokeh.documents[0].is_idle") and driver.execute_script(CANVAS_JS) > 0
+def bench_server_side(dataset: Path) -> dict:
+    """The tables the store keeps, computed once per dataset (what the warm-up does), and timeline frames."""
+    from overlapviz import figures_timeline as ftl
+    from overlapviz.dashboards import store as st
 
-
-def bench_browser(dataset: Path) -> dict:
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    from overlapviz.export import chromium_options, find_chromium
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-c", "from overlapviz.cli import main; main()", "serve", str(dataset),
-                             "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-    browser, driver_path = find_chromium()
-    driver = webdriver.Chrome(service=Service(driver_path), options=chromium_options(browser, width=1400, height=1100))
     out = {}
-    try:
-        wait(lambda: socket.create_connection(("127.0.0.1", port), timeout=1).close() or True)
-        for attempt in ("cold", "warm"):
-            t0 = time.perf_counter()
-            driver.get(f"http://127.0.0.1:{port}/")
-            # imported traces have no configuration grid: the Overview is then a notice, not a plot
-            wait(lambda: driver.execute_script("return Bokeh.documents[0].is_idle") and (
-                driver.execute_script(CANVAS_JS) > 0 or driver.execute_script(
-                    "return [...Bokeh.documents[0].all_models].some(m => String(m.text || '').includes('no grid to show'))")))
-            out[f"Overview first render ({attempt})"] = time.perf_counter() - t0
-        for i, page in enumerate(PAGES[1:], start=1):
-            t0 = time.perf_counter()
-            driver.execute_script(SET_JS, "panel.models.tabs.Tabs", "active", i, None)
-            marker = {"Timeline": "Timeline of", "Compare": "A: ", "Residency": "Residency", "Ranks": "Communication"}[page]
-            wait(lambda: any(marker in t for t in driver.execute_script(TITLES_JS)) and driver.execute_script(CANVAS_JS) > 0)
-            out[f"{page} first render"] = time.perf_counter() - t0
-        # widget update: the Timeline's configuration choice
-        driver.execute_script(SET_JS, "panel.models.tabs.Tabs", "active", 1, None)
-        # the tab switch itself must be over (its title is already in the document), or its work counts as the switch's
-        wait(lambda: any("Timeline of" in t for t in driver.execute_script(TITLES_JS)) and idle_drawn(driver))
-        sel = driver.execute_script("return [...Bokeh.documents[0].all_models].find(m => m.type === "
-                                    "'panel.models.widgets.CustomSelect' && m.title === 'Configuration').options")
-        labels = [o if isinstance(o, str) else o[0] for o in sel]
-        # switches to runs not shown before (their kernels are read then): the first and the median of up to 5
-        switches = []
-        for label in labels[1:6]:
-            t0 = time.perf_counter()
-            driver.execute_script(SET_JS, "panel.models.widgets.CustomSelect", "value", label, "Configuration")
-            run = label.split(" — ")[0]
-            wait(lambda: any(f"Timeline of {run}" in t for t in driver.execute_script(TITLES_JS)))
-            switches.append(time.perf_counter() - t0)
-            wait(lambda: idle_drawn(driver))
-        if switches:
-            out["Timeline run switch (widget update), first"] = switches[0]
-            out[f"Timeline run switch (widget update), median of {len(switches)}"] = statistics.median(switches)
-        # widget update: the glyph budget, which redraws the same run
+    s = st.DataStore(dataset, warm_up=False)
+    for label, f in [("config_table", s.config_table), ("explain", lambda: s.explained("*")), ("kernel_residency", s.kernel_residency),
+                     ("summarize + blockers", lambda: (s.summary(), s.blockers())), ("collective instances", s.instance_cells),
+                     ("analyze (per rank)", s.metrics), ("timeline data of a run (kernels, why, waits)", s.timeline)]:  # fmt: skip
         t0 = time.perf_counter()
-        driver.execute_script(SET_JS, "Spinner", "value", 30000, "Glyphs up to (kernels in view)")
-        time.sleep(0.05)
-        wait(lambda: driver.execute_script("return Bokeh.documents[0].is_idle") and driver.execute_script(CANVAS_JS) > 0)
-        out["Timeline glyph budget change (widget update)"] = time.perf_counter() - t0
-    finally:
-        driver.quit()
-        proc.terminate()
-        proc.wait(timeout=30)
+        try:
+            f()
+        except ValueError:
+            pass
+        out[f"compute {label}"] = time.perf_counter() - t0
+    data = s.timeline()
+    t0 = time.perf_counter()
+    ftl.timeline_view(data, None)
+    out["timeline frame, whole run"] = time.perf_counter() - t0
+    lo, hi = data.x_extent
+    t0 = time.perf_counter()
+    ftl.timeline_view(data, (lo, lo + (hi - lo) / 2000))
+    out["timeline frame, zoomed (glyphs)"] = time.perf_counter() - t0
     return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kernels", type=int, default=1_000_000)
+    parser.add_argument("--ranks", type=int, default=8)
+    parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--work", type=Path, default=Path("/tmp/ovz-bench"))
     parser.add_argument("--samples-only", action="store_true", help="skip the generated dataset")
+    parser.add_argument("--big-only", action="store_true", help="skip the sample traces")
+    parser.add_argument("--no-exports", action="store_true")
+    parser.add_argument("--browser-only", action="store_true", help="no server-side table timings (an older checkout has no store API for them)")
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     from overlapviz import samples
 
-    datasets = {"sample traces": samples.sample_dataset(cache=args.work / "cache")}
+    datasets = {} if args.big_only else {"sample traces": samples.sample_dataset(cache=args.work / "cache")}
     if not args.samples_only:
-        datasets[f"generated {args.kernels:,} kernels"] = big_dataset(args.work, args.kernels)
+        datasets[f"generated {args.kernels:,} kernels, {args.ranks} ranks"] = big_dataset(args.work, args.kernels, args.ranks)
+    load = os.getloadavg()[0]
+    print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load average {load:.2f}, {os.cpu_count()} CPUs")
     for name, path in datasets.items():
-        print(f"\n## {name} ({path})")
-        for label, secs in bench_server_side(path).items():
-            print(f"| {label} | {secs:.2f} s |", flush=True)
-        for label, secs in bench_browser(path).items():
-            print(f"| {label} | {secs:.2f} s |", flush=True)
+        print(f"\n## {name} ({path})\n\n| measure | seconds |\n|---|---|")
+        parts = ([] if args.browser_only else [bench_server_side(path)]) + [bench_browser(path, args.repeat)]
+        if not args.no_exports:
+            parts.append(bench_exports(path))
+        for part in parts:
+            for label, secs in part.items():
+                print(f"| {label} | {'failed' if secs != secs else f'{secs:.2f}'} |", flush=True)
 
 
 if __name__ == "__main__":

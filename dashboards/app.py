@@ -1,21 +1,31 @@
-"""The overlapviz dashboard: five pages over one dataset, served by Panel on 127.0.0.1, fully offline."""
+"""The overlapviz dashboard: five pages over one dataset, served by Panel on 127.0.0.1 behind a per-launch token, offline."""
 
 from __future__ import annotations
 
 import os
+import secrets
+import shutil
+import signal
 import threading
+import urllib.error
 import urllib.request
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import holoviews as hv
 import panel as pn
+from bokeh.util.token import generate_secret_key
 from panel.viewable import Viewer
 
 from overlapviz import figures
+from overlapviz.dashboards import security
 from overlapviz.dashboards.pages import ComparePage, OverviewPage, RanksPage, ResidencyPage, TimelinePage
 from overlapviz.dashboards.store import DataStore
 
 PAGES = ("Overview", "Timeline", "Compare", "Residency", "Ranks")
+TUNNEL_PORT = 5006  # the local end of the SSH tunnel the banner of a --unix-socket server proposes
 DATASET_ENV = "OVERLAPVIZ_DATASET"  # how `panel serve dashboards/app.py` finds its dataset
 
 # Offline: every JS/CSS resource inlined into the page or served by this server, never a CDN
@@ -94,45 +104,137 @@ def _n_kernels(path: str) -> int:
     return int(schema.read_metadata(path).get("n_kernels", 0))
 
 
-def serve(dataset: str | os.PathLike, *, address: str = "127.0.0.1", port: int = 5006, show: bool = True,
-          ready: threading.Event | None = None):  # fmt: skip
-    """Serve the dashboard until interrupted (blocking).
+@dataclass
+class Listening:
+    """A bound, not yet started dashboard server (``listen``); ``url`` opens it (with ``?token=`` unless --no-token)."""
+
+    server: Any  # panel's Bokeh Server: ``server.start()``, then run ``server.io_loop``
+    access: security.Access
+    url: str
+    base_url: str  # the same without the token
+    unix_socket: Path | None
+    warnings: list[str]
+
+
+def listen(dataset: str | os.PathLike, *, address: str = "127.0.0.1", port: int = 5006, unix_socket: str | None = None,
+           token: str | None = None, no_token: bool = False, allow_remote: bool = False, allow_http: bool = False,
+           allow_websocket_origin: Sequence[str] = (), ssl_certfile: str | None = None,
+           ssl_keyfile: str | None = None) -> Listening:  # fmt: skip
+    """Bind the dashboard server for ``dataset``, behind the gate of ``dashboards.security`` (docs/security.md).
 
     Parameters
     ----------
     dataset
-        An overlapviz dataset directory; checked before the server starts.
+        An overlapviz dataset directory; checked before anything listens.
     address, port
-        Where to listen; port 0 picks a free port.
-    show
-        Open the system's web browser on the page.
+        Where to listen (TCP); port 0 picks a free port (``url`` has the real one). An address other
+        than loopback needs ``allow_remote``, and TLS (``ssl_certfile``) or ``allow_http``.
+    unix_socket
+        Listen on this unix socket file instead (mode 0600: only this account can connect).
+    token, no_token
+        The token every request must carry (as ``?token=``, the cookie set on the first visit, or an
+        ``Authorization: token ...`` header); a new random one when None; none at all with ``no_token``.
+    allow_websocket_origin
+        Further ``HOST[:PORT]`` names the browser may use (a reverse proxy, an SSH tunnel's other port).
+
+    Raises
+    ------
+    ValueError
+        If the dataset, a name, the token or the place to listen is refused.
+    OSError
+        If the address or port cannot be bound.
     """
     dataset = str(Path(dataset).resolve())
+    if no_token and token is not None:
+        raise ValueError("--no-token and --token (or $OVERLAPVIZ_TOKEN) both given")
+    token = None if no_token else security.check_token(token) if token is not None else security.new_token()
+    extra = {security.check_origin_value(o) for o in allow_websocket_origin}
+    tls = ssl_certfile is not None
+    if unix_socket is not None:
+        socket_path = security.check_unix_socket_path(unix_socket)
+        warnings = security.check_listen("localhost", allow_remote=False, tls=tls, allow_http=False, token=token)
+        where = {"unix_socket": str(socket_path)}
+    else:
+        socket_path = None
+        warnings = security.check_listen(address, allow_remote=allow_remote, tls=tls, allow_http=allow_http, token=token)
+        where = {"address": address, "port": port}
     DataStore(dataset)  # fail now, with the dataset's error, rather than in the first browser session
-    return pn.serve(
-        {"/": lambda: build_app(dataset)}, address=address, port=port, show=show, title="overlapviz",
-        websocket_origin=[f"{address}:{port}", f"localhost:{port}", f"127.0.0.1:{port}"] if port else "*",
-        threaded=False, start=True, verbose=False,
-    )  # fmt: skip
+    secret_key = generate_secret_key().encode()
+    # a unix socket file is created 0600, not chmod-ed to it after a window in which others could connect
+    old_umask = os.umask(0o177) if socket_path is not None else None
+    try:
+        server = pn.serve(
+            # location=False: no page uses the URL, and Panel's Location would copy it (?token= included) into
+            # the session, and fails on an IPv6 Host ("[::1]:5006", panel.io.location._get_location_params)
+            {"/": lambda: build_app(dataset)}, show=False, start=False, title="overlapviz", threaded=False, verbose=False,
+            location=False,
+            ssl_certfile=ssl_certfile, ssl_keyfile=ssl_keyfile, **where, **security.server_options(secret_key),
+        )  # fmt: skip
+    finally:
+        if old_umask is not None:
+            os.umask(old_umask)
+    if socket_path is not None:
+        try:
+            security.check_own_socket(socket_path)
+        except ValueError:
+            server.stop()
+            raise
+        hosts, base_url = set(), f"http://localhost:{TUNNEL_PORT}/"  # the SSH tunnel's end (docs/security.md)
+    else:
+        hosts = security.served_hosts(address, server.port)
+        base_url = f"{'https' if tls else 'http'}://{security.netloc(address, server.port)}/"
+    access = security.Access(token=token, secret_key=secret_key, hosts=frozenset(hosts | extra),
+                             any_loopback_port=socket_path is not None, secure=tls,
+                             cookie_name=f"overlapviz-{secrets.token_hex(4)}")  # fmt: skip
+    security.install(server, access)
+    url = base_url if token is None else f"{base_url}?{security.TOKEN_ARG}={token}"
+    return Listening(server, access, url, base_url, socket_path, warnings)
+
+
+def serve(dataset: str | os.PathLike, *, show: bool = False, on_ready: Callable[[Listening], None] | None = None,
+          **options):  # fmt: skip
+    """Serve the dashboard until interrupted (blocking); ``options`` as for ``listen``.
+
+    ``on_ready(listening)`` runs once the server listens (the CLI prints its banner there); ``show``
+    opens the system's browser on the page (through a private file, so the token is in no argv).
+    """
+    listening = listen(dataset, **options)
+    server, leftovers = listening.server, []
+    if threading.current_thread() is threading.main_thread():
+        # a batch job's end (SIGTERM) stops the server as Ctrl-C does (Panel handles SIGINT), so the socket
+        # file and the token file are removed
+        signal.signal(signal.SIGTERM, lambda *_: server.io_loop.asyncio_loop.call_soon_threadsafe(server.io_loop.stop))
+    try:
+        server.start()
+        if on_ready is not None:
+            on_ready(listening)
+        if show and listening.unix_socket is None:
+            leftovers.append(security.open_browser(listening.url))
+        server.io_loop.start()
+    finally:
+        server.stop()
+        if listening.unix_socket is not None:
+            listening.unix_socket.unlink(missing_ok=True)
+        for folder in leftovers:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def get(dataset: str | os.PathLike, path: str = "/") -> tuple[int, str]:
     """Start the server on a free port, fetch ``path`` once, stop it (``overlapviz serve --get``).
 
-    The page is built server-side for the request, so a failing page raises here.
-    Returns (HTTP status, body).
+    The request goes through the same gate as a browser's (with this launch's token); the page is
+    built server-side for it, so a failing page raises here. Returns (HTTP status, body).
     """
-    dataset = str(Path(dataset).resolve())
-    DataStore(dataset)
-    server = pn.serve({"/": lambda: build_app(dataset)}, address="127.0.0.1", port=0, show=False, start=False, title="overlapviz",
-                      websocket_origin="*", threaded=False)  # fmt: skip
+    listening = listen(dataset, address="127.0.0.1", port=0)
+    server = listening.server
     server.start()
-    port = server.port
+    request = urllib.request.Request(listening.base_url.rstrip("/") + path,
+                                     headers={"Authorization": f"token {listening.access.token}"})  # fmt: skip
     result: dict = {}
 
     def fetch():
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=60) as resp:
+            with urllib.request.urlopen(request, timeout=60) as resp:
                 result["status"], result["body"] = resp.status, resp.read().decode("utf-8", "replace")
         except urllib.error.HTTPError as exc:
             result["status"], result["body"] = exc.code, exc.read().decode("utf-8", "replace")

@@ -1,172 +1,152 @@
-"""Dashboard pages: Panel Viewers over one DataStore; each composes overlapviz.figures builders."""
+"""Dashboard pages: Panel Viewers over one DataStore; each composes overlapviz figure builders and computes nothing.
+
+Overview (the configuration grid), Timeline (kernels, each collective's wait by cause, arrows
+from producers and blockers), Compare (two runs on linked time axes); the why-pages
+(``ResidencyPage``: late starts by cause, blockers, one SM's budget, residency;
+``RanksPage``: collectives across ranks) live in ``pages_why``.
+"""
 
 from __future__ import annotations
 
-import io
-import tempfile
-from pathlib import Path
-
 import holoviews as hv
+import numpy as np
 import pandas as pd
 import panel as pn
 import param
-from panel.viewable import Viewer
-from param import Skip
 
 from overlapviz import figures
+from overlapviz import figures_timeline as ftl
 from overlapviz.analysis import ranks as ranks_analysis
+from overlapviz.dashboards.common import PLOT_WIDTH, Page, plot, export_button, export_buttons, hidden, notice, table, unavailable
+from overlapviz.dashboards.pages_why import RanksPage, ResidencyPage
 from overlapviz.dashboards.store import DataStore, Unavailable
 
-EXPORT_FORMATS = ["png", "svg", "pdf", "html"]
+__all__ = ["ComparePage", "OverviewPage", "RanksPage", "ResidencyPage", "TimelinePage"]
 
-
-def hidden() -> pn.Spacer:
-    """What a page's plot method returns while its tab is not shown: store changes then cost nothing."""
-    return pn.Spacer(height=0)
-
-
-def notice(text: str, kind: str = "warning") -> pn.pane.Alert:
-    return pn.pane.Alert(text, alert_type=kind, sizing_mode="stretch_width")
-
-
-def unavailable(what: str, exc: Exception) -> pn.pane.Alert:
-    return notice(f"**{what} not available.** {exc}")
-
-
-def export_button(store: DataStore, figure: str, options) -> pn.Row:
-    """A format choice and a download button producing the page's figure via overlapviz.export."""
-    fmt = pn.widgets.Select(label="Export format", options=EXPORT_FORMATS, value="png", width=110)
-
-    def _make():
-        from overlapviz import export
-
-        with tempfile.TemporaryDirectory(prefix="ovz-export-") as tmp:
-            out = Path(tmp) / f"{figure}.{fmt.value}"
-            export.export_dataset_figure(store.path, figure, out, **options())
-            data = out.read_bytes()
-        download.filename = f"{figure}.{fmt.value}"
-        return io.BytesIO(data)
-
-    download = pn.widgets.FileDownload(callback=_make, filename=f"{figure}.png", label="Export figure",
-                                       width=150, embed=False)  # fmt: skip
-    fmt.param.watch(lambda e: setattr(download, "filename", f"{figure}.{e.new}"), "value")
-    return pn.Row(fmt, download, align="end")
-
-
-class Page(Viewer):
-    """A dashboard page over the session's DataStore, told by the Dashboard whether its tab is open."""
-
-    store = param.ClassSelector(class_=DataStore, constant=True)
-    shown = param.Boolean(default=False, doc="Set by the Dashboard while this page\'s tab is open")
-
-    def __init__(self, store: DataStore, **params):
-        super().__init__(store=store, **params)
-        self._hidden_drawn = False
-
-    @param.depends("shown", watch=True)
-    def _on_show(self) -> None:
-        if self.shown:
-            self._hidden_drawn = False
-
-    def hidden(self) -> pn.Spacer:
-        """What a plot method returns while the tab is closed: a spacer once, then Skip.
-
-        The spacer drops the page's plots from the document when the tab closes; later store
-        changes (a run switch on another page) then re-render nothing and send nothing.
-        """
-        if self._hidden_drawn:
-            raise Skip
-        self._hidden_drawn = True
-        return hidden()
+_METRICS = {"TimeRatio": "time_ratio", "Speedup": "speedup", "Overlap fraction": "overlap_fraction"}
+_CONFIG_TITLES = {
+    "run_id": "run", "workload": "workload", "setup": "setup", "smem_pad_bytes": "smem pad (B)", "comm_priority": "comm priority",
+    "median_ms": "median iteration (ms)", "time_ratio": "TimeRatio", "speedup": "speedup", "speedup_ci_low": "speedup 95% CI low",
+    "speedup_ci_high": "speedup 95% CI high", "overlap_fraction": "overlap", "compute_slowdown": "compute slowdown",
+    "stand_in": "stand-in",
+}  # fmt: skip
 
 
 class OverviewPage(Page):
-    """Heatmaps over the configuration grid; clicking a cell opens that configuration on the Timeline."""
+    """One heatmap over the configuration grid; clicking a cell opens that configuration on the Timeline."""
 
-
-    value = param.Selector(default="time_ratio", objects=list(figures.VALUE_LABELS), label="Metric")
+    value = param.Selector(default="time_ratio", objects=_METRICS, label="Metric")
+    workload = param.Selector(default="all", objects=["all"], label="Workload")
 
     def __init__(self, store: DataStore, on_open=None, **params):
         super().__init__(store=store, **params)
         self.on_open = on_open
+        store.open_timeline = on_open  # the other pages' "show on the Timeline" use the dashboard's own callback
+        self._pane = None
+        self._grid = None
+        runs = store.runs
+        workloads = sorted(runs.loc[runs["setup"].notna(), "workload"].dropna().astype(str).unique()) if "setup" in runs else []
+        self.param.workload.objects = ["all", *workloads]
+        if len(workloads) > 1 and runs["setup"].notna().sum() > 40:  # a grid taller than a screen: one workload at a time
+            self.workload = workloads[0]
 
-    def _open(self, facet: str, grid: pd.DataFrame, x, y) -> None:
-        if x is None or y is None:
+    def _configured(self, workload: str = "all") -> pd.DataFrame | None:
+        table_ = self.store.config_table()
+        configured = table_.get("setup", pd.Series(dtype=object)).notna()
+        if workload != "all" and "workload" in table_:
+            configured &= table_["workload"] == workload
+        return table_.loc[configured] if configured.any() else None
+
+    def _open(self, x, y) -> None:
+        if x is None or y is None or self._grid is None:
             return
-        hit = grid.loc[(grid["facet"] == facet) & (grid["shaping"] == str(x)) & (grid["priority"] == str(y)), "run_id"]
+        g = self._grid
+        hit = g.loc[(g["shaping"] == str(x)) & (g["label"] == str(y)), "run_id"]
         if len(hit):
             self.store.run_id = hit.iloc[0]
             if self.on_open is not None:
                 self.on_open(hit.iloc[0])
 
-    @param.depends("value", "shown")
+    def _frame(self, value: str, workload: str):
+        table_ = self._configured(workload)
+        self._grid = figures.config_grid(table_)
+        sub = table_.loc[pd.to_numeric(table_[value], errors="coerce").notna()] if value in table_ else table_.iloc[:0]
+        if not len(sub):  # one element type in every frame: an empty grid says so in its title
+            return figures.heatmap(table_.assign(**{value: 1.0}).iloc[:0], value=value).opts(
+                title=f"No {figures.VALUE_SHORT[value]} for these runs (needs sequential and baseline runs)")
+        return figures.heatmap(sub, value=value).opts(hv.opts.HeatMap(framewise=True), hv.opts.Overlay(framewise=True))
+
+    @param.depends("shown")
     def _heatmaps(self):
         if not self.shown:
             return self.hidden()
+        if self._pane is not None:
+            return self._pane
         try:
-            table = self.store.config_table()
+            table_ = self._configured()
         except Unavailable as exc:
             return unavailable("Configuration grid", exc)
-        configured = table.get("setup", pd.Series(dtype=object)).notna()
-        if not configured.any():
-            return notice("These runs are imported traces without an experiment configuration "
-                          "(workload, setup, shaping, priority): there is no grid to show. Open them on the Timeline.",
-                          "info")  # fmt: skip
-        table = table.loc[configured]
-        if self.value not in table or table[self.value].isna().all():
-            return notice(f"No {figures.VALUE_LABELS[self.value]} for these runs (needs a sequential/baseline run).", "info")
-        layout = figures.heatmap(table, value=self.value)
-        grid = figures.config_grid(table)
-        for overlay in layout:
-            hm = overlay.get(0)
-            tap = hv.streams.Tap(source=hm)
-            facet = overlay.label
-            tap.add_subscriber(lambda x, y, facet=facet: self._open(facet, grid, x, y))
-        return pn.pane.HoloViews(layout, backend="bokeh", linked_axes=False)
+        if table_ is None:
+            return notice("These runs are imported traces without an experiment configuration (workload, setup, "
+                          "shaping, priority): there is no grid to show. Open them on the **Timeline**, "
+                          "**Residency** (why late, SM budget) and **Ranks** (collectives) pages.", "info")  # fmt: skip
+        dmap = hv.DynamicMap(self._frame, streams=[hv.streams.Params(self, ["value", "workload"])])
+        tap = hv.streams.Tap(source=dmap)
+        tap.add_subscriber(lambda x, y: self._open(x, y))
+        self._pane = pn.Column(plot(dmap), max_height=900, scroll=True, sizing_mode="stretch_width")
+        return self._pane
 
+    @param.depends("workload", "shown")
     def _table(self):
-        """The configuration table (TimeRatio, speedup with its interval, overlap) under the heatmaps.
-
-        The speedup forest plot is offered by the export button rather than drawn here: a second
-        HoloViews pane on this page kept BokehJS from ever reaching idle in chromium (Panel 1.9.4),
-        which stopped every later server update from being applied.
-        """
+        """The configuration table (TimeRatio, speedup with its interval, overlap) under the heatmap."""
+        if not self.shown:
+            return self.hidden()
         try:
-            table = self.store.config_table()
+            t = self._configured(self.workload)
         except Unavailable:
             return pn.Spacer()
-        cols = [c for c in ("run_id", "workload", "setup", "smem_pad_bytes", "comm_priority", "median_ms",
-                            "time_ratio", "speedup", "speedup_ci_low", "speedup_ci_high", "overlap_fraction",
-                            "compute_slowdown", "stand_in") if c in table]  # fmt: skip
-        return pn.widgets.Tabulator(table[cols].round(4), disabled=True, pagination="local", page_size=12,
-                                    show_index=False, sizing_mode="stretch_width")  # fmt: skip
+        if t is None:
+            return pn.Spacer()
+        cols = [c for c in _CONFIG_TITLES if c in t]
+        fmts = {c: {"type": "money", "precision": 3, "symbol": "", "thousand": ","} for c in
+                ("median_ms", "time_ratio", "speedup", "speedup_ci_low", "speedup_ci_high", "compute_slowdown") if c in t}  # fmt: skip
+        if "overlap_fraction" in t:
+            t = t.assign(overlap_fraction=pd.to_numeric(t["overlap_fraction"], errors="coerce").map(figures.fmt_pct))
+        return table(t[cols], titles=_CONFIG_TITLES, formatters=fmts, page_size=12)
 
     def __panel__(self):
-        header = pn.Row(
-            pn.widgets.RadioButtonGroup.from_param(self.param.value),
-            export_button(self.store, "heatmap", lambda: {"value": self.value}),
-        )
-        hint = pn.pane.Markdown("Click a cell to open that configuration on the **Timeline** page.")
-        return pn.Column(header, hint, self._heatmaps, pn.Row(export_button(self.store, "speedup", dict),
-                         pn.pane.Markdown("Speedup per configuration with 95% CI (forest plot)", align="center")),
-                         self._table(),
-                         sizing_mode="stretch_width", name="Overview")  # fmt: skip
+        try:
+            grid = self._configured() is not None
+        except Unavailable:
+            grid = False
+        header = pn.Row(pn.widgets.RadioButtonGroup.from_param(self.param.value, color="primary", variant="outline", align="end"))
+        if len(self.param.workload.objects) > 2:
+            header.append(pn.widgets.Select.from_param(self.param.workload, width=140))
+        if grid:
+            header.append(export_buttons(self.store, ("heatmap", lambda: {"value": self.value}, "Export heatmap"),
+                                         ("speedup", dict, "Export forest plot")))  # fmt: skip
+        hint = pn.pane.Markdown("Click a cell to open that configuration on the **Timeline**. The forest plot of the "
+                                "speedup with its 95% CI is an export.", margin=(0, 10))  # fmt: skip
+        return pn.Column(header, hint, self._heatmaps, self._table, sizing_mode="stretch_width", name="Overview")
 
 
-TimelineSelection = hv.streams.Stream.define("TimelineSelection", run_id=None, ranks=(), max_glyphs=figures.MAX_GLYPHS)
+TimelineSelection = hv.streams.Stream.define(
+    "TimelineSelection", run_id=param.String(default=None, allow_None=True), ranks=param.List(default=[]),
+    max_glyphs=param.Integer(default=ftl.MAX_GLYPHS), waits=param.Boolean(default=True), window=param.Parameter(default=None),
+)  # fmt: skip
 
 
 class TimelinePage(Page):
-    """Kernels per rank and stream: rasterized when zoomed out, hover-able glyphs when zoomed in.
+    """Kernels per rank and stream with each collective's wait by cause: rasterized when zoomed out, glyphs with
+    hover and arrows when zoomed in.
 
-    One HoloViews pane lives for the page's lifetime: a run, rank or glyph-budget change sends the
-    new selection through a stream to its DynamicMap, which redraws the frame into the same Bokeh
-    figure (only its data sources, ranges and title travel to the browser) rather than building a
-    new plot and layout per change.
+    One HoloViews pane lives for the page's lifetime: a run, rank, glyph-budget or focus change sends the
+    new selection through a stream to its DynamicMap, which redraws the frame into the same Bokeh figure
+    (its data sources, ranges and title travel to the browser), as zoom and pan do.
     """
 
-
-    max_glyphs = param.Integer(default=figures.MAX_GLYPHS, bounds=(1_000, 200_000), label="Glyphs up to (kernels in view)")
+    max_glyphs = param.Integer(default=ftl.MAX_GLYPHS, bounds=(1_000, 200_000), label="Glyphs up to (kernels in view)")
+    waits = param.Boolean(default=True, label="Waits and arrows")
     content = param.String(default="hidden", precedence=-1, doc="What the plot area shows: hidden, plot, or a notice")
 
     def __init__(self, store: DataStore, **params):
@@ -175,11 +155,14 @@ class TimelinePage(Page):
         self._pane = None
         self._range = None
         self._drawn = None  # (run_id, ranks) of the last frame: a new one resets the zoom
+        self._window = None  # a window asked for (focus on a kernel), applied once
+        self._applied = None
 
     def _current(self) -> dict:
-        return {"run_id": self.store.run_id, "ranks": tuple(sorted(self.store.ranks)), "max_glyphs": self.max_glyphs}
+        return {"run_id": self.store.run_id, "ranks": sorted(int(r) for r in self.store.ranks), "max_glyphs": self.max_glyphs,
+                "waits": self.waits, "window": self._window}  # fmt: skip
 
-    @param.depends("store.run_id", "store.ranks", "max_glyphs", "shown", watch=True, on_init=True)
+    @param.depends("store.run_id", "store.ranks", "max_glyphs", "waits", "shown", watch=True, on_init=True)
     def _follow(self) -> None:
         """Decide what the plot area shows; while the live plot stays, send it the new selection."""
         if not self.shown:
@@ -196,14 +179,33 @@ class TimelinePage(Page):
                 self._selection.event(**current)
         self.content = "plot"
 
-    def _frame(self, x_range, run_id, ranks, max_glyphs) -> hv.Overlay:
+    @param.depends("store.focus", watch=True)
+    def _focus(self) -> None:
+        """Show one kernel (asked by another page): its run, its rank's lanes kept, a window around its launch and start."""
+        f = self.store.focus
+        if not f:
+            return
+        if self.store.ranks and int(f["rank"]) not in self.store.ranks:
+            self.store.ranks = []
+        if self.store.run_id != f["run_id"]:
+            self.store.run_id = f["run_id"]
+        data = self.store.timeline()
+        fr = data.frame
+        hit = np.flatnonzero((fr["rank"].to_numpy() == int(f["rank"])) & (fr["start_ns"].to_numpy(np.int64) == int(f["start_ns"])))
+        if len(hit):
+            self._window = data.window_of(int(hit[0]))
+            self._follow()
+
+    def _frame(self, x_range, run_id, ranks, max_glyphs, waits, window) -> hv.Overlay:
         data = self.store.timeline(run_id, ranks=list(ranks))
-        if (run_id, ranks) != self._drawn:
+        if (run_id, tuple(ranks)) != self._drawn:
             # another run's zoom means nothing here: show the whole run (xlim sets the axis explicitly)
-            x_range, self._drawn = data.x_extent, (run_id, ranks)
+            x_range, self._drawn = data.x_extent, (run_id, tuple(ranks))
             self._range.update(x_range=None)  # a later budget change must not bring the old zoom back
-        frame = figures.timeline_view(data, x_range, steps=self.store.steps(run_id), max_glyphs=max_glyphs,
-                                      title=f"Timeline of {run_id}")  # fmt: skip
+        if window is not None and window != self._applied:
+            x_range = self._applied = window
+        frame = ftl.timeline_view(data, x_range, steps=self.store.steps(run_id), max_glyphs=max_glyphs, waits=waits,
+                                  title=figures._title(f"Timeline of {run_id}", self.store.is_stand_in(run_id)), width=PLOT_WIDTH)  # fmt: skip
         # framewise: each frame sets the axes (another run has another extent, lanes and zoom)
         return frame.opts(hv.opts.RGB(framewise=True), hv.opts.Rectangles(framewise=True), hv.opts.Overlay(shared_axes=False))
 
@@ -213,8 +215,12 @@ class TimelinePage(Page):
             self._selection = TimelineSelection(**self._current())
             self._range = hv.streams.RangeX()
             dmap = hv.DynamicMap(self._frame, streams=[self._range, self._selection])
-            self._pane = pn.pane.HoloViews(dmap, backend="bokeh", sizing_mode="stretch_width")
+            self._pane = plot(dmap, sizing_mode="stretch_width")
         return self._pane
+
+    def window(self) -> tuple[float, float] | None:
+        """The time window in view (ms since the first kernel), None for the whole run."""
+        return None if self._range is None or self._range.x_range is None else tuple(float(v) for v in self._range.x_range)
 
     @param.depends("content")
     def _plot(self):
@@ -230,41 +236,125 @@ class TimelinePage(Page):
 
     def __panel__(self):
         controls = pn.Row(
-            pn.widgets.Select.from_param(self.store.param.run_id, label="Configuration", width=420),
-            pn.widgets.MultiChoice.from_param(self.store.param.ranks, label="Ranks (empty: all)", width=260),
-            pn.widgets.IntInput.from_param(self.param.max_glyphs, width=200),
-            export_button(self.store, "timeline", lambda: {"runs": [self.store.run_id], "ranks": self.store.ranks or None}),
-        )
-        return pn.Column(controls, self._info(), self._plot, sizing_mode="stretch_width", name="Timeline")
+            self.run_select(),
+            pn.widgets.MultiChoice.from_param(self.store.param.ranks, name="Ranks (empty: all)", width=240),
+            pn.widgets.IntInput.from_param(self.param.max_glyphs, width=190),
+            pn.widgets.Checkbox.from_param(self.param.waits, align="center"),
+            export_button(self.store, "timeline", lambda: {"runs": [self.store.run_id], "ranks": self.store.ranks or None,
+                                                           "window_ms": self.window()}, label="Export timeline"),
+        )  # fmt: skip
+        legend = pn.pane.Markdown(
+            "Wheel: zoom time · drag: pan · Under each collective its wait from launch to start, by cause "
+            "(stream order, event dependency, SM resources, launch latency); arrows come from the producer it waited "
+            "for and from the computation kernel that held the SMs. Hover a collective for start, end, launch, delay, "
+            "cause, blocker and fit.", sizing_mode="stretch_width", styles={"color": "#444"}, margin=(0, 10))  # fmt: skip
+        return pn.Column(controls, self._info(), legend, self._plot, sizing_mode="stretch_width", name="Timeline")
+
+
+CompareSelection = hv.streams.Stream.define(
+    "CompareSelection", run_a=param.String(default=None, allow_None=True), run_b=param.String(default=None, allow_None=True))
 
 
 class ComparePage(Page):
-    """Two configurations on linked time axes, with the metric deltas."""
+    """Two configurations on linked time axes that redraw on zoom, with the metric deltas."""
 
+    content = param.String(default="hidden", precedence=-1)
+
+    def __init__(self, store: DataStore, **params):
+        super().__init__(store=store, **params)
+        self._pane = self._selection = self._range = None
+        self._drawn = {}
+
+    @param.depends("store.run_a", "store.run_b", "shown", watch=True, on_init=True)
+    def _follow(self) -> None:
+        if not self.shown:
+            return
+        a, b = self.store.run_a, self.store.run_b
+        if self.store.n_runs < 2:
+            self.content = (f"This dataset has one run ({a}): Compare needs two. Its timeline is on the **Timeline** page.")
+            return
+        if a is None or b is None:
+            self.content = "Choose two runs."
+            return
+        if a == b:
+            self.content = f"A and B are the same run ({a}): choose another B."
+            return
+        if not len(self.store.timeline(a, ranks=[]).frame) or not len(self.store.timeline(b, ranks=[]).frame):
+            self.content = "One of the two runs has no kernels."
+            return
+        if self._selection is not None and (self._selection.run_a, self._selection.run_b) != (a, b):
+            self._selection.event(run_a=a, run_b=b)
+        self.content = "plot"
+
+    def _frame(self, which: str):
+        def frame(x_range, run_a, run_b):
+            run = run_a if which == "a" else run_b
+            data = self.store.timeline(run, ranks=[])
+            if self._drawn.get(which) != (run_a, run_b):
+                self._drawn[which] = (run_a, run_b)
+                if self._drawn.get("range") != (run_a, run_b):
+                    self._drawn["range"] = (run_a, run_b)
+                    self._range.update(x_range=None)
+                x_range = None
+            label = figures._title(f"{which.upper()}: {run}", self.store.is_stand_in(run))
+            ov = ftl.timeline_view(data, x_range, title=label, width=PLOT_WIDTH, steps=self.store.steps(run))
+            return ftl.own_lanes(ov, which).opts(hv.opts.RGB(framewise=True), hv.opts.Rectangles(framewise=True))
+
+        return frame
+
+    def live_pane(self) -> pn.pane.HoloViews:
+        if self._pane is None:
+            self._selection = CompareSelection(run_a=self.store.run_a, run_b=self.store.run_b)
+            self._range = hv.streams.RangeX()  # one range for both: zoom either, both follow and redraw
+            a = hv.DynamicMap(self._frame("a"), streams=[self._range, self._selection])
+            b = hv.DynamicMap(self._frame("b"), streams=[self._range, self._selection])
+            self._pane = plot((a + b).cols(1), sizing_mode="stretch_width")
+        return self._pane
+
+    def window(self):
+        return None if self._range is None or self._range.x_range is None else tuple(float(v) for v in self._range.x_range)
+
+    @param.depends("content")
+    def _plot(self):
+        if self.content == "hidden":
+            return hidden()
+        if self.content != "plot":
+            return notice(self.content, "info")
+        return self.live_pane()
 
     def _deltas(self, a: str, b: str) -> pd.DataFrame | None:
         try:
-            return self.store.compare(a, b)
+            deltas = self.store.compare(a, b)
         except Unavailable:
-            pass
-        try:
-            metrics = self.store.metrics()
+            try:
+                return ranks_analysis.metric_deltas(self.store.metrics(), a, b)
+            except Unavailable:
+                return None
+        try:  # the start delay also as the sweep report and the README give it (its own name, its own number)
+            da, db = self.store.start_delays(a), self.store.start_delays(b)
         except Unavailable:
-            return None
-        return ranks_analysis.metric_deltas(metrics, a, b)
+            return deltas
+        rows = []
+        for item in ("median_start_delay_at_launch_us",):
+            va = da[item].iloc[0] if len(da) else None
+            vb = db[item].iloc[0] if len(db) else None
+            rows.append({"section": "metric", "item": item, "a": va, "b": vb,
+                         "delta": None if va is None or vb is None else vb - va,
+                         "ratio": None if va in (None, 0) or vb is None else vb / va})  # fmt: skip
+        return pd.concat([deltas, pd.DataFrame(rows)], ignore_index=True)
 
     @param.depends("store.run_a", "store.run_b", "shown")
-    def _plot(self):
+    def _table(self):
         if not self.shown:
             return self.hidden()
         a, b = self.store.run_a, self.store.run_b
-        if a is None or b is None:
-            return notice("Needs two runs.", "info")
-        da, db = self.store.timeline(a, ranks=[]), self.store.timeline(b, ranks=[])
-        if not len(da.frame) or not len(db.frame):
-            return notice("One of the two runs has no kernels.", "info")
-        layout = figures.compare(da, db, self._deltas(a, b), labels=(f"A: {a}", f"B: {b}"))
-        return pn.pane.HoloViews(layout, backend="bokeh", sizing_mode="stretch_width")
+        if self.store.n_runs < 2 or a is None or b is None or a == b:
+            return pn.Spacer(height=0)
+        deltas = self._deltas(a, b)
+        if deltas is None or not len(deltas):
+            return notice("No metric deltas for these runs.", "info")
+        return pn.Column(pn.pane.Markdown("#### Metric deltas (B − A)", margin=(10, 10, 0, 10)),
+                         table(figures.delta_display(deltas), page_size=25))  # fmt: skip
 
     @param.depends("store.run_a", "store.run_b")
     def _info(self):
@@ -274,74 +364,10 @@ class ComparePage(Page):
 
     def __panel__(self):
         controls = pn.Row(
-            pn.widgets.Select.from_param(self.store.param.run_a, label="A", width=420),
-            pn.widgets.Select.from_param(self.store.param.run_b, label="B", width=420),
-            export_button(self.store, "compare", lambda: {"runs": [self.store.run_a, self.store.run_b]}),
+            pn.widgets.Select.from_param(self.store.param.run_a, name="A", width=420),
+            pn.widgets.Select.from_param(self.store.param.run_b, name="B", width=420),
         )
-        return pn.Column(controls, self._info, self._plot, sizing_mode="stretch_width", name="Compare")
-
-
-class ResidencyPage(Page):
-    """Resident blocks per SM per kernel, the limiter, and the communication start delays."""
-
-
-    @param.depends("store.run_id", "shown")
-    def _plot(self):
-        if not self.shown:
-            return self.hidden()
-        try:
-            table = self.store.kernel_residency()
-        except Unavailable as exc:
-            return unavailable("Residency", exc)
-        if "run_id" in table:
-            table = table.loc[table["run_id"] == self.store.run_id]
-        if not len(table):
-            return notice(f"No kernel launch shapes with residency for {self.store.run_id}.", "info")
-        try:
-            delays = self.store.comm_start_delays()
-            delays = delays.loc[delays["run_id"] == self.store.run_id]
-            extra = None
-        except Unavailable as exc:
-            delays, extra = None, unavailable("Communication start delays", exc)
-        fig = pn.pane.HoloViews(figures.residency(table, delays), backend="bokeh")
-        cols = [c for c in ("name", "threads_per_block", "regs_per_thread", "shared_mem_bytes", "blocks_per_sm",
-                            "limiter", "occupancy", "comm_blocks_fit_per_sm") if c in table]  # fmt: skip
-        tab = pn.widgets.Tabulator(table[cols], pagination="local", page_size=15, disabled=True, show_index=False,
-                                   sizing_mode="stretch_width")
-        return pn.Column(*([extra] if extra is not None else []), fig, tab, sizing_mode="stretch_width")
-
-    def __panel__(self):
-        controls = pn.Row(
-            pn.widgets.Select.from_param(self.store.param.run_id, label="Configuration", width=420),
-            export_button(self.store, "residency", lambda: {"runs": [self.store.run_id]}),
-        )
-        return pn.Column(controls, self._plot, sizing_mode="stretch_width", name="Residency")
-
-
-class RanksPage(Page):
-    """Per-rank overlapped and exposed communication, to spot stragglers."""
-
-
-    @param.depends("store.run_id", "shown")
-    def _plot(self):
-        if not self.shown:
-            return self.hidden()
-        try:
-            metrics = self.store.metrics()
-        except Unavailable as exc:
-            return unavailable("Per-rank metrics", exc)
-        mine = metrics.loc[metrics["run_id"] == self.store.run_id]
-        if not len(mine):
-            return notice(f"No kernels, so no per-rank metrics, for {self.store.run_id}.", "info")
-        strag = ranks_analysis.straggler_ranks(mine)
-        table = mine.assign(straggler=strag.to_numpy()).round(3)
-        return pn.Column(
-            pn.pane.HoloViews(figures.ranks(mine), backend="bokeh"),
-            pn.widgets.Tabulator(table, disabled=True, pagination="local", page_size=16, show_index=False,
-                                 sizing_mode="stretch_width"),
-            sizing_mode="stretch_width",
-        )
-
-    def __panel__(self):
-        controls = pn.Row(pn.widgets.Select.from_param(self.store.param.run_id, label="Configuration", width=420))
-        return pn.Column(controls, self._plot, sizing_mode="stretch_width", name="Ranks")
+        if self.store.n_runs >= 2:
+            controls.append(export_button(self.store, "compare", lambda: {"runs": [self.store.run_a, self.store.run_b],
+                                                                          "window_ms": self.window()}, label="Export comparison"))  # fmt: skip
+        return pn.Column(controls, self._info, self._plot, self._table, sizing_mode="stretch_width", name="Compare")

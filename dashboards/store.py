@@ -1,21 +1,33 @@
-"""The DataStore: one object bound to one dataset, holding its tables, the analysis results and the filters."""
+"""The DataStore: one object bound to one dataset, holding its tables, the analysis results and the filters.
+
+Every table a page shows is computed once per dataset and server process (``memo``; the key
+holds the dataset's stamp, so a re-ingested dataset is computed anew) and shared by all
+sessions; the first DataStore of a dataset warms them in a background thread, so the first
+visit of a page finds them ready. The store computes nothing itself: it calls the analysis
+layer and keeps the results.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import pickle
+import stat
+import threading
+from collections import OrderedDict
 from pathlib import Path
 
 import pandas as pd
-import panel as pn
 import param
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from overlapviz import figures, schema
-from overlapviz.analysis import explain, metrics, residency, speedup
+from overlapviz.analysis import budget, explain, metrics, residency, speedup
+from overlapviz.figures_timeline import TIMELINE_COLUMNS, TimelineData
 
 
-class Unavailable(Exception):
+class Unavailable(ValueError):
     """An analysis cannot run on this dataset (it raised ValueError saying why); the page shows the reason."""
 
 
@@ -25,11 +37,128 @@ ANALYSES = {
     "config_table": speedup.config_table,
     "compare": speedup.compare,
     "kernel_residency": residency.kernel_residency,
-    "comm_start_delays": explain.comm_start_delays,
+    "explain": explain.explain,
 }
-
-
 _NULLABLE = {pa.int32(): pd.Int32Dtype(), pa.int64(): pd.Int64Dtype(), pa.bool_(): pd.BooleanDtype()}
+
+
+class _Memo:
+    """A bounded cache where each key is computed once, even when several threads (the warm-up and a
+    session) ask for it at the same time: the later ones wait for the first. Exceptions are kept too."""
+
+    def __init__(self, max_items: int):
+        self.max_items = max_items
+        self._values: OrderedDict = OrderedDict()
+        self._locks: dict = {}
+        self._lock = threading.Lock()
+
+    def get(self, key, compute):
+        with self._lock:
+            if key in self._values:
+                self._values.move_to_end(key)
+                return self._unwrap(self._values[key])
+            lock = self._locks.setdefault(key, threading.Lock())
+        with lock:
+            with self._lock:
+                if key in self._values:
+                    return self._unwrap(self._values[key])
+            try:
+                value = ("ok", compute())
+            except Unavailable as exc:
+                value = ("err", exc)
+            with self._lock:
+                self._values[key] = value
+                self._locks.pop(key, None)
+                while len(self._values) > self.max_items:
+                    self._values.popitem(last=False)
+        return self._unwrap(value)
+
+    @staticmethod
+    def _unwrap(value):
+        if value[0] == "err":
+            raise value[1]
+        return value[1]
+
+    def clear(self) -> None:
+        with self._lock:
+            self._values.clear()
+
+
+_TABLES = _Memo(256)  # small tables and analysis results, per (path, stamp, name, args)
+TABLE_CACHE_ENV = "OVERLAPVIZ_TABLE_CACHE"  # "0": keep the computed tables in memory only
+
+
+@__import__("functools").cache
+def _code_stamp() -> str:
+    """Sizes and times of the modules that compute the tables: a changed analysis means new tables on disk."""
+    import overlapviz
+
+    root = Path(overlapviz.__file__).parent
+    files = sorted([*root.glob("analysis/*.py"), root / "schema.py", root / "rules.py"])
+    return ";".join(f"{f.name}:{f.stat().st_size}:{f.stat().st_mtime_ns}" for f in files if f.exists())
+
+
+def _disk_dir(path: str, stamp: str) -> Path | None:
+    """Where a dataset's computed tables are kept between server processes: the overlapviz cache
+    (``$OVERLAPVIZ_CACHE_DIR``, else ``$XDG_CACHE_HOME/overlapviz``, else ``~/.cache/overlapviz``) under
+    ``tables/<hash of the dataset's path and stamp and of the analysis code>``; None when turned off."""
+    if os.environ.get(TABLE_CACHE_ENV, "1") == "0":
+        return None
+    from overlapviz import __version__, samples
+
+    key = hashlib.sha256(f"{path}\0{stamp}\0{__version__}\0{_code_stamp()}".encode()).hexdigest()[:24]
+    return samples.cache_dir() / "tables" / key
+
+
+def _private(p: Path) -> bool:
+    """Only this account can have written ``p`` (tables are pickles: never read one another account could plant)."""
+    try:
+        st = p.stat()
+    except OSError:
+        return False
+    return st.st_uid == os.getuid() and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+
+
+KEEP_DATASETS = 24  # the table cache keeps the tables of this many datasets (the most recently computed)
+
+
+def _prune(root: Path) -> None:
+    """Drop the oldest datasets' tables beyond ``KEEP_DATASETS`` (a new one is about to be written)."""
+    try:
+        dirs = sorted((d for d in root.iterdir() if d.is_dir() and _private(d)), key=lambda d: d.stat().st_mtime)
+    except OSError:
+        return
+    for d in dirs[: max(0, len(dirs) - KEEP_DATASETS + 1)]:
+        for f in d.iterdir():
+            f.unlink(missing_ok=True)
+        d.rmdir()
+
+
+def _on_disk(path: str, stamp: str, name: str, compute):
+    """``compute()`` once per dataset across server processes: read from the table cache, else computed and written."""
+    where = _disk_dir(path, stamp)
+    file = None if where is None else where / f"{hashlib.sha256(name.encode()).hexdigest()[:16]}.pickle"
+    if file is not None and file.exists() and _private(where) and _private(file):
+        try:
+            with open(file, "rb") as fh:
+                return pickle.load(fh)
+        except Exception:  # noqa: BLE001  (a damaged cache file is computed again)
+            pass
+    value = compute()
+    if file is not None:
+        try:
+            if not where.exists():
+                _prune(where.parent)
+            where.mkdir(mode=0o700, parents=True, exist_ok=True)
+            if _private(where):
+                tmp = file.with_suffix(f".{os.getpid()}.tmp")
+                with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as fh:
+                    pickle.dump(value, fh, protocol=pickle.HIGHEST_PROTOCOL)
+                os.replace(tmp, file)
+        except OSError:  # a read-only cache: the table stays in memory
+            pass
+    return value
+_TIMELINES = _Memo(6)  # TimelineData per (path, stamp, run, ranks): a 1M-kernel run is ~150 MB
 
 
 def _stamp(path: str) -> str:
@@ -38,44 +167,139 @@ def _stamp(path: str) -> str:
     return f"{meta.stat().st_mtime_ns}"
 
 
-# loaders: pn.cache memoizes per (path, stamp, ...) across sessions of one server process
-
-
-@pn.cache(max_items=4)
 def load_runs(path: str, stamp: str) -> pd.DataFrame:
-    return schema.read_frame(path, "runs")
+    return _TABLES.get((path, stamp, "runs"), lambda: schema.read_frame(path, "runs"))
 
 
-@pn.cache(max_items=4)
 def load_table(path: str, stamp: str, name: str) -> pd.DataFrame:
-    return schema.read_frame(path, name)
+    return _TABLES.get((path, stamp, "table", name), lambda: schema.read_frame(path, name))
 
 
-@pn.cache(max_items=6)
-def load_timeline(path: str, stamp: str, run_id: str, ranks: tuple[int, ...] | None) -> figures.TimelineData:
-    filt = pc.field("rank").isin(list(ranks)) if ranks else None
-    table = schema.read_kernels(path, columns=figures.TIMELINE_COLUMNS, run_ids=[run_id], filter=filt)
-    table = table.set_column(table.schema.get_field_index("name"), "name", table.column("name").dictionary_encode())
-    kernels = table.to_pandas(types_mapper=_NULLABLE.get)
-    residency = None
-    try:
-        residency = load_analysis(path, stamp, "kernel_residency")
-    except Unavailable:  # the hover's residency is optional: a timeline without it beats no timeline
-        pass
-    return figures.TimelineData(kernels, residency=residency)
-
-
-@pn.cache(max_items=16)
 def load_analysis(path: str, stamp: str, name: str, *args, **kwargs) -> pd.DataFrame:
-    """``ANALYSES[name](path, *args, **kwargs)``; Unavailable when it cannot run on this dataset.
+    """``ANALYSES[name](path, *args, **kwargs)``, once per dataset; Unavailable when it cannot run on it.
 
     Only ValueError (the analyses' "this dataset lacks what I need", with the reason) becomes
     Unavailable; any other exception is a bug and propagates to the server log and the page.
     """
-    try:
-        return ANALYSES[name](path, *args, **kwargs)
-    except ValueError as exc:
-        raise Unavailable(str(exc)) from None
+
+    key = (path, stamp, "analysis", name, args, tuple(sorted(kwargs.items())))
+
+    def compute():
+        try:
+            return ANALYSES[name](path, *args, **kwargs)
+        except ValueError as exc:
+            return Unavailable(str(exc))  # kept on disk too: the reason is the dataset's, not this process's
+
+    def value():
+        out = _on_disk(path, stamp, repr(key[2:]), compute) if ANALYSES[name].__module__.startswith("overlapviz.") else compute()
+        if isinstance(out, Unavailable):
+            raise out
+        return out
+
+    return _TABLES.get(key, value)
+
+
+def _derived(path: str, stamp: str, name: str):
+    """Tables derived from explain's records by the analysis layer, once per dataset."""
+
+    def compute():
+        explained = load_analysis(path, stamp, "explain")
+        if name == "summary":
+            return explain.summarize(explained)
+        if name == "blockers":
+            return budget.blocker_table(explained)
+        if name == "instances":
+            sizes = budget.message_bytes(explained, load_runs(path, stamp))
+            return budget.collective_table(explained, sizes)
+        if name == "cells":
+            return budget.instance_ranks(explained, _derived(path, stamp, "instances"))
+        if name == "delays":
+            return budget.start_delay_table(explained)
+        raise KeyError(name)
+
+    return _TABLES.get((path, stamp, "derived", name), lambda: _on_disk(path, stamp, f"derived:{name}", compute))
+
+
+def _read_kernels(path: str, run_id: str) -> pd.DataFrame:
+    cols = TIMELINE_COLUMNS + ["launch_ns"]
+    table = schema.read_kernels(path, columns=cols, run_ids=[run_id], dictionary=("run_id", "name", "kind"))
+    return table.to_pandas(types_mapper=_NULLABLE.get)
+
+
+def load_timeline(path: str, stamp: str, run_id: str, ranks: tuple[int, ...] | None) -> TimelineData:
+    """A run's TimelineData (kernels, residency and the why), read once; a rank selection is cut from the whole
+    run (same time origin, so times do not move when ranks are chosen)."""
+
+    def whole():
+        kernels = _read_kernels(path, run_id)
+        try:
+            res = load_analysis(path, stamp, "kernel_residency")
+        except Unavailable:  # the hover's residency is optional: a timeline without it beats no timeline
+            res = None
+        why = waits = None
+        try:
+            explained = load_analysis(path, stamp, "explain")
+            why = explained.loc[explained["run_id"] == run_id]
+            why = pd.concat([why, budget.blocker_positions(why, kernels)], axis=1)
+            waits = budget.wait_segments(why)
+        except Unavailable:
+            pass
+        return TimelineData(kernels, residency=res, why=why, waits=waits)
+
+    full = _TIMELINES.get((path, stamp, run_id, None), whole)
+    if not ranks:
+        return full
+
+    def subset():
+        keep = full.frame["rank"].isin(list(ranks)).to_numpy(bool)
+        why = None if full.why_source is None else full.why_source.loc[full.why_source["rank"].isin(list(ranks))]
+        waits = None if full.waits_source is None else full.waits_source.loc[full.waits_source["rank"].isin(list(ranks))]
+        return TimelineData(full.frame.loc[keep], residency=full.residency, why=why, waits=waits, origin_ns=full.origin_ns)
+
+    return _TIMELINES.get((path, stamp, run_id, tuple(ranks)), subset)
+
+
+_WARMED: set = set()
+_WARM_LOCK = threading.Lock()
+
+
+def warm(path: str, stamp: str, run_id: str | None) -> threading.Thread | None:
+    """Compute every table the pages show, and the first run's timeline, in a background thread (once per dataset)."""
+    with _WARM_LOCK:
+        if (path, stamp) in _WARMED:
+            return None
+        _WARMED.add((path, stamp))
+
+    def work():
+        try:  # the pages a user is looking at come first: this thread yields the CPU to the server's
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
+        except (AttributeError, OSError):
+            pass
+        runs = load_runs(path, stamp)
+        configured = "setup" in runs and runs["setup"].notna().any()
+        # what the first pages a user opens need, first: the grid (when there is one), the why, then the default run
+        steps = [
+            (lambda: load_analysis(path, stamp, "config_table")) if configured else None,
+            lambda: load_analysis(path, stamp, "explain"),
+            lambda: load_analysis(path, stamp, "kernel_residency"),
+            lambda: load_timeline(path, stamp, run_id, None) if run_id else None,
+            lambda: _derived(path, stamp, "summary"),
+            lambda: _derived(path, stamp, "blockers"),
+            lambda: _derived(path, stamp, "cells"),
+            lambda: load_analysis(path, stamp, "analyze", per="rank"),
+            None if configured else (lambda: load_analysis(path, stamp, "config_table")),
+        ]
+        for step in steps:
+            if step is None:
+                continue
+            try:
+                step()
+            except Exception:  # noqa: BLE001  (a page asking later reports it; the warm-up goes on with the next table)
+                continue
+
+    thread = threading.Thread(target=work, name="overlapviz-warm", daemon=True)
+    thread.start()
+    return thread
 
 
 def _true(value) -> bool:
@@ -89,14 +313,17 @@ class DataStore(param.Parameterized):
     ----------
     path
         The dataset directory.
+    warm_up
+        Start computing the pages' tables in the background (once per dataset and process).
     """
 
-    run_id = param.Selector(default=None, objects=[], doc="The configuration shown on Timeline, Ranks and Residency")
+    run_id = param.Selector(default=None, objects=[], doc="The configuration shown on Timeline, Why, Collectives and Residency")
     run_a = param.Selector(default=None, objects=[], doc="The first configuration on Compare")
     run_b = param.Selector(default=None, objects=[], doc="The second configuration on Compare")
     ranks = param.ListSelector(default=[], objects=[], doc="Ranks shown on the timeline (empty: all)")
+    focus = param.Dict(default=None, allow_None=True, doc="A kernel to show on the Timeline: run_id, rank, stream, start_ns")
 
-    def __init__(self, path: str | Path, **params):
+    def __init__(self, path: str | Path, *, warm_up: bool = True, **params):
         super().__init__(**params)
         self.path = str(Path(path).resolve())
         schema.read_metadata(self.path)  # ValueError naming the path when it is not a dataset
@@ -112,13 +339,19 @@ class DataStore(param.Parameterized):
             self.run_id = self.run_a = ok[0]
             self.run_b = ok[1] if len(ok) > 1 else ok[0]
         self._update_ranks()
+        if warm_up:
+            warm(self.path, self.stamp, self.run_id)
+
+    @property
+    def n_runs(self) -> int:
+        return len(self.runs)
 
     def run_labels(self) -> dict[str, str]:
         """Selector labels ``{label: run_id}``: the configuration in words, the stand-in marked."""
         out = {}
         for row in self.runs.itertuples(index=False):
             parts = [str(row.run_id)]
-            if pd.notna(row.setup):
+            if pd.notna(row.setup) and str(row.workload) not in str(row.run_id):
                 parts.append(f"{row.workload} · {row.setup}")
             if _true(row.stand_in):
                 parts.append("stand-in")
@@ -146,10 +379,10 @@ class DataStore(param.Parameterized):
     def any_stand_in(self) -> bool:
         return bool(self.runs["stand_in"].fillna(False).astype(bool).any())
 
-    def timeline(self, run_id: str | None = None, ranks=None) -> figures.TimelineData:
+    def timeline(self, run_id: str | None = None, ranks=None) -> TimelineData:
         run_id = self.run_id if run_id is None else run_id
         ranks = self.ranks if ranks is None else ranks
-        return load_timeline(self.path, self.stamp, run_id, tuple(sorted(ranks)) or None)
+        return load_timeline(self.path, self.stamp, run_id, tuple(sorted(int(r) for r in ranks)) or None)
 
     def steps(self, run_id: str | None = None) -> pd.DataFrame:
         steps = load_table(self.path, self.stamp, "steps")
@@ -173,8 +406,60 @@ class DataStore(param.Parameterized):
     def kernel_residency(self) -> pd.DataFrame:
         return load_analysis(self.path, self.stamp, "kernel_residency")
 
-    def comm_start_delays(self) -> pd.DataFrame:
-        return load_analysis(self.path, self.stamp, "comm_start_delays")
+    def explained(self, run_id: str | None = None) -> pd.DataFrame:
+        """explain's records (one per comm kernel) of the run (all runs when ``run_id`` is "*")."""
+        e = load_analysis(self.path, self.stamp, "explain")
+        run_id = self.run_id if run_id is None else run_id
+        return e if run_id == "*" else e.loc[e["run_id"] == run_id]
+
+    def _of_run(self, name: str, run_id: str | None) -> pd.DataFrame:
+        t = _derived(self.path, self.stamp, name)
+        return t.loc[t["run_id"] == (self.run_id if run_id is None else run_id)] if len(t) else t
+
+    def summary(self, run_id: str | None = None) -> pd.DataFrame:
+        """``explain.summarize`` rows of the run (per rank: time by cause, peer wait, top blockers)."""
+        return self._of_run("summary", run_id)
+
+    def blockers(self, run_id: str | None = None) -> pd.DataFrame:
+        return self._of_run("blockers", run_id)
+
+    def instances(self, run_id: str | None = None) -> pd.DataFrame:
+        return self._of_run("instances", run_id)
+
+    def instance_cells(self, run_id: str | None = None) -> pd.DataFrame:
+        return self._of_run("cells", run_id)
+
+    def start_delays(self, run_id: str | None = None) -> pd.DataFrame:
+        """``budget.start_delay_table`` rows of the run: the start delay under each name it is reported by."""
+        return self._of_run("delays", run_id)
+
+    def budget(self, record: dict, what_if: dict | None = None):
+        """``budget.kernel_budget`` of one explain record (the run's kernels from the timeline cache)."""
+        key = (self.path, self.stamp, "budget", record["run_id"], int(record["rank"]), int(record["start_ns"]), json.dumps(what_if, default=str))
+
+        def compute():
+            try:
+                return budget.kernel_budget(self.path, record, kernels=self._rank_kernels(record), what_if=what_if)
+            except ValueError as exc:
+                raise Unavailable(str(exc)) from None
+
+        return _TABLES.get(key, compute)
+
+    def what_if(self, record: dict) -> pd.DataFrame:
+        key = (self.path, self.stamp, "what_if", record["run_id"], int(record["rank"]), int(record["start_ns"]))
+        return _TABLES.get(key, lambda: budget.what_if_options(self.path, record, kernels=self._rank_kernels(record)))
+
+    def _rank_kernels(self, record: dict) -> pd.DataFrame | None:
+        """The record's rank's kernels around its ready time, from the cached timeline when it is loaded."""
+        try:
+            frame = self.timeline(record["run_id"], ranks=[]).frame
+        except Exception:  # noqa: BLE001  (fall back to reading the dataset)
+            return None
+        t = record.get("ready_ns")
+        t = int(record["start_ns"]) if t is None or pd.isna(t) else int(t)
+        k = frame.loc[(frame["rank"] == int(record["rank"]))]
+        return k.loc[((k["start_ns"] <= t) & (k["end_ns"] > t)) | (k["start_ns"] == int(record["start_ns"]))].astype(
+            {"name": str, "kind": str, "run_id": str})
 
     def configuration_text(self, run_id: str | None = None) -> str:
         """The run's configuration as one line of Markdown."""
@@ -183,10 +468,19 @@ class DataStore(param.Parameterized):
             return "no run selected"
         keys = ["workload", "setup", "compute_impl", "smem_pad_bytes", "comm_priority", "comm_priority_effective",
                 "collective", "message_bytes", "world_size", "n_ranks", "backend", "device_name"]  # fmt: skip
-        parts = [f"**{k}** {row[k]}" for k in keys if row.get(k) is not None]
-        text = " · ".join(parts) or f"imported from {json.loads(row.get('source_paths') or '[]')}"
+        parts = []
+        for k in keys:
+            v = row.get(k)
+            if v is None:
+                continue
+            v = figures.fmt_bytes(v) if k.endswith("_bytes") else v
+            parts.append(f"**{k.replace('_', ' ')}** {v}")
+        text = " · ".join(parts) or f"imported from {', '.join(json.loads(row.get('source_paths') or '[]'))}"
         if _true(row.get("stand_in")):
             text += f" · ⚠ **{figures.STAND_IN_NOTE}**"
         if row.get("status") == "failed":
             text += f" · ❌ run failed: {row.get('error')}"
         return text
+
+
+__all__ = ["ANALYSES", "DataStore", "Unavailable", "load_analysis", "load_timeline", "warm"]

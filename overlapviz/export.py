@@ -11,23 +11,26 @@ BokehJS inline, so the file opens with no network.
 
 from __future__ import annotations
 
+import atexit
 import os
 import re
 import shutil
+import threading
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Sequence
 
 import holoviews as hv
+import pandas as pd
 
-from overlapviz import figures, schema
-from overlapviz.analysis.explain import comm_start_delays
+from overlapviz import figures, figures_timeline, figures_why, schema
+from overlapviz.analysis import budget, explain
 from overlapviz.analysis.metrics import analyze
 from overlapviz.analysis.ranks import metric_deltas
 from overlapviz.analysis.residency import kernel_residency
 from overlapviz.analysis.speedup import compare as compare_runs, config_table
 
-FIGURES = ("timeline", "heatmap", "speedup", "compare", "residency", "ranks")
+FIGURES = ("timeline", "heatmap", "speedup", "compare", "residency", "ranks", "why", "budget", "collectives")
 FORMATS = ("png", "svg", "pdf", "html")
 CHROMIUM_CANDIDATES = ("/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome")
 CHROMEDRIVER_CANDIDATES = ("/usr/bin/chromedriver",)
@@ -82,6 +85,70 @@ def chromium(**kwargs) -> Iterator:
         driver.quit()
 
 
+@contextmanager
+def _offline_layout_html() -> Iterator:
+    """Bokeh's PNG/SVG export renders ``get_layout_html``'s page; with Panel imported (the dashboard) that page also
+    names Panel's extension scripts by relative path and Tabulator's stylesheet on its CDN. Strip them (everything
+    the figure needs is inline), so an export makes no request at all, as the HTML export does."""
+    import bokeh.io.export as bokeh_export
+
+    original = bokeh_export.get_layout_html
+
+    def offline(obj, **kwargs):
+        return _drop_external_scripts(original(obj, **kwargs))
+
+    with _EXPORT_LOCK:
+        bokeh_export.get_layout_html = offline
+        try:
+            yield
+        finally:
+            bokeh_export.get_layout_html = original
+
+
+_EXPORT_LOCK = threading.RLock()
+_SHARED: dict = {}
+_SHARED_LOCK = threading.Lock()
+
+
+@contextmanager
+def _shared_chromium() -> Iterator:
+    """The process's one headless chromium (started on first use, quit at exit), one export at a time."""
+    with _SHARED_LOCK:
+        driver = _SHARED.get("driver")
+        if driver is not None:
+            try:
+                driver.execute_script("return 1")
+            except Exception:  # noqa: BLE001  (a dead browser is replaced)
+                driver = None
+        if driver is None:
+            cm = chromium()
+            driver = cm.__enter__()
+            _SHARED.update(driver=driver, cm=cm)
+            atexit.register(_quit_shared)
+        yield driver
+
+
+def _quit_shared() -> None:
+    cm = _SHARED.pop("cm", None)
+    _SHARED.pop("driver", None)
+    if cm is not None:
+        try:
+            cm.__exit__(None, None, None)
+        except Exception:  # noqa: BLE001  (at exit: nothing left to report to)
+            pass
+
+
+def _legends_to_the_right(plot) -> None:
+    """Move a legend laid out above the plot to its right: BokehJS's SVG backend measures a legend above the
+    frame far too tall and pushes the frame out of the picture (Bokeh 3.9); at the right it lays out as on canvas."""
+    from bokeh.models import Legend
+
+    for legend in [r for r in plot.above if isinstance(r, Legend)]:
+        plot.above.remove(legend)
+        legend.orientation, legend.ncols = "vertical", 1
+        plot.add_layout(legend, "right")
+
+
 def _bokeh_model(obj, *, toolbar: bool):
     from bokeh.models import GridPlot, Plot
 
@@ -94,7 +161,7 @@ def _bokeh_model(obj, *, toolbar: bool):
     return model
 
 
-def export_figure(obj, out: str | os.PathLike, fmt: str | None = None, *, title: str = "overlapviz") -> Path:
+def export_figure(obj, out: str | os.PathLike, fmt: str | None = None, *, title: str = "overlapviz", reuse_browser: bool = False) -> Path:
     """Write a HoloViews figure to ``out`` as PNG, SVG, PDF or self-contained HTML.
 
     Parameters
@@ -104,6 +171,9 @@ def export_figure(obj, out: str | os.PathLike, fmt: str | None = None, *, title:
     out
         The output file; its suffix gives the format when ``fmt`` is None.
     fmt : {"png", "svg", "pdf", "html"}
+    reuse_browser
+        Keep one headless chromium for every export of this process (the dashboard's: saves its
+        start, about a second); otherwise each export starts and quits its own.
 
     Raises
     ------
@@ -129,12 +199,13 @@ def export_figure(obj, out: str | os.PathLike, fmt: str | None = None, *, title:
     model = _bokeh_model(obj, toolbar=False)
     for item in model.select({"type": Plot}):
         item.output_backend = "canvas"  # headless chromium has no GPU: WebGL would fall back to software
-    with chromium() as driver:
+    with (_shared_chromium() if reuse_browser else chromium()) as driver, _offline_layout_html():
         if fmt == "png":
             export_png(model, filename=str(out), webdriver=driver, timeout=30)
             return out
         for item in model.select({"type": Plot}):
             item.output_backend = "svg"
+            _legends_to_the_right(item)
         svgs = get_svgs(model, driver=driver, timeout=30)
     if not svgs:
         raise ValueError(f"{out}: the browser produced no SVG")
@@ -169,38 +240,105 @@ def _drop_external_scripts(html: str) -> str:
 # --- figures from a dataset --------------------------------------------------------------
 
 
-def _pick_runs(dataset: str, runs: Sequence[str] | None, n: int) -> list[str]:
-    table = schema.read_frame(dataset, "runs")
+class DatasetSource:
+    """The tables ``build_figure`` draws, read and computed straight from a dataset (the CLI's path).
+
+    The dashboard passes its ``DataStore`` instead, which offers the same methods from its
+    per-dataset cache, so an export from a page recomputes nothing. Every method raises
+    ValueError (naming what is missing) when it cannot answer.
+    """
+
+    def __init__(self, dataset: str):
+        self.path = str(dataset)
+        self._memo: dict = {}
+
+    def _once(self, key, compute):
+        if key not in self._memo:
+            self._memo[key] = compute()
+        return self._memo[key]
+
+    def runs(self):
+        return self._once("runs", lambda: schema.read_frame(self.path, "runs"))
+
+    def is_stand_in(self, run_id: str) -> bool:
+        r = self.runs()
+        return bool(r.loc[r["run_id"] == run_id, "stand_in"].fillna(False).astype(bool).any())
+
+    def steps(self, run_id: str):
+        s = self._once("steps", lambda: schema.read_frame(self.path, "steps"))
+        return s.loc[s["run_id"] == run_id]
+
+    def devices(self, run_id: str):
+        d = self._once("devices", lambda: schema.read_frame(self.path, "devices"))
+        return d.loc[d["run_id"] == run_id]
+
+    def config_table(self):
+        return self._once("config", lambda: config_table(self.path))
+
+    def compare(self, a: str, b: str):
+        return compare_runs(self.path, a, b)
+
+    def metrics(self, run_ids=None):
+        return analyze(self.path, run_ids=run_ids)
+
+    def kernel_residency(self):
+        return self._once("residency", lambda: kernel_residency(self.path))
+
+    def explained(self, run_id: str):
+        return self._once(("explain", run_id), lambda: explain.explain(self.path, run_ids=[run_id]))
+
+    def summary(self, run_id: str):
+        return explain.summarize(self.explained(run_id))
+
+    def blockers(self, run_id: str):
+        return budget.blocker_table(self.explained(run_id))
+
+    def instances(self, run_id: str):
+        e = self.explained(run_id)
+        return self._once(("instances", run_id), lambda: budget.collective_table(e, budget.message_bytes(e, self.runs())))
+
+    def instance_cells(self, run_id: str):
+        return budget.instance_ranks(self.explained(run_id), self.instances(run_id))
+
+    def budget(self, record: dict, what_if: dict | None = None):
+        return budget.kernel_budget(self.path, record, what_if=what_if)
+
+    def timeline(self, run_id: str, ranks=None) -> figures_timeline.TimelineData:
+        import pyarrow.compute as pc
+
+        filt = pc.field("rank").isin([int(r) for r in ranks]) if ranks else None
+        kernels = schema.read_kernels(self.path, columns=figures_timeline.TIMELINE_COLUMNS + ["launch_ns"], run_ids=[run_id],
+                                      filter=filt).to_pandas()  # fmt: skip
+        if not len(kernels):
+            raise ValueError(f"{self.path}: run {run_id!r} has no kernels" + (f" on ranks {list(ranks)}" if ranks else ""))
+        try:
+            residency = self.kernel_residency()
+        except ValueError:  # the hover's residency is optional: a timeline without it beats no timeline
+            residency = None
+        try:
+            why = self.explained(run_id)
+            if ranks:
+                why = why.loc[why["rank"].isin([int(r) for r in ranks])]
+            why = pd.concat([why, budget.blocker_positions(why, kernels)], axis=1)
+            waits = budget.wait_segments(why)
+        except ValueError:
+            why = waits = None
+        return figures_timeline.TimelineData(kernels, residency=residency, why=why, waits=waits)
+
+
+def _pick_runs(source, dataset: str, runs: Sequence[str] | None, n: int) -> list[str]:
+    table = source.runs() if hasattr(source, "runs") and callable(source.runs) else schema.read_frame(dataset, "runs")
     known = table["run_id"].tolist()
     if runs:
         missing = [r for r in runs if r not in known]
         if missing:
             raise ValueError(f"{dataset}: no run {missing[0]!r} (runs: {', '.join(known) or 'none'})")
-        picked = list(runs)
+        picked = list(dict.fromkeys(runs))
     else:
         picked = table.loc[table["status"].fillna("ok") != "failed", "run_id"].tolist()[:n]
     if len(picked) < n:
-        raise ValueError(f"{dataset}: this figure needs {n} run(s) (--run), the dataset offers {len(picked)}")
+        raise ValueError(f"{dataset}: this figure needs {n} run(s) (--run; different ones), the dataset offers {len(picked)}")
     return picked[:n]
-
-
-def _stand_in(dataset: str, run_ids: Sequence[str]) -> bool:
-    table = schema.read_frame(dataset, "runs")
-    return bool(table.loc[table["run_id"].isin(list(run_ids)), "stand_in"].fillna(False).astype(bool).any())
-
-
-def _timeline_data(dataset: str, run_id: str, ranks: Sequence[int] | None) -> figures.TimelineData:
-    import pyarrow.compute as pc
-
-    filt = pc.field("rank").isin([int(r) for r in ranks]) if ranks else None
-    kernels = schema.read_kernels(dataset, columns=figures.TIMELINE_COLUMNS, run_ids=[run_id], filter=filt).to_pandas()
-    if not len(kernels):
-        raise ValueError(f"{dataset}: run {run_id!r} has no kernels" + (f" on ranks {list(ranks)}" if ranks else ""))
-    try:
-        residency = kernel_residency(dataset)
-    except ValueError:  # the hover's residency is optional: a timeline without it beats no timeline
-        residency = None
-    return figures.TimelineData(kernels, residency=residency)
 
 
 def build_figure(
@@ -212,21 +350,32 @@ def build_figure(
     window_ms: tuple[float, float] | None = None,
     value: str = "time_ratio",
     width: int = 1100,
+    record: dict | None = None,
+    what_if: dict | None = None,
+    source=None,
 ):
     """The static HoloViews figure ``figure`` of a dataset (what ``overlapviz export`` writes).
 
     Parameters
     ----------
-    figure : {"timeline", "heatmap", "speedup", "compare", "residency", "ranks"}
+    figure : {"timeline", "heatmap", "speedup", "compare", "residency", "ranks", "why", "budget", "collectives"}
+        ``why``: late-start time by cause per rank and the top blockers; ``budget``: one SM's
+        budget for one collective; ``collectives``: instances across ranks.
     runs
-        Run ids: the timeline/residency/ranks run (first), the compare pair (two); the first
-        runs of the dataset when None.
+        Run ids: the run of timeline/residency/ranks/why/budget/collectives (first), the compare pair
+        (two); the first runs of the dataset when None.
     ranks
         Timeline ranks (all when None).
     window_ms
         Timeline/compare time window, ms since the first kernel.
     value
-        Heatmap metric: ``time_ratio``, ``speedup`` or ``overlap_fraction``.
+        Heatmap metric (``time_ratio``, ``speedup``, ``overlap_fraction``); collectives cells
+        (``arrival_us``, ``peer_wait_us``; arrival otherwise).
+    record, what_if
+        Budget: the explain record of the collective (default: the run's longest wait for SM
+        resources, else its latest start after launch) and an advisor option to apply.
+    source
+        Where the tables come from: a ``DatasetSource`` (default) or the dashboard's DataStore.
 
     Raises
     ------
@@ -237,52 +386,69 @@ def build_figure(
     schema.read_metadata(dataset)
     if figure not in FIGURES:
         raise ValueError(f"figure {figure!r} is not one of {', '.join(FIGURES)}")
-    if figure == "timeline":
-        (run_id,) = _pick_runs(dataset, runs, 1)
-        data = _timeline_data(dataset, run_id, ranks)
-        steps = schema.read_frame(dataset, "steps")
-        title = figures._title(f"Timeline of {run_id}", _stand_in(dataset, [run_id]))
-        return figures.timeline(data, x_range=window_ms, steps=steps.loc[steps["run_id"] == run_id], width=width, title=title)
+    src = DatasetSource(dataset) if source is None else source
     if figure in ("heatmap", "speedup"):
-        table = config_table(dataset)
+        table = src.config_table()
         if runs:
             table = table.loc[table["run_id"].isin(list(runs))]
         table = table.loc[table["setup"].notna()] if "setup" in table else table.iloc[:0]
         if not len(table):
-            raise ValueError(f"{dataset}: no configured runs (workload/setup) to draw a {figure}")
+            raise ValueError(f"{dataset}: no configured runs (workload, setup) to draw a {figure}: its runs are imported traces")
         return figures.heatmap(table, value=value) if figure == "heatmap" else figures.speedup_bars(table)
     if figure == "compare":
-        a, b = _pick_runs(dataset, runs, 2)
+        a, b = _pick_runs(src, dataset, runs, 2)
         try:
-            deltas = compare_runs(dataset, a, b)
+            deltas = src.compare(a, b)
         except ValueError:
-            deltas = metric_deltas(analyze(dataset, run_ids=[a, b]), a, b)
-        labels = (figures._title(f"A: {a}", _stand_in(dataset, [a])), figures._title(f"B: {b}", _stand_in(dataset, [b])))
-        return figures.compare(_timeline_data(dataset, a, ranks), _timeline_data(dataset, b, ranks), deltas,
-                               labels=labels, x_range=window_ms, width=width)  # fmt: skip
-    (run_id,) = _pick_runs(dataset, runs, 1)
+            m = src.metrics()
+            deltas = metric_deltas(m.loc[m["run_id"].isin([a, b])], a, b)
+        labels = (figures._title(f"A: {a}", src.is_stand_in(a)), figures._title(f"B: {b}", src.is_stand_in(b)))
+        return figures_timeline.compare(src.timeline(a, list(ranks or [])), src.timeline(b, list(ranks or [])), deltas, labels=labels, x_range=window_ms,
+                                        width=width)  # fmt: skip
+    (run_id,) = _pick_runs(src, dataset, runs, 1)
+    if figure == "timeline":
+        title = figures._title(f"Timeline of {run_id}", src.is_stand_in(run_id))
+        return figures_timeline.timeline(src.timeline(run_id, list(ranks or [])), x_range=window_ms, steps=src.steps(run_id), width=width,
+                                         title=title)  # fmt: skip
     if figure == "residency":
-        table = kernel_residency(dataset)
+        table = src.kernel_residency()
         table = table.loc[table["run_id"] == run_id] if "run_id" in table else table
-        try:
-            delays = comm_start_delays(dataset)
-            delays = delays.loc[delays["run_id"] == run_id]
-        except ValueError:
-            delays = None
-        if not len(table):
-            raise ValueError(f"{dataset}: run {run_id!r} has no kernel launch shapes for a residency figure")
-        return figures.residency(table, delays)
-    metrics = analyze(dataset, run_ids=[run_id])
-    if not len(metrics):
-        raise ValueError(f"{dataset}: run {run_id!r} has no kernels for a ranks figure")
-    return figures.ranks(metrics)
+        if not len(table) or not pd.to_numeric(table["blocks_per_sm"], errors="coerce").notna().any():
+            why = "; ".join(map(str, table["residency_note"].dropna().unique()[:2])) if len(table) else "no launch shapes"
+            raise ValueError(f"{dataset}: run {run_id!r} has no kernel residency ({why or 'device limits unknown'})")
+        return figures.residency(table, width=width)
+    if figure == "ranks":
+        m = src.metrics()
+        m = m.loc[m["run_id"] == run_id]
+        if not len(m):
+            raise ValueError(f"{dataset}: run {run_id!r} has no kernels for a ranks figure")
+        return figures.ranks(m)
+    if figure == "why":
+        summary = src.summary(run_id)
+        if not len(summary):
+            raise ValueError(f"{dataset}: run {run_id!r} has no communication kernels")
+        return figures_why.why(summary, src.blockers(run_id), width=width)
+    if figure == "collectives":
+        inst = src.instances(run_id)
+        if not len(inst) or int(inst["n_ranks"].max()) < 2:
+            raise ValueError(f"{dataset}: run {run_id!r} has no collective seen on two or more ranks")
+        cells_value = value if value in ("arrival_us", "peer_wait_us") else "arrival_us"
+        return figures_why.collectives(src.instance_cells(run_id), inst, width=width, value=cells_value)
+    # budget
+    if record is None:
+        record = budget.worst_record(src.explained(run_id))
+        if record is None:
+            raise ValueError(f"{dataset}: run {run_id!r} has no communication kernels")
+    table, facts = src.budget(record, what_if)
+    return figures_why.sm_budget(table, facts, width=width - 100)
 
 
-def export_dataset_figure(dataset: str | os.PathLike, figure: str, out: str | os.PathLike, fmt: str | None = None,
-                          **selection) -> Path:  # fmt: skip
+def export_dataset_figure(dataset: str | os.PathLike, figure: str, out: str | os.PathLike, fmt: str | None = None, *,
+                          reuse_browser: bool = False, **selection) -> Path:  # fmt: skip
     """``build_figure(dataset, figure, **selection)`` written by ``export_figure`` (the CLI's and the dashboard's export)."""
     obj = build_figure(dataset, figure, **selection)
-    return export_figure(obj, out, fmt, title=f"overlapviz {figure} · {Path(dataset).name}")
+    return export_figure(obj, out, fmt, title=f"overlapviz {figure} · {Path(dataset).name}", reuse_browser=reuse_browser)
 
 
-__all__ = ["FIGURES", "FORMATS", "build_figure", "chromium", "export_dataset_figure", "export_figure", "find_chromium"]
+__all__ = ["DatasetSource", "FIGURES", "FORMATS", "build_figure", "chromium", "export_dataset_figure", "export_figure",
+           "find_chromium"]  # fmt: skip

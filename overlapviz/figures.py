@@ -1,11 +1,13 @@
-"""Figure builders: ``(table, *, keyword options) -> HoloViews object``, never shown; dashboards and export compose them. They draw analysis results and compute no metric."""
+"""Figure builders: ``(table, *, keyword options) -> HoloViews object``, never shown; dashboards and export compose them. They draw analysis results and compute no metric.
+
+This module holds the shared style (colours, labels, number formats) and the configuration
+grid (heatmap, speedup forest plot), per-rank communication, residency and the compare
+deltas; ``overlapviz.figures_timeline`` draws timelines and ``overlapviz.figures_why`` the
+why-views (late starts by cause, one SM's budget, collectives across ranks).
+"""
 
 from __future__ import annotations
 
-import functools
-
-import datashader as ds
-import datashader.transfer_functions as tf
 import holoviews as hv
 import holoviews.plotting.bokeh  # noqa: F401  (registers the bokeh backend's options without notebook output)
 import numpy as np
@@ -18,13 +20,17 @@ hv.Store.set_current_backend("bokeh")
 
 # Okabe-Ito colours: distinguishable with the common colour-vision deficiencies and in greyscale print
 KIND_COLORS = {"compute": "#0072B2", "comm": "#D55E00", "memory": "#009E73", "other": "#999999"}
+# why a collective waited (overlapviz.analysis.explain's causes): the rest of the Okabe-Ito set, then greys
+CAUSE_COLORS = {
+    "stream_order": "#56B4E9", "dependency": "#CC79A7", "sm_resources": "#E69F00", "launch_latency": "#C9C9C9",
+    "unknown": "#4D4D4D", "none": "#FFFFFF",
+}  # fmt: skip
+CAUSE_LABELS = {
+    "stream_order": "stream order", "dependency": "event dependency", "sm_resources": "SM resources",
+    "launch_latency": "launch latency", "unknown": "unknown", "none": "no delay",
+}  # fmt: skip
 STAND_IN_NOTE = "single-GPU stand-in collective, not real NCCL/RCCL"
-MAX_GLYPHS = 20_000  # above this many kernels in view the timeline is rasterized (datashader)
-ROWS_PER_LANE = 5  # raster rows per rank x stream lane; the outer two are left blank as a gap
-TIMELINE_COLUMNS = [
-    "run_id", "rank", "stream", "name", "kind", "start_ns", "end_ns", "grid_x", "grid_y", "grid_z",
-    "block_x", "block_y", "block_z", "regs_per_thread", "shared_mem_bytes", "step",
-]  # fmt: skip
+TITLE_FONT = "11pt"
 
 
 def _plain(frame: pd.DataFrame) -> pd.DataFrame:
@@ -53,266 +59,91 @@ def _plain(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def _title(base: str, stand_in: bool) -> str:
-    return f"{base} ({STAND_IN_NOTE})" if stand_in else base
+    """A plot title, the stand-in marked on a second line (one line would be clipped)."""
+    return f"{base}\n({STAND_IN_NOTE})" if stand_in else base
 
 
-# --- timeline ---------------------------------------------------------------------
+# --- number formats (the CLI's: µs to 3 decimals under 10 and 1 above, ratios to 3, fractions in %) ---
 
 
-class TimelineData:
-    """Kernels of one run prepared once for repeated drawing: lanes, ms offsets, sorted by start.
-
-    Parameters
-    ----------
-    kernels
-        Rows of the ``kernels`` table (at least ``rank, stream, kind, start_ns, end_ns``; the
-        hover columns of ``TIMELINE_COLUMNS`` where present). Not modified.
-    residency
-        Optional ``overlapviz.analysis.residency.kernel_residency`` frame; its ``blocks_per_sm`` and
-        ``limiter`` are shown in the hover, joined on the launch shape.
-    origin_ns
-        Time shown as 0 ms; the first kernel start by default.
-    """
-
-    def __init__(self, kernels: pd.DataFrame, *, residency: pd.DataFrame | None = None, origin_ns: int | None = None):
-        frame = kernels.sort_values("start_ns", kind="stable").reset_index(drop=True)
-        lanes = frame[["rank", "stream"]].drop_duplicates().sort_values(["rank", "stream"]).reset_index(drop=True)
-        lanes = lanes.assign(lane=np.arange(len(lanes)))
-        self.lane_labels = [f"rank {r} · stream {s}" for r, s in zip(lanes["rank"], lanes["stream"])]
-        frame = frame.merge(lanes, on=["rank", "stream"], how="left", sort=False)
-        if origin_ns is None:
-            origin_ns = int(frame["start_ns"].min()) if len(frame) else 0
-        self.origin_ns = origin_ns
-        self.frame = frame
-        self.lane = frame["lane"].to_numpy(np.int64)
-        self.start_ms = (frame["start_ns"].to_numpy(np.int64) - origin_ns) / 1e6
-        self.end_ms = (frame["end_ns"].to_numpy(np.int64) - origin_ns) / 1e6
-        self.kind = pd.Categorical(frame["kind"].astype(str), categories=list(KIND_COLORS))
-        self.residency = residency
-        self.n_lanes = len(lanes)
-        self.lanes = lanes
-
-    @property
-    def x_extent(self) -> tuple[float, float]:
-        if not len(self.start_ms):
-            return (0.0, 1.0)
-        return (float(self.start_ms.min()), float(self.end_ms.max()))
-
-    def visible(self, x_range: tuple[float, float] | None) -> np.ndarray:
-        """Boolean mask of kernels intersecting ``x_range`` (ms); all when None."""
-        if x_range is None:
-            return np.ones(len(self.start_ms), bool)
-        return (self.end_ms >= x_range[0]) & (self.start_ms <= x_range[1])
-
-    def hover_frame(self, mask: np.ndarray) -> pd.DataFrame:
-        """Rectangles' columns for the selected kernels, with readable hover fields."""
-        sub = self.frame.loc[mask]
-        out = pd.DataFrame(
-            {
-                "start_ms": self.start_ms[mask],
-                "lane_lo": self.lane[mask] - 0.38,
-                "end_ms": np.maximum(self.end_ms[mask], self.start_ms[mask] + 1e-9),
-                "lane_hi": self.lane[mask] + 0.38,
-                "kind": np.asarray(self.kind)[mask],
-                "name": sub["name"].astype(str).to_numpy() if "name" in sub else "",
-                "duration_us": (sub["end_ns"].to_numpy(np.int64) - sub["start_ns"].to_numpy(np.int64)) / 1e3,
-            }
-        )
-        for col in ("rank", "stream", "step", "regs_per_thread", "shared_mem_bytes"):
-            out[col] = sub[col].to_numpy() if col in sub else pd.NA
-        out["grid"] = _dims3(sub, "grid")
-        out["block"] = _dims3(sub, "block")
-        out["blocks_per_sm"] = pd.NA
-        out["limiter"] = pd.NA
-        if self.residency is not None and len(sub) and len(self.residency):
-            out = _join_residency(out, sub, self.residency)
-        return _plain(out)
-
-    def raster(self, x_range: tuple[float, float], width: int) -> hv.RGB:
-        """Kernels of every lane aggregated per pixel column by datashader, coloured by kind."""
-        x0, x1 = x_range
-        if not x1 > x0:
-            x1 = x0 + 1e-6
-        height = max(self.n_lanes, 1)
-        mask = self.visible(x_range)
-        df = pd.DataFrame(
-            {"x0": self.start_ms[mask], "x1": self.end_ms[mask], "y": self.lane[mask].astype(float), "kind": self.kind[mask]}
-        )
-        canvas = ds.Canvas(plot_width=int(width), plot_height=height, x_range=(x0, x1), y_range=(-0.5, height - 0.5))
-        agg = canvas.line(df, x=["x0", "x1"], y=["y", "y"], axis=1, agg=ds.count_cat("kind"))
-        img = tf.shade(agg, color_key=KIND_COLORS, how="log", min_alpha=160).data  # uint32 RGBA, row 0 = lowest y
-        rows = np.repeat(img, ROWS_PER_LANE, axis=0)
-        gap = np.zeros(len(rows), bool)
-        gap[0::ROWS_PER_LANE] = True
-        gap[ROWS_PER_LANE - 1 :: ROWS_PER_LANE] = True
-        rows[gap] = 0
-        rgba = rows.view(np.uint8).reshape(rows.shape + (4,))[::-1]  # hv.RGB wants the top row first
-        bounds = (x0, -0.5, x1, height - 0.5)
-        return hv.RGB(rgba, bounds=bounds, kdims=["time_ms", "lane"], vdims=list("RGBA"))
+def _null(v) -> bool:
+    return v is None or (not isinstance(v, str) and pd.isna(v))
 
 
-def _dims3(frame: pd.DataFrame, prefix: str) -> np.ndarray:
-    cols = [f"{prefix}_{a}" for a in "xyz"]
-    if not all(c in frame for c in cols) or not len(frame):
-        return np.full(len(frame), "", dtype=object)
-    parts = [frame[c].astype("Int64").astype(str).replace("<NA>", "?") for c in cols]
-    return (parts[0] + "×" + parts[1] + "×" + parts[2]).where(frame[cols[0]].notna(), "").to_numpy(dtype=object)
+def fmt_us(v) -> str:
+    """µs as the CLI prints them: ``5,841.9``, ``0.930``; ``—`` for null."""
+    if _null(v):
+        return "—"
+    return f"{v:,.3f}" if abs(v) < 10 else f"{v:,.1f}"
 
 
-def _join_residency(out: pd.DataFrame, sub: pd.DataFrame, residency: pd.DataFrame) -> pd.DataFrame:
-    """Residency per launch shape (name, threads per block, registers, shared memory), joined for the hover."""
-    threads = sub[["block_x", "block_y", "block_z"]].astype("Int64").prod(axis=1, min_count=3)
-    key = pd.DataFrame(
-        {
-            "run_id": sub["run_id"].to_numpy() if "run_id" in sub else pd.NA,
-            "name": out["name"].to_numpy(),
-            "threads_per_block": threads.to_numpy(),
-            "regs_per_thread": sub["regs_per_thread"].astype("Int64").to_numpy(),
-            "shared_mem_bytes": sub["shared_mem_bytes"].astype("Int64").to_numpy(),
-        }
-    )
-    on = [c for c in key.columns if c in residency.columns and not (c == "run_id" and key[c].isna().all())]
-    right = residency[on + ["blocks_per_sm", "limiter"]].drop_duplicates(on)
-    for c in on:
-        if c != "name" and c != "run_id":
-            key[c] = key[c].astype("Int64")
-            right = right.assign(**{c: right[c].astype("Int64")})
-        else:
-            key[c] = key[c].astype(str)
-            right = right.assign(**{c: right[c].astype(str)})
-    joined = key.merge(right, on=on, how="left", sort=False)
-    return out.assign(blocks_per_sm=joined["blocks_per_sm"].to_numpy(), limiter=joined["limiter"].to_numpy())
+def fmt_ratio(v) -> str:
+    return "—" if _null(v) else f"{v:,.3f}"
 
 
-_HOVER = [
-    ("kernel", "@name"), ("kind", "@kind"), ("duration", "@duration_us{0,0.000} µs"), ("rank", "@rank"),
-    ("stream", "@stream"), ("step", "@step"), ("grid", "@grid"), ("block", "@block"),
-    ("registers/thread", "@regs_per_thread"), ("shared mem", "@shared_mem_bytes{0,0} B"),
-    ("resident blocks/SM", "@blocks_per_sm"), ("limiter", "@limiter"),
-]  # fmt: skip
+def fmt_pct(v) -> str:
+    return "—" if _null(v) else f"{100 * v:.1f} %"
 
 
-def timeline_view(
-    data: TimelineData,
-    x_range: tuple[float, float] | None = None,
-    *,
-    max_glyphs: int = MAX_GLYPHS,
-    width: int = 1100,
-    steps: pd.DataFrame | None = None,
-    title: str = "Timeline",
-) -> hv.Overlay:
-    """One frame of the timeline: step bands, then a datashader raster or hover-able rectangles.
-
-    When more than ``max_glyphs`` kernels intersect ``x_range`` (ms; the whole run when None)
-    the kernels are rasterized and the rectangles layer is empty, and the other way round, so
-    the overlay has the same layers in both modes (as a DynamicMap requires).
-    """
-    extent = data.x_extent if x_range is None else x_range
-    mask = data.visible(x_range)
-    n = int(mask.sum())
-    empty_rgb = hv.RGB(np.zeros((1, 1, 4), np.uint8), bounds=(extent[0], -0.5, extent[1], max(data.n_lanes, 1) - 0.5),
-                       kdims=["time_ms", "lane"], vdims=list("RGBA"))  # fmt: skip
-    if n > max_glyphs:
-        raster = data.raster(extent, width)
-        rects = hv.Rectangles(data.hover_frame(np.zeros(len(mask), bool)), kdims=_RECT_KDIMS, vdims=_RECT_VDIMS)
-        mode = f"{n:,} kernels in view, rasterized; zoom in for individual kernels"
-    else:
-        raster = empty_rgb
-        rects = hv.Rectangles(data.hover_frame(mask), kdims=_RECT_KDIMS, vdims=_RECT_VDIMS)
-        mode = f"{n:,} kernels in view"
-    bands = step_bands(data, steps)
-    rects = rects.opts(
-        color=hv.dim("kind").categorize(KIND_COLORS, default="#999999"), line_alpha=0, tools=["hover"],
-        hover_tooltips=_HOVER,
-    )  # fmt: skip
-    legend = _kind_legend()
-    xlim = {} if x_range is None else {"xlim": tuple(x_range)}
-    overlay = (bands * raster * rects * legend).opts(
-        hv.opts.Overlay(
-            title=f"{title} — {mode}", width=width, height=max(240, 34 * data.n_lanes + 120),
-            yticks=list(enumerate(data.lane_labels)), ylim=(-1.5, max(data.n_lanes, 1) - 0.4), legend_cols=4,
-            legend_opts={"background_fill_alpha": 0.85, "padding": 3, "margin": 4, "label_height": 14, "glyph_height": 14},
-            xlabel="Time since first kernel (ms)", ylabel="", show_grid=False, legend_position="top_left", invert_yaxis=True,
-            active_tools=["xwheel_zoom", "xpan"], tools=["xwheel_zoom", "xpan", "box_zoom", "reset"], **xlim,
-        )
-    )  # fmt: skip
-    return overlay
+def fmt_bytes(v) -> str:
+    """Bytes as ``48 KiB``, ``1.5 MiB``, ``512 B``; ``—`` for null."""
+    if _null(v):
+        return "—"
+    v = float(v)
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if abs(v) >= size:
+            return f"{v / size:,.1f} {unit}".replace(".0 ", " ")
+    return f"{int(v)} B"
 
 
-_RECT_KDIMS = [hv.Dimension("start_ms", label="Time since first kernel", unit="ms"), "lane_lo", "end_ms", "lane_hi"]
-_RECT_VDIMS = ["kind", "name", "duration_us", "rank", "stream", "step", "regs_per_thread", "shared_mem_bytes",
-               "grid", "block", "blocks_per_sm", "limiter"]  # fmt: skip
+def fmt_num(v) -> str:
+    """Any number for a table cell: integers with separators, others to 4 significant digits, never in e-notation."""
+    if _null(v):
+        return "—"
+    if isinstance(v, (bool, np.bool_)):
+        return "yes" if v else "no"
+    if isinstance(v, (int, np.integer)) or (isinstance(v, (float, np.floating)) and float(v).is_integer() and abs(v) >= 1):
+        return f"{int(v):,}"
+    if isinstance(v, (float, np.floating)):
+        a = abs(v)
+        if a >= 1000:
+            return f"{v:,.1f}"
+        if a >= 1:
+            return f"{v:,.4g}"
+        return f"{v:.4f}".rstrip("0").rstrip(".") if a >= 1e-4 else f"{v:.2g}"
+    return str(v)
 
 
-@functools.cache
-def _kind_legend() -> hv.Overlay:
-    """Zero-size points that carry the kind legend in both raster and glyph modes.
-
-    Built once: the same legend joins every frame (40 ms a frame saved on a timeline redraw).
-    """
-    return hv.Overlay(
-        [hv.Points(([np.nan], [np.nan]), label=kind).opts(color=color, size=11, marker="square", show_legend=True) for kind, color in KIND_COLORS.items()]
-    )
+def time_unit(max_us: float) -> tuple[str, float]:
+    """A readable unit for µs values up to ``max_us``: (name, divisor)."""
+    if max_us >= 1e6:
+        return "s", 1e6
+    if max_us >= 1e4:
+        return "ms", 1e3
+    return "µs", 1.0
 
 
-def step_bands(data: TimelineData, steps: pd.DataFrame | None = None) -> hv.Rectangles:
-    """Alternating bands behind each rank's lanes, one per step, from the GPU extent of the step's kernels.
-
-    The GPU extent (first start to last end of the kernels launched in the step) is drawn rather
-    than the host range, because launches run ahead of the GPU; ``steps`` (the ``steps`` table)
-    only supplies the step names.
-    """
-    frame = data.frame
-    cols = ["x0", "y0", "x1", "y1", "step_name", "shade"]
-    if "step" not in frame or not frame["step"].notna().any():
-        return hv.Rectangles(pd.DataFrame(columns=cols), vdims=cols[4:]).opts(alpha=0)
-    sub = pd.DataFrame(
-        {"rank": frame["rank"].to_numpy(), "step": frame["step"], "s": data.start_ms, "e": data.end_ms, "lane": data.lane}
-    ).dropna(subset=["step"])
-    ext = sub.groupby(["rank", "step"], sort=True).agg(x0=("s", "min"), x1=("e", "max")).reset_index()
-    lanes = sub.groupby("rank").agg(y0=("lane", "min"), y1=("lane", "max")).reset_index()
-    ext = ext.merge(lanes, on="rank")
-    names = {}
-    if steps is not None and len(steps):
-        names = dict(zip(steps["step"].astype("Int64"), steps["name"].astype(str)))
-    ext = ext.assign(
-        y0=ext["y0"] - 0.48, y1=ext["y1"] + 0.48,
-        step_name=[names.get(int(s), f"step {int(s)}") for s in ext["step"]],
-        shade=(ext["step"].astype("int64") % 2).astype(str),
-    )  # fmt: skip
-    return hv.Rectangles(_plain(ext[cols]), vdims=cols[4:]).opts(
-        color=hv.dim("shade").categorize({"0": "#E8E8E8", "1": "#F6F6F6"}), line_alpha=0, alpha=1.0
-    )
+def short_name(name) -> str:
+    """A kernel name without its return type and arguments, at most 60 characters."""
+    if _null(name):
+        return "—"
+    s = str(name)
+    s = s[5:] if s.startswith("void ") else s
+    cut = s.find("(")
+    s = s[:cut] if cut > 0 else s
+    return s if len(s) <= 60 else s[:59] + "…"
 
 
-def timeline(kernels: pd.DataFrame, *, x_range=None, residency=None, steps=None, dynamic=False, max_glyphs: int = MAX_GLYPHS,
-             width: int = 1100, title: str = "Timeline"):
-    """Kernels per rank and stream, coloured by kind, with step bands.
+def short_names(names, n: int = 60) -> np.ndarray:
+    """``short_name`` of each name, computed once per distinct name."""
+    codes, uniq = pd.factorize(pd.Series(names, dtype=object), use_na_sentinel=True)
+    table = np.array([short_name(u)[:n] for u in uniq] + ["—"], dtype=object)
+    return table[np.where(codes < 0, len(uniq), codes)]
 
-    Parameters
-    ----------
-    kernels
-        ``kernels`` rows of one run (see ``TimelineData``).
-    x_range
-        (start, end) in ms since the first kernel; the whole run when None.
-    residency, steps
-        Optional ``kernel_residency`` and ``steps`` frames for the hover and the band names.
-    dynamic
-        When True return a ``hv.DynamicMap`` that re-renders on zoom/pan (raster when more than
-        ``max_glyphs`` kernels are in view, glyphs otherwise); otherwise one static overlay.
-    max_glyphs, width, title
-        See ``timeline_view``.
 
-    Returns
-    -------
-    hv.Overlay or hv.DynamicMap
-    """
-    data = kernels if isinstance(kernels, TimelineData) else TimelineData(kernels, residency=residency)
-    opts = {"steps": steps, "max_glyphs": max_glyphs, "width": width, "title": title}
-    if not dynamic:
-        return timeline_view(data, x_range, **opts)
-    stream = hv.streams.RangeX(x_range=x_range)
-    return hv.DynamicMap(lambda x_range: timeline_view(data, x_range, **opts), streams=[stream])
+def _short(names: pd.Series, n: int = 48) -> pd.Series:
+    names = names.astype(str).str.replace(r"^void ", "", regex=True).str.replace(r"\(.*$", "", regex=True)
+    return names.where(names.str.len() <= n, names.str.slice(0, n - 1) + "…")
 
 
 # --- configuration grid ---------------------------------------------------------------
@@ -322,6 +153,8 @@ VALUE_LABELS = {
     "speedup": "Speedup (t baseline / t, higher is better)",
     "overlap_fraction": "Overlap fraction (overlapped comm / comm)",
 }
+VALUE_SHORT = {"time_ratio": "TimeRatio", "speedup": "Speedup", "overlap_fraction": "Overlap"}
+_SETUP_ORDER = {"sequential": 0, "baseline": 1, "optimized": 2}
 
 
 def _pad_label(values: pd.Series) -> pd.Series:
@@ -330,88 +163,159 @@ def _pad_label(values: pd.Series) -> pd.Series:
 
 
 def config_grid(table: pd.DataFrame) -> pd.DataFrame:
-    """``config_table`` rows with the categorical axis labels the heatmaps use (shaping, priority, facet)."""
+    """``config_table`` rows with the axis labels the heatmap uses: ``shaping`` (x), ``priority``, ``facet``
+    (workload · setup · GEMM · carve-out) and ``row`` (facet · priority, the y axis), with sort keys."""
     prio = pd.to_numeric(table.get("comm_priority_effective", table.get("comm_priority")), errors="coerce")
     if "comm_priority" in table:
         prio = prio.fillna(pd.to_numeric(table["comm_priority"], errors="coerce"))
-    return table.assign(
+    priority = prio.map(lambda p: "prio 0" if pd.isna(p) or p == 0 else f"prio {int(p)}")
+    facet = _facet(table)
+    setup = table["setup"].map(_SETUP_ORDER).fillna(9) if "setup" in table else 0
+    grid = table.assign(
         shaping=_pad_label(table["smem_pad_bytes"]) if "smem_pad_bytes" in table else "n/a",
         # CUDA and HIP: a lower number is a higher stream priority; 0 is the default
-        priority=prio.map(lambda p: "0 (default)" if pd.isna(p) or p == 0 else f"{int(p)} ({'higher' if p < 0 else 'lower'})"),
-        pad_sort=pd.to_numeric(table["smem_pad_bytes"], errors="coerce") if "smem_pad_bytes" in table else 0,
-        prio_sort=prio.fillna(0),
-        facet=_facet(table),
-    )
+        priority=priority, facet=facet, row=facet + " · " + priority,
+        pad_sort=pd.to_numeric(table["smem_pad_bytes"], errors="coerce").fillna(-1) if "smem_pad_bytes" in table else 0,
+        prio_sort=prio.fillna(0), setup_sort=setup,
+    )  # fmt: skip
+    grid = grid.assign(row=grid["row"] + _repeats(grid))
+    workloads = grid["workload"].dropna().unique() if "workload" in grid else []
+    # one workload shown: its name in the title, not on every row
+    label = grid["row"].str.replace(f"^{workloads[0]} · ", "", regex=True) if len(workloads) == 1 else grid["row"]
+    return grid.assign(label=label)
+
+
+def _col(table: pd.DataFrame, name: str) -> pd.Series:
+    return table[name] if name in table else pd.Series(pd.NA, index=table.index, dtype=object)
+
+
+def _num_text(values: pd.Series, fmt) -> pd.Series:
+    v = pd.to_numeric(values, errors="coerce")
+    return pd.Series([None if pd.isna(x) else fmt(x) for x in v], index=values.index, dtype=object)
+
+
+# configuration fields that tell runs of one workload, setup and GEMM implementation apart, as row-label parts
+_VARIANTS = [
+    ("gemm", lambda t: pd.Series([None if pd.isna(m) else (f"{int(m)}³" if m == n == k else f"{int(m)}×{int(n)}×{int(k)}")
+                                  for m, n, k in zip(pd.to_numeric(_col(t, "gemm_m"), errors="coerce"),
+                                                     pd.to_numeric(_col(t, "gemm_n"), errors="coerce"),
+                                                     pd.to_numeric(_col(t, "gemm_k"), errors="coerce"))], index=t.index, dtype=object)),
+    ("tile", lambda t: pd.Series([None if pd.isna(m) else f"tile {int(m)}×{int(n)}×{int(k)}"
+                                  for m, n, k in zip(pd.to_numeric(_col(t, "tile_m"), errors="coerce"),
+                                                     pd.to_numeric(_col(t, "tile_n"), errors="coerce"),
+                                                     pd.to_numeric(_col(t, "tile_k"), errors="coerce"))], index=t.index, dtype=object)),
+    ("dtype", lambda t: _col(t, "dtype").astype(object).where(_col(t, "dtype").notna(), None)),
+    ("collective", lambda t: _col(t, "collective").astype(object).where(_col(t, "collective").notna(), None)),
+    ("message", lambda t: _num_text(_col(t, "message_bytes"), fmt_bytes)),
+    ("sm_carveout", lambda t: _num_text(_col(t, "sm_carveout"), lambda v: f"carve-out {int(v)} SMs" if v > 0 else None)),
+    ("green", lambda t: _num_text(_col(t, "green_ctx_sms"), lambda v: f"green ctx {int(v)} SMs")),
+    ("conn", lambda t: _num_text(_col(t, "cuda_max_connections"), lambda v: f"{int(v)} connection{'s' if v != 1 else ''}")),
+    ("order", lambda t: _col(t, "launch_order").astype(object).where(_col(t, "launch_order").notna(), None)),
+    ("smem_carve", lambda t: _num_text(_col(t, "smem_carveout_percent"), lambda v: f"smem carve-out {int(v)} %")),
+]  # fmt: skip
 
 
 def _facet(table: pd.DataFrame) -> pd.Series:
-    """Panel name per row: workload · setup, then the GEMM implementation and SM carve-out where given
-    (runs differing only in those must not share a heatmap cell)."""
+    """Row group per run: workload · setup · GEMM implementation, then what sets the run apart from the others of
+    its group (tile, GEMM size, dtype, SM carve-out, ...: only values other than the group's usual one), and a
+    ``#2``, ``#3``... for repeated recordings of one configuration; runs never share a cell."""
 
     def col(name: str, default: str = "") -> pd.Series:
         return table[name].astype(object).where(table[name].notna(), default) if name in table else pd.Series(default, index=table.index)
 
-    facet = col("workload", "imported").astype(str) + " · " + col("setup", "?").astype(str)
+    base = col("workload", "imported").astype(str) + " · " + col("setup", "?").astype(str)
     impl = col("compute_impl").astype(str)
-    facet = facet + np.where(impl != "", " · " + impl, "")
-    carve = pd.to_numeric(col("sm_carveout", 0), errors="coerce").fillna(0)
-    return facet + np.where(carve > 0, " · carve-out " + carve.astype(int).astype(str) + " SMs", "")
+    base = base + np.where(impl != "", " · " + impl, "")
+    group = col("workload", "imported").astype(str) + " · " + impl  # the usual value is the workload's and GEMM's, across setups
+    facet = base.copy()
+    for _name, make in _VARIANTS:
+        key = pd.Series(["" if _null(v) else str(v) for v in make(table)], index=table.index, dtype=object)
+        usual = key.groupby(group).transform(lambda v: v.value_counts(dropna=False).index[0])
+        odd = (key != usual) & (key != "")
+        facet = facet + np.where(odd, " · " + key, "")
+    return facet
 
 
-def heatmap(table: pd.DataFrame, *, value: str = "time_ratio", width: int = 420, height: int = 300, cols: int = 2) -> hv.Layout:
-    """Heatmaps of ``value`` over shaping (x) and priority (y), one per workload x setup.
+def _repeats(grid: pd.DataFrame) -> pd.Series:
+    """``#2``, ``#3``... for later recordings of a configuration already in the grid (by start time, else order)."""
+    order = grid.sort_values("start_time", kind="stable").index if "start_time" in grid else grid.index
+    n = grid.loc[order].groupby(["row", "shaping"], sort=False).cumcount().reindex(grid.index)
+    return pd.Series(np.where(n > 0, " · #" + (n + 1).astype(str), ""), index=grid.index)
+
+
+def _text_colors(values: np.ndarray, cmap: list[str], clim: tuple[float, float]) -> np.ndarray:
+    """Black or white per cell, whichever reads on the cell's colour (WCAG relative luminance)."""
+    pos = np.clip((values - clim[0]) / max(clim[1] - clim[0], 1e-12), 0, 1)
+    idx = np.nan_to_num(pos * (len(cmap) - 1)).round().astype(int)
+    rgb = np.array([[int(c[i : i + 2], 16) / 255 for i in (1, 3, 5)] for c in cmap])[idx]
+    lin = np.where(rgb <= 0.04045, rgb / 12.92, ((rgb + 0.055) / 1.055) ** 2.4)
+    lum = lin @ np.array([0.2126, 0.7152, 0.0722])
+    return np.where(lum > 0.22, "black", "white")
+
+
+def heatmap(table: pd.DataFrame, *, value: str = "time_ratio", width: int = 1100, row_height: int = 32) -> hv.Overlay:
+    """One heatmap of ``value`` over the configuration grid: shaping (x) by workload · setup · GEMM · priority (y).
 
     Parameters
     ----------
     table
         ``overlapviz.analysis.speedup.config_table`` rows: ``run_id``, ``workload``, ``setup``,
-        ``smem_pad_bytes``, ``comm_priority`` and the value column. Not modified.
+        ``smem_pad_bytes``, ``comm_priority`` and the value column. Not modified. Runs without
+        a value (no measured iterations) are left out.
     value
         ``time_ratio``, ``speedup`` or ``overlap_fraction``; TimeRatio and speedup are coloured
-        on a diverging scale centred on 1 (no change), overlap fraction from 0 to 1.
-    width, height
-        Per panel, pixels.
-    cols
-        Panels per row.
+        on a diverging scale centred on 1 (no change), overlap fraction from 0 to 1. One colour
+        bar for the whole grid.
+    width, row_height
+        Pixels.
 
     Returns
     -------
-    hv.Layout of ``hv.HeatMap * hv.Labels`` overlays; each HeatMap carries ``run_id``.
+    hv.Overlay of ``hv.HeatMap`` (carrying ``run_id``) and ``hv.Labels``.
     """
     if value not in table:
         raise ValueError(f"config table has no column {value!r}")
     grid = config_grid(table)
     vals = pd.to_numeric(grid[value], errors="coerce")
-    grid = grid.assign(**{value: vals, "text": vals.map(lambda v: "" if pd.isna(v) else f"{v:.3f}")})
-    grid = grid.sort_values(["pad_sort", "prio_sort"], ascending=[True, False], kind="stable")
+    grid = grid.assign(**{value: vals}).loc[vals.notna()]
+    vals = grid[value]
     if value == "overlap_fraction":
-        cmap, clim = "viridis", (0.0, 1.0)
+        cmap_name, clim = "viridis", (0.0, 1.0)
+        text = vals.map(fmt_pct)
     else:
-        dev = float(np.nanmax(np.abs(vals - 1.0))) if vals.notna().any() else 0.1
-        cmap, clim = ("RdBu_r" if value == "time_ratio" else "RdBu"), (1 - max(dev, 0.02), 1 + max(dev, 0.02))
-    # dark cells get white numbers
-    far = (vals - (0.5 if value == "overlap_fraction" else 1.0)).abs() > 0.6 * (clim[1] - clim[0]) / 2
-    grid = grid.assign(text_color=np.where(far.reindex(grid.index).fillna(False), "white", "black"))
+        dev = float(np.nanmax(np.abs(vals - 1.0))) if len(vals) else 0.1
+        cmap_name, clim = ("RdBu_r" if value == "time_ratio" else "RdBu"), (1 - max(dev, 0.02), 1 + max(dev, 0.02))
+        text = vals.map(fmt_ratio if value == "time_ratio" else (lambda v: f"{v:.3f}×"))
+    from holoviews.plotting.util import process_cmap
+
+    cmap = process_cmap(cmap_name, ncolors=256)
+    grid = grid.assign(text=text, text_color=_text_colors(vals.to_numpy(np.float64), cmap, clim))
+    grid = grid.sort_values(["setup_sort", "facet", "prio_sort", "pad_sort"], ascending=[True, True, False, True], kind="stable")
+    rows = list(dict.fromkeys(grid["label"]))
+    cols = list(dict.fromkeys(grid.sort_values("pad_sort", kind="stable")["shaping"]))
     stand_in = bool(grid.get("stand_in", pd.Series(False, index=grid.index)).fillna(False).astype(bool).any())
-    short = {"time_ratio": "TimeRatio", "speedup": "Speedup", "overlap_fraction": "Overlap fraction"}.get(value, value)
-    panels = []
-    for facet, sub in grid.groupby("facet", sort=True):
-        sub = _plain(sub)
-        hm = hv.HeatMap(sub, kdims=[hv.Dimension("shaping", label="Occupancy shaping (smem pad per block)"),
-                                    hv.Dimension("priority", label="Comm stream priority")],
-                        vdims=[hv.Dimension(value, label=VALUE_LABELS.get(value, value)), "run_id"])  # fmt: skip
-        labels = hv.Labels(sub, kdims=["shaping", "priority"], vdims=["text", "text_color"])
-        panels.append(
-            (hm.opts(cmap=cmap, clim=clim, colorbar=True, tools=["hover", "tap"], xrotation=0, colorbar_opts={"title": short},
-                     width=width, height=height)
-             * labels.opts(text_font_size="10pt", text_color="text_color")).relabel(facet).opts(title=str(facet))
-        )  # fmt: skip
-    layout = hv.Layout(panels).opts(shared_axes=False, title=_title(VALUE_LABELS.get(value, value), stand_in))
-    return layout.cols(cols)
+    sub = _plain(grid[["shaping", "label", value, "run_id", "text", "text_color"]])
+    xdim = hv.Dimension("shaping", label="Occupancy shaping (smem pad per GEMM block)", values=cols)
+    ydim = hv.Dimension("label", label="configuration", values=rows[::-1])
+    workloads = grid["workload"].dropna().unique() if "workload" in grid else []
+    what = f"{VALUE_LABELS[value]} — {workloads[0]}" if len(workloads) == 1 else VALUE_LABELS[value]
+    hm = hv.HeatMap(sub, kdims=[xdim, ydim], vdims=[hv.Dimension(value, label=VALUE_SHORT[value]), "run_id", "text"])
+    labels = hv.Labels(sub, kdims=[xdim, ydim], vdims=["text", "text_color"])
+    fmt = "0.0%" if value == "overlap_fraction" else "0.000"
+    from bokeh.models import NumeralTickFormatter
+
+    return (
+        hm.opts(cmap=cmap, clim=clim, colorbar=True, tools=["hover", "tap"], xrotation=0, default_tools=["save"], ylabel="",
+                colorbar_opts={"title": VALUE_SHORT[value], "formatter": NumeralTickFormatter(format=fmt), "width": 12},
+                hover_tooltips=[("run", "@{run_id}"), ("configuration", "@{label}"), ("shaping", "@{shaping}"),
+                                (VALUE_SHORT[value], "@{text}")])  # fmt: skip
+        * labels.opts(text_font_size="10pt", text_color="text_color")
+    ).opts(title=_title(what, stand_in), width=width, height=max(220, row_height * len(rows) + 140),
+           fontsize={"title": TITLE_FONT}, toolbar="right", ylabel="")  # fmt: skip
 
 
-def speedup_bars(table: pd.DataFrame, *, width: int = 760, height: int | None = None) -> hv.Overlay:
-    """Speedup over baseline per configuration with its confidence interval (a forest plot), per workload.
+def speedup_bars(table: pd.DataFrame, *, width: int = 900, height: int | None = None) -> hv.Overlay:
+    """Speedup over baseline per configuration with its confidence interval (a forest plot).
 
     Parameters
     ----------
@@ -421,27 +325,30 @@ def speedup_bars(table: pd.DataFrame, *, width: int = 760, height: int | None = 
 
     Returns
     -------
-    hv.Overlay of ``hv.Scatter`` (one point per configuration, configurations on y), the
-    interval as horizontal ``hv.ErrorBars`` when known, and a line at 1 (no change).
+    hv.Overlay: the intervals (``hv.Segments``), one point per configuration (``hv.Scatter``,
+    speedup on x, configurations on y) and a vertical line at 1 (no change).
     """
-    grid = config_grid(table).sort_values(["facet", "pad_sort", "prio_sort"], ascending=[True, True, False], kind="stable")
-    label = grid["facet"] + " · pad " + grid["shaping"] + " · prio " + grid["priority"]
-    value = pd.to_numeric(grid["speedup"], errors="coerce")
-    frame = _plain(pd.DataFrame({"configuration": label, "speedup": value, "run_id": grid["run_id"].astype(str)}))
-    stand_in = bool(grid.get("stand_in", pd.Series(False, index=grid.index)).fillna(False).astype(bool).any())
-    height = max(260, 28 * len(frame) + 110) if height is None else height
-    ydim = hv.Dimension("configuration", label="Configuration")
-    points = hv.Scatter(frame, kdims=[ydim], vdims=[hv.Dimension("speedup", label="Speedup vs baseline (×)"), "run_id"]).opts(
-        color="#0072B2", size=9, tools=["hover"], invert_axes=True, width=width, height=height,
-        show_grid=True)  # fmt: skip
-    overlay = points * hv.VLine(1.0).opts(color="black", line_dash="dashed", line_width=1)
+    grid = config_grid(table)
+    grid = grid.assign(speedup=pd.to_numeric(grid["speedup"], errors="coerce")).loc[lambda g: g["speedup"].notna()]
+    grid = grid.sort_values(["setup_sort", "facet", "prio_sort", "pad_sort"], ascending=[True, True, False, True], kind="stable")
+    label = grid["label"] + " · pad " + grid["shaping"]
+    frame = pd.DataFrame({"configuration": label.to_numpy(object), "speedup": grid["speedup"].to_numpy(np.float64),
+                          "run_id": grid["run_id"].astype(str).to_numpy(object)})  # fmt: skip
     lo, hi = _ci_columns(grid, "speedup")
-    if lo and hi:
-        ci = _plain(pd.DataFrame({"configuration": label, "y": value, "neg": value - pd.to_numeric(grid[lo], errors="coerce"),
-                                  "pos": pd.to_numeric(grid[hi], errors="coerce") - value}))  # fmt: skip
-        overlay = overlay * hv.ErrorBars(ci, kdims=[ydim], vdims=["y", "neg", "pos"]).opts(
-            color="black", invert_axes=True)
-    return overlay.opts(title=_title("Speedup over baseline overlap (median iteration, 95% CI)", stand_in))
+    frame["low"] = pd.to_numeric(grid[lo], errors="coerce").to_numpy(np.float64) if lo else frame["speedup"]
+    frame["high"] = pd.to_numeric(grid[hi], errors="coerce").to_numpy(np.float64) if hi else frame["speedup"]
+    stand_in = bool(grid.get("stand_in", pd.Series(False, index=grid.index)).fillna(False).astype(bool).any())
+    height = max(260, 26 * len(frame) + 110) if height is None else height
+    ydim = hv.Dimension("configuration", label="Configuration", values=list(frame["configuration"])[::-1])
+    xdim = hv.Dimension("speedup", label="Speedup vs baseline overlap (×)")
+    ci = hv.Segments(frame, kdims=[hv.Dimension("low", label=xdim.label), ydim, "high", "configuration"]).opts(
+        color="black", line_width=1.5, default_tools=[])  # fmt: skip
+    points = hv.Scatter(frame, kdims=[xdim], vdims=[ydim, "run_id", "low", "high"]).opts(
+        color="#0072B2", size=9, tools=["hover"], default_tools=["save"],
+        hover_tooltips=[("run", "@{run_id}"), ("speedup", "@{speedup}{0.000}×"), ("95% CI", "@{low}{0.000} – @{high}{0.000}")])  # fmt: skip
+    ref = hv.VLine(1.0).opts(color="black", line_dash="dashed", line_width=1)
+    return (ci * points * ref).opts(title=_title("Speedup over baseline overlap (median iteration, 95% CI)", stand_in),
+                                    width=width, height=height, show_grid=True, fontsize={"title": TITLE_FONT})  # fmt: skip
 
 
 def _ci_columns(table: pd.DataFrame, value: str) -> tuple[str | None, str | None]:
@@ -451,154 +358,143 @@ def _ci_columns(table: pd.DataFrame, value: str) -> tuple[str | None, str | None
     return None, None
 
 
-# --- ranks, residency, compare -------------------------------------------------------------
+# --- ranks, residency, compare deltas ----------------------------------------------------------
 
 
-def ranks(metrics: pd.DataFrame, *, width: int = 560, height: int = 340, tolerance: float = 0.05) -> hv.Layout:
+def ranks(metrics: pd.DataFrame, *, width: int = 560, height: int = 320, tolerance: float = 0.05) -> hv.Layout:
     """Per-rank overlapped vs exposed communication and busy span, stragglers highlighted.
 
     Parameters
     ----------
     metrics
-        ``overlapviz.analysis.metrics.overlap_metrics(per="rank")`` rows for one run (``rank``,
-        ``overlap_us``, ``exposed_comm_us``, ``span_us``, ``run_id``). Not modified.
+        ``overlapviz.analysis.metrics.analyze`` rows (per rank) of one run (``rank``, ``overlap_us``,
+        ``exposed_comm_us``, ``span_us``, ``run_id``). Not modified.
     width, height
         Per panel, pixels.
     tolerance
         Straggler threshold over the run's median span (:func:`overlapviz.analysis.ranks.straggler_ranks`).
     """
     rank = metrics["rank"].astype(int).astype(str)
+    top = float(pd.to_numeric(metrics["comm_us"], errors="coerce").max()) if "comm_us" in metrics else 0.0
+    unit, div = time_unit(top if np.isfinite(top) else 0.0)
     stacked = pd.concat(
         [
-            pd.DataFrame({"rank": rank, "part": "overlapped", "us": pd.to_numeric(metrics["overlap_us"])}),
-            pd.DataFrame({"rank": rank, "part": "exposed", "us": pd.to_numeric(metrics["exposed_comm_us"])}),
+            pd.DataFrame({"rank": rank, "part": "overlapped", "t": pd.to_numeric(metrics["overlap_us"]) / div}),
+            pd.DataFrame({"rank": rank, "part": "exposed", "t": pd.to_numeric(metrics["exposed_comm_us"]) / div}),
         ],
         ignore_index=True,
     )
     comm = hv.Bars(_plain(stacked), kdims=[hv.Dimension("rank", label="Rank"), hv.Dimension("part", label="Communication")],
-                   vdims=[hv.Dimension("us", label="Communication time (µs)")]).opts(
-        stacked=True, cmap={"overlapped": "#009E73", "exposed": "#D55E00"}, tools=["hover"], width=width,
-        height=height, title="Communication per rank: overlapped vs exposed", legend_position="top_right")  # fmt: skip
+                   vdims=[hv.Dimension("t", label=f"Communication time ({unit})")]).opts(
+        stacked=True, cmap={"overlapped": "#009E73", "exposed": "#D55E00"}, tools=["hover"], width=width, default_tools=["save"],
+        height=height, title="Communication per rank: overlapped vs exposed", legend_position="right", fontsize={"title": TITLE_FONT},
+        yformatter="%.1f")  # fmt: skip
     strag = ranks_analysis.straggler_ranks(metrics, tolerance=tolerance)
     spans = pd.DataFrame(
         {"rank": rank, "span_ms": pd.to_numeric(metrics["span_us"]) / 1e3,
-         "status": np.where(strag, "straggler (> median + 5%)", "normal")}
+         "status": np.where(strag, f"straggler (> median + {tolerance:.0%})", "normal")}
     )  # fmt: skip
     span = hv.Bars(_plain(spans), kdims=[hv.Dimension("rank", label="Rank")],
                    vdims=[hv.Dimension("span_ms", label="GPU span (ms)"), "status"]).opts(
-        color=hv.dim("status").categorize({"normal": "#0072B2"}, default="#CC79A7"), tools=["hover"],
-        width=width, height=height, title="GPU span per rank (stragglers in pink)")  # fmt: skip
+        color=hv.dim("status").categorize({"normal": "#0072B2"}, default="#CC79A7"), tools=["hover"], default_tools=["save"],
+        width=width, height=height, title="GPU span per rank (stragglers in pink)", fontsize={"title": TITLE_FONT},
+        yformatter="%.2f")  # fmt: skip
     return (comm + span).opts(shared_axes=False)
 
 
-def residency(table: pd.DataFrame, delays: pd.DataFrame | None = None, *, width: int = 1000, height: int = 380) -> hv.Layout:
-    """Resident computation blocks per SM per kernel launch shape (coloured by limiter) and comm start delays.
+RESIDENCY_TOP = 25  # kernel shapes drawn at most (by total time); the table lists them all
+
+
+def residency(table: pd.DataFrame, *, width: int = 1000, top: int = RESIDENCY_TOP) -> hv.Bars:
+    """Resident computation blocks per SM of the busiest kernel launch shapes, coloured by the limiting resource.
 
     Parameters
     ----------
     table
-        ``overlapviz.analysis.residency.kernel_residency`` rows (``name``, ``blocks_per_sm``, ``limiter``,
-        ``threads_per_block``, ``regs_per_thread``, ``shared_mem_bytes``). Not modified.
-    delays
-        Optional ``overlapviz.analysis.explain.comm_start_delays`` rows (``start_delay_us``,
-        ``n_resident_compute``).
-    width, height
-        Per panel, pixels.
+        ``overlapviz.analysis.residency.kernel_residency`` rows (``name``, ``blocks_per_sm``,
+        ``limiter``, ``threads_per_block``, ``regs_per_thread``, ``shared_mem_bytes``,
+        ``total_us``). Not modified. Shapes without a residency are left out.
+    top
+        Shapes drawn, most total time first.
     """
-    shapes = table.assign(
-        kernel=_short(table["name"].astype(str))
-        + " ["
-        + table["threads_per_block"].astype("Int64").astype(str)
-        + " thr, "
-        + table["regs_per_thread"].astype("Int64").astype(str)
-        + " reg, "
-        + (pd.to_numeric(table["shared_mem_bytes"], errors="coerce") / 1024).round(1).astype(str)
-        + " KiB]",
-        limiter=table["limiter"].fillna("unknown").astype(str),
-        blocks_per_sm=pd.to_numeric(table["blocks_per_sm"], errors="coerce"),
-    ).sort_values("blocks_per_sm", kind="stable")
-    palette = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#999999"]
-    limits = sorted(shapes["limiter"].unique())
-    bars = hv.Bars(_plain(shapes), kdims=[hv.Dimension("kernel", label="Kernel launch shape")],
-                   vdims=[hv.Dimension("blocks_per_sm", label="Resident blocks per SM"), "limiter", "name"]).opts(
-        color=hv.dim("limiter").categorize(dict(zip(limits, palette)), default="#999999"), invert_axes=True,
-        tools=["hover"], width=width, height=max(height, 22 * len(shapes) + 120),
-        title="Residency per kernel (colour: limiting resource)", show_legend=True)  # fmt: skip
-    panels = [bars]
-    if delays is not None and len(delays):
-        d = delays.assign(
-            start_delay_us=pd.to_numeric(delays["start_delay_us"], errors="coerce"),
-            n_resident_compute=pd.to_numeric(delays.get("n_resident_compute"), errors="coerce"),
-            kernel=_short(delays["name"].astype(str)),
-        )
-        panels.append(
-            hv.Scatter(_plain(d), kdims=[hv.Dimension("n_resident_compute", label="Computation kernels resident at launch")],
-                       vdims=[hv.Dimension("start_delay_us", label="Comm start delay (µs)"), "kernel", "rank"]).opts(
-                color="#D55E00", size=6, alpha=0.6, tools=["hover"], width=width, height=height,
-                title="Communication start delay vs resident computation", jitter=0.3)  # fmt: skip
-        )
-        panels.append(
-            hv.Histogram(np.histogram(d["start_delay_us"].dropna(), bins=40), kdims=[hv.Dimension("start_delay_us", label="Comm start delay (µs)")]).opts(
-                color="#D55E00", width=width, height=height, title="Communication start delays", ylabel="Comm kernels")  # fmt: skip
-        )
-    return hv.Layout(panels).opts(shared_axes=False).cols(1)
+    t = table.assign(blocks_per_sm=pd.to_numeric(table["blocks_per_sm"], errors="coerce")).loc[lambda d: d["blocks_per_sm"].notna()]
+    if "total_us" in t:
+        t = t.sort_values("total_us", ascending=False, kind="stable")
+    n_all = len(t)
+    t = t.head(top)
+    shapes = t.assign(
+        kernel=_short(t["name"].astype(str)) + " · " + t["threads_per_block"].astype("Int64").astype(str) + " thr, "
+        + t["regs_per_thread"].astype("Int64").astype(str) + " reg, " + t["shared_mem_bytes"].map(fmt_bytes),
+        limiter=t["limiter"].fillna("unknown").astype(str),
+        time=t["total_us"].map(fmt_us) if "total_us" in t else "—",
+    )  # fmt: skip
+    shapes = shapes.drop_duplicates("kernel")
+    palette = {"registers": "#0072B2", "shared_memory": "#E69F00", "warps": "#009E73", "blocks": "#CC79A7", "sgprs": "#56B4E9"}
+    more = f" (top {len(shapes)} of {n_all} by time; all in the table)" if n_all > len(shapes) else ""
+    return hv.Bars(_plain(shapes[::-1]), kdims=[hv.Dimension("kernel", label="Kernel launch shape")],
+                   vdims=[hv.Dimension("blocks_per_sm", label="Resident blocks per SM"), "limiter", "name", "time"]).opts(
+        color=hv.dim("limiter").categorize(palette, default="#999999"), invert_axes=True, tools=["hover"], default_tools=["save"],
+        width=width, height=max(200, 24 * len(shapes) + 110), show_legend=False, fontsize={"title": TITLE_FONT},
+        title=f"Resident blocks per SM by kernel launch shape{more} — colour: limiting resource",
+        hover_tooltips=[("kernel", "@{name}"), ("blocks/SM", "@{blocks_per_sm}"), ("limited by", "@{limiter}"), ("total time", "@{time} µs")],
+    )  # fmt: skip
 
 
-def _short(names: pd.Series, n: int = 48) -> pd.Series:
-    names = names.str.replace(r"^void ", "", regex=True).str.replace(r"\(.*$", "", regex=True)
-    return names.where(names.str.len() <= n, names.str.slice(0, n - 1) + "…")
+# friendly names of speedup.compare's items (its `item` column), with units
+ITEM_LABELS = {
+    "smem_pad_bytes": "smem pad per GEMM block (B)",
+    "comm_priority": "comm stream priority (requested)",
+    "comm_priority_effective": "comm stream priority (effective)",
+    "compute_impl": "GEMM implementation",
+    "sm_carveout": "SM carve-out (SMs)",
+    "message_bytes": "message size (B)",
+    "median_ms": "median iteration time (ms)",
+    "time_ratio": "TimeRatio (t / t sequential)",
+    "speedup": "speedup (t baseline / t)",
+    "overlap_fraction": "overlap fraction",
+    "compute_slowdown": "compute slowdown",
+    "comm_us": "comm time per rank (µs)",
+    "compute_us": "compute time per rank (µs)",
+    "exposed_comm_us": "exposed comm per rank (µs)",
+    "median_start_delay_us": "comm start delay, ready → start: median over ranks of each rank's median (µs; explain --summary)",
+    "p95_start_delay_us": "comm start delay, ready → start: p95, worst rank (µs)",
+    "median_start_delay_at_launch_us": "comm start delay, ready → start: median of the collectives ready at their launch (µs; the sweep report's and README's column)",
+    "n_comm_blocked": "comm kernels held off the SMs (sm_resources)",
+}
 
 
-def compare(data_a: TimelineData, data_b: TimelineData, deltas: pd.DataFrame | None = None, *, x_range=None,
-            labels: tuple[str, str] = ("A", "B"), width: int = 1100, max_glyphs: int = MAX_GLYPHS) -> hv.Layout:
-    """Two configurations' timelines one above the other on linked time axes, and the metric deltas.
-
-    Parameters
-    ----------
-    data_a, data_b
-        ``TimelineData`` (or kernels frames) of the two runs; both start at 0 ms.
-    deltas
-        Optional table of metric values and their differences (from ``overlapviz.analysis.speedup.compare``
-        or the metrics frames), shown as a table below.
-    x_range
-        (start, end) in ms; both whole runs when None.
-    labels
-        The two panels' titles.
-    width, max_glyphs
-        See ``timeline_view``.
-    """
-    data_a = data_a if isinstance(data_a, TimelineData) else TimelineData(data_a)
-    data_b = data_b if isinstance(data_b, TimelineData) else TimelineData(data_b)
-    a = timeline_view(data_a, x_range, title=str(labels[0]), width=width, max_glyphs=max_glyphs)
-    b = timeline_view(data_b, x_range, title=str(labels[1]), width=width, max_glyphs=max_glyphs)
-    panels = [a, b]
-    if deltas is not None and len(deltas):
-        deltas = delta_display(deltas)
-        panels.append(hv.Table(deltas).opts(width=width, height=25 * len(deltas) + 60, title="Metric deltas (B − A)"))
-    return hv.Layout(panels).cols(1)
+def _item_format(item: str):
+    if item in ("time_ratio", "speedup", "compute_slowdown", "median_ms"):
+        return fmt_ratio
+    if item == "overlap_fraction":
+        return fmt_pct
+    if item.endswith("_us"):
+        return fmt_us
+    return fmt_num
 
 
 def delta_display(deltas: pd.DataFrame) -> pd.DataFrame:
-    """A deltas table as text for display: numbers to 4 significant digits, intervals as ``[low, high]``.
+    """A deltas table as text for display: friendly item names with units, the CLI's number formats (ratios and ms to
+    3 decimals, µs to 1 above 10, fractions in %), intervals as ``[low, high]``.
 
     Accepts ``overlapviz.analysis.speedup.compare`` rows (``section, item, a, b, delta, delta_ci_low,
     delta_ci_high, ratio``) or ``metric_deltas`` rows; other columns are dropped.
     """
-
-    def fmt(v) -> str:
-        if v is None or (not isinstance(v, str) and pd.isna(v)):
-            return ""
-        if isinstance(v, (float, np.floating)):
-            return f"{v:.4g}"
-        return str(v)
-
     if "item" not in deltas:
-        return pd.DataFrame({c: deltas[c].map(fmt) for c in deltas.columns}).astype(object)
-    out = {"section": deltas["section"].map(fmt) if "section" in deltas else "", "item": deltas["item"].map(fmt),
-           "A": deltas["a"].map(fmt), "B": deltas["b"].map(fmt), "B − A": deltas["delta"].map(fmt)}  # fmt: skip
+        return pd.DataFrame({c: deltas[c].map(fmt_num) for c in deltas.columns}).astype(object)
+    items = deltas["item"].astype(str).tolist()
+    fmts = [_item_format(i) for i in items]
+
+    def col(name: str, fmt=None) -> list[str]:
+        if name not in deltas:
+            return ["—"] * len(items)
+        return [(fmt or f)(v) if not isinstance(v, str) else v for f, v in zip(fmts, deltas[name])]
+
+    out = {"section": col("section", fmt_num), "item": [ITEM_LABELS.get(i, i) for i in items], "A": col("a"), "B": col("b"),
+           "B − A": col("delta")}  # fmt: skip
     if "delta_ci_low" in deltas and "delta_ci_high" in deltas:
-        lo, hi = deltas["delta_ci_low"].map(fmt), deltas["delta_ci_high"].map(fmt)
-        out["95% CI of B − A"] = np.where(lo != "", "[" + lo + ", " + hi + "]", "")
+        lo, hi = col("delta_ci_low"), col("delta_ci_high")
+        out["95% CI of B − A"] = [f"[{a}, {b}]" if a != "—" else "—" for a, b in zip(lo, hi)]
     if "ratio" in deltas:
-        out["B / A"] = deltas["ratio"].map(fmt)
+        out["B / A"] = col("ratio", fmt_ratio)
     return pd.DataFrame(out).astype(object)

@@ -71,7 +71,7 @@ def test_pages_build_and_follow_the_store(dataset):
     assert timeline._plot() is pane
     assert next(iter(root.select({"type": Plot}))) is figure
     assert figure.title.text.startswith("Timeline of cb-ar-optimized-pad16384-prio-1")
-    assert "16384" in timeline._info().object
+    assert "16 KiB" in timeline._info().object
 
 
 def test_metric_deltas_present_analyze_rows():
@@ -132,3 +132,85 @@ def test_sample_traces_are_ingested_once_per_content(tmp_path):
     assert samples.content_key(samples.sample_sources(root)) == first.name.removeprefix("samples-")
     with pytest.raises(ValueError, match="no sample traces"):
         samples.sample_dataset(root=tmp_path / "empty", cache=tmp_path / "cache")
+
+
+def test_every_table_is_computed_once_per_dataset_even_when_asked_at_once(dataset, monkeypatch, tmp_path):
+    import threading
+
+    from overlapviz.dashboards import store as store_mod
+
+    monkeypatch.setenv("OVERLAPVIZ_CACHE_DIR", str(tmp_path / "cache"))
+    calls = []
+
+    def slow(path, **kw):
+        calls.append(path)
+        threading.Event().wait(0.3)
+        return pd.DataFrame({"run_id": ["x"]})
+
+    slow.__module__ = "overlapviz.analysis.fake"  # kept on disk like the real analyses
+    monkeypatch.setitem(store_mod.ANALYSES, "analyze", slow)
+    stamp = "stamp-once"
+    threads = [threading.Thread(target=store_mod.load_analysis, args=(str(dataset), stamp, "analyze")) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(calls) == 1  # the warm-up and the sessions that ask meanwhile wait for the one computation
+    # a fresh server process finds the table on disk
+    store_mod._TABLES.clear()
+    assert store_mod.load_analysis(str(dataset), stamp, "analyze")["run_id"].tolist() == ["x"] and len(calls) == 1
+    files = list((tmp_path / "cache" / "tables").rglob("*.pickle"))
+    assert files and all(oct(f.stat().st_mode & 0o777) == "0o600" for f in files)
+
+
+def test_compare_says_why_it_shows_no_pair(dataset):
+    from overlapviz.dashboards.pages import ComparePage
+    from overlapviz.dashboards.store import DataStore
+
+    store = DataStore(dataset, warm_up=False)
+    page = ComparePage(store)
+    page.shown = True
+    store.run_b = store.run_a
+    assert page.content.startswith("A and B are the same run")
+    store.run_b = "cb-ar-optimized-pad0-prio0"
+    assert page.content == "plot"
+    deltas = page._deltas(store.run_a, store.run_b)
+    items = set(deltas["item"])
+    assert {"median_start_delay_us", "median_start_delay_at_launch_us"} <= items  # the start delay under each of its names
+
+
+def test_the_why_page_follows_the_chosen_collective(dataset):
+    from overlapviz.dashboards.pages import ResidencyPage
+    from overlapviz.dashboards.store import DataStore
+
+    store = DataStore(dataset, warm_up=False)
+    store.run_id = "cb-ar-baseline-pad0-prio0"
+    page = ResidencyPage(store)
+    page.shown = True
+    assert page.record["cause"] == "sm_resources"  # the longest wait for SM room first
+    names = page.param.what_if.names  # label -> value
+    assert any("smem pad" in k for k in names)
+    tab, facts = store.budget(page.record)
+    assert facts["fit"] == 0 and facts["limiter"] == "registers"
+    page.what_if = names[next(k for k in names if "★" in k and "smem pad" in k)]
+    budget_pane = page._budget()
+    assert "what if" in str(budget_pane.objects[1].object.opts.get().kwargs["title"])
+    page.cause = "sm_resources"
+    kernels = page._kernels()
+    assert set(kernels.objects[1].value["cause"]) == {"SM resources"}
+    opened = []
+    store.open_timeline = opened.append
+    page._show_on_timeline()
+    assert opened == [store.run_id] and store.focus["start_ns"] == page.record["start_ns"]
+
+
+def test_an_export_that_cannot_be_made_says_why_in_the_page(dataset):
+    from overlapviz.dashboards.common import export_buttons
+    from overlapviz.dashboards.store import DataStore
+
+    store = DataStore(dataset, warm_up=False)
+    col = export_buttons(store, ("timeline", lambda: {"runs": ["no-such-run"]}, "Export timeline"))
+    button, message = col.objects[0].objects[1], col.objects[1]
+    button._transfer()
+    assert message.visible and "Export failed" in message.object and "no-such-run" in message.object
+    assert button.data in (None, "")

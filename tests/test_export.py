@@ -46,7 +46,8 @@ def test_errors_are_one_line(dataset, tmp_path):
     result = run(dataset, "--figure", "compare", "-o", tmp_path / "x.html", "--run", "cb-ar-baseline-pad0-prio0")
     assert result.exit_code != 0 and "needs 2 run(s)" in result.output
     result = run(tmp_path / "missing", "--figure", "timeline", "-o", tmp_path / "x.html")
-    assert result.exit_code != 0 and "not an overlapviz dataset" in result.output
+    assert result.exit_code != 0 and ("not an overlapviz dataset" in result.output or "no such file" in result.output)
+    assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1
     result = run(dataset, "--figure", "timeline", "-o", tmp_path / "x.txt")
     assert result.exit_code != 0 and "--format" in result.output
 

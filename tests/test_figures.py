@@ -7,7 +7,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from overlapviz import figures
+from overlapviz import figures, figures_timeline as ftl, figures_why
+from overlapviz.analysis import budget
 from overlapviz.analysis import ranks as ranks_analysis
 
 
@@ -15,7 +16,7 @@ def kernels(n=6, lanes=((0, 7), (0, 13), (1, 7))):
     rows = []
     for i in range(n):
         rank, stream = lanes[i % len(lanes)]
-        rows.append({"run_id": "r", "rank": rank, "stream": stream, "name": f"void k{i}(float*)",
+        rows.append({"run_id": "r", "rank": rank, "stream": stream, "name": f"void k{i}(float*)", "correlation": i,
                      "kind": "comm" if stream == 13 else "compute", "start_ns": 1_000_000 + i * 10_000,
                      "end_ns": 1_000_000 + i * 10_000 + 8_000, "grid_x": 128, "grid_y": 1, "grid_z": 1,
                      "block_x": 256, "block_y": 1, "block_z": 1, "regs_per_thread": 64,
@@ -23,53 +24,113 @@ def kernels(n=6, lanes=((0, 7), (0, 13), (1, 7))):
     return pd.DataFrame(rows)
 
 
+def why_of(k: pd.DataFrame) -> pd.DataFrame:
+    """explain-like records of the comm kernels of ``k``: launched 5 µs before the previous kernel on their rank ended."""
+    c = k.loc[k["kind"] == "comm"]
+    n = len(c)
+    return pd.DataFrame({
+        "run_id": "r", "rank": c["rank"].to_numpy(), "stream": c["stream"].to_numpy(), "correlation": c["correlation"].to_numpy(),
+        "name": c["name"].to_numpy(), "start_ns": c["start_ns"].to_numpy(), "end_ns": c["end_ns"].to_numpy(),
+        "launch_ns": pd.array(c["start_ns"].to_numpy() - 7_000, dtype="Int64"), "stream_ready_ns": pd.array([pd.NA] * n, dtype="Int64"),
+        "dependency_ready_ns": pd.array(c["start_ns"].to_numpy() - 3_000, dtype="Int64"),
+        "ready_ns": pd.array(c["start_ns"].to_numpy() - 3_000, dtype="Int64"), "ready_from": "dependency",
+        "start_delay_us": pd.array([3.0] * n, dtype="Float64"), "start_minus_launch_ns": pd.array([7_000] * n, dtype="Int64"),
+        "stream_wait_ns": pd.array([0] * n, dtype="Int64"), "dependency_wait_ns": pd.array([4_000] * n, dtype="Int64"),
+        "ready_wait_ns": pd.array([3_000] * n, dtype="Int64"), "cause": "dependency", "blocking_resource": None, "blocker": None,
+        "comm_blocks_fit_per_sm": pd.array([2] * n, dtype="Int64"), "free_sms": pd.array([10] * n, dtype="Int64"),
+        "num_sms": pd.array([132] * n, dtype="Int64"), "producer": "void k0(float*)", "producer_stream": pd.array([7] * n, dtype="Int64"),
+        "peer_wait_us": pd.array([pd.NA] * n, dtype="Float64"), "residency_note": None,
+    })  # fmt: skip
+
+
 def test_timeline_lanes_and_ms_origin():
     k = kernels()
     before = k.copy()
-    data = figures.TimelineData(k)
+    data = ftl.TimelineData(k)
     assert data.lane_labels == ["rank 0 · stream 7", "rank 0 · stream 13", "rank 1 · stream 7"]
     assert data.start_ms[0] == 0.0 and data.end_ms[0] == pytest.approx(0.008)
     pd.testing.assert_frame_equal(k, before)  # the argument is not modified
 
 
 def test_timeline_glyphs_carry_hover_fields():
-    ov = figures.timeline(kernels())
+    ov = ftl.timeline(kernels())
     rects = ov.get(2)
     assert isinstance(rects, hv.Rectangles)
     assert [d.name for d in rects.kdims] == ["start_ms", "lane_lo", "end_ms", "lane_hi"]
-    for field in ("name", "duration_us", "grid", "block", "regs_per_thread", "shared_mem_bytes", "blocks_per_sm"):
+    for field in ("name", "duration_us", "grid", "block", "regs", "smem", "residency", "start", "end"):
         assert field in [d.name for d in rects.vdims]
-    assert len(rects) == 6
+    comm = ov.get(4)
+    assert len(rects) + len(comm) == 6 and set(comm.dframe()["kind"]) == {"comm"}
     assert rects.dframe()["grid"].iloc[0] == "128×1×1"
     assert rects.dframe()["duration_us"].iloc[0] == pytest.approx(8.0)
     plot = hv.render(ov, backend="bokeh")
     assert plot.xaxis.axis_label == "Time since first kernel (ms)"
     assert "6 kernels in view" in plot.title.text
+    # hover: every field a tooltip names is a column of its glyphs (HoloViews once expanded @block inside @blocks_per_sm)
+    from bokeh.models import HoverTool
+
+    for tool in plot.select({"type": HoverTool}):
+        for renderer in tool.renderers:
+            cols = set(renderer.data_source.data)
+            for _, spec in tool.tooltips:
+                for field in __import__("re").findall(r"@\{(\w+)\}", spec):
+                    assert field in cols, (field, spec)
+    # time-only tools: the wheel and the drag never move the lanes
+    assert plot.toolbar.active_scroll.dimensions == "width" and plot.toolbar.active_drag.dimensions == "width"
+
+
+def test_timeline_comm_kernels_carry_their_why_and_waits():
+    k = kernels()
+    why = why_of(k)
+    data = ftl.TimelineData(k, why=why, waits=budget.wait_segments(why))
+    ov = ftl.timeline_view(data)
+    comm = ov.get(4).dframe()
+    assert list(comm["cause"].unique()) == ["event dependency"] and (comm["launch"].str.endswith(" ms")).all()
+    assert comm["late"].iloc[0] == "7.0 µs" and comm["ready"].iloc[0].startswith("3.0 µs after dependency ready")
+    assert comm["fit"].iloc[0] == "2 comm blocks/SM at ready; 10 of 132 SMs free"
+    waits = ov.get(3).dframe()
+    assert set(waits["part"]) == {"dependency", "launch_latency"}  # launch -> dependency ready, then ready -> start
+    assert (waits["lane_lo"] > waits["lane_lo"].round()).all()  # under the kernels of the lane
+    arrows = ov.get(5).dframe()
+    assert len(arrows) == 2 and (arrows["what"] == "producer").all()  # from the producer's stream (7) to the comm lane
+    assert (arrows["y0"] < arrows["y1"]).all()
 
 
 def test_timeline_rasterizes_above_the_glyph_budget():
-    ov = figures.timeline(kernels(300), max_glyphs=100)
+    ov = ftl.timeline(kernels(300), max_glyphs=100)
     raster, rects = ov.get(1), ov.get(2)
     assert isinstance(raster, hv.RGB) and len(rects) == 0
     alpha = raster.dimension_values("A", flat=False)
-    assert alpha.shape == (3 * figures.ROWS_PER_LANE, 1100)  # three lanes, one column per pixel
+    assert alpha.shape == (3 * ftl.ROWS_PER_LANE, 1100)  # three lanes, one column per pixel
     assert (alpha > 0).any() and (alpha[0] == 0).all()  # something was drawn; each lane's edge row is a gap
+    # colours are the kinds': a compute-only lane is Okabe-Ito blue
+    rgb = np.stack([raster.dimension_values(c, flat=False) for c in "RGB"], axis=-1)
+    drawn = rgb[alpha > 0]
+    assert any(tuple(p) == (0, 114, 178) for p in drawn)
     # zoomed in far enough, the same data turns back into glyphs
-    zoomed = figures.timeline(kernels(300), max_glyphs=100, x_range=(0.0, 0.5))
+    zoomed = ftl.timeline(kernels(300), max_glyphs=100, x_range=(0.0, 0.5))
     assert len(zoomed.get(2)) > 0 and zoomed.get(1).dimension_values("A", flat=False).shape == (1, 1)
 
 
+def test_raster_counts_every_interval_once():
+    counts = ftl._coverage(np.array([0.0, 0.25, 0.9]), np.array([0.5, 0.3, 0.95]), np.array([0, 0, 1]), np.array([0, 1, 0]), 2, 2, 10, 0.0, 1.0)
+    assert counts.shape == (2, 2, 10)
+    assert counts[0, 0].tolist() == [1, 1, 1, 1, 1, 1, 0, 0, 0, 0]  # 0 - 0.5 covers columns 0..5
+    assert counts[1, 0].tolist() == [0, 0, 1, 1, 0, 0, 0, 0, 0, 0]
+    assert counts[0, 1, 9] == 1
+
+
 def test_timeline_dynamic_follows_the_range():
-    dm = figures.timeline(kernels(300), dynamic=True, max_glyphs=100)
+    dm = ftl.timeline(kernels(300), dynamic=True, max_glyphs=100)
     assert isinstance(dm, hv.DynamicMap)
     full = dm[()]
     assert len(full.get(2)) == 0
     dm.event(x_range=(0.0, 0.2))
-    assert 0 < len(dm[()].get(2)) <= 100
+    assert 0 < len(dm[()].get(2)) + len(dm[()].get(4)) <= 100
 
 
 def test_step_bands_span_each_steps_gpu_extent():
-    bands = figures.step_bands(figures.TimelineData(kernels()))
+    bands = ftl.step_bands(ftl.TimelineData(kernels()))
     frame = bands.dframe()
     assert len(frame) == 4  # ranks 0 and 1, steps 0 and 1 each
     first = frame.iloc[0]  # rank 0, step 0: kernels 0 and 1, on lanes 0 and 1
@@ -97,32 +158,57 @@ def config_table():
 
 
 def test_heatmap_axes_values_and_stand_in_title():
-    layout = figures.heatmap(config_table(), value="time_ratio")
-    (overlay,) = layout
-    hm = overlay.get(0)
-    assert [d.name for d in hm.kdims] == ["shaping", "priority"]
+    ov = figures.heatmap(config_table(), value="time_ratio")
+    hm, labels = ov.get(0), ov.get(1)
+    assert [d.name for d in hm.kdims] == ["shaping", "label"]
     assert hm.vdims[0].name == "time_ratio" and "run_id" in [d.name for d in hm.vdims]
     assert set(hm.dimension_values("shaping")) == {"0 B", "16 KiB"}
-    assert set(hm.dimension_values("priority")) == {"0 (default)", "-1 (higher)"}
-    plot = hv.render(layout, backend="bokeh")
-    assert figures.STAND_IN_NOTE in plot.children[0].text  # the layout's title Div
+    assert set(hm.dimension_values("label")) == {"optimized · prio 0", "optimized · prio -1"}  # the one workload is in the title
+    assert set(labels.dimension_values("text")) == {"0.900", "0.800", "0.850", "0.750"}
+    plot = hv.render(ov, backend="bokeh")
+    assert figures.STAND_IN_NOTE in plot.title.text and "— cb-ar" in plot.title.text
     with pytest.raises(ValueError, match="no column 'nope'"):
         figures.heatmap(config_table(), value="nope")
 
 
-def test_speedup_bars_with_confidence_interval():
+def test_heatmap_gives_every_run_its_own_cell():
+    # was: runs differing in tile, GEMM size or launch order shared a cell and their numbers were printed on each other
+    t = pd.concat([config_table(), config_table().assign(run_id=["e", "f", "g", "h"], tile_k=64, time_ratio=0.5)], ignore_index=True)
+    t["tile_m"], t["tile_n"] = 64, 64
+    t.loc[:3, "tile_k"] = 32
+    grid = figures.config_grid(t)
+    assert not grid.duplicated(["label", "shaping"]).any()
+    assert grid.loc[grid["run_id"] == "e", "label"].item() == "optimized · tile 64×64×64 · prio 0"
+    again = figures.config_grid(pd.concat([config_table(), config_table().assign(run_id=["e", "f", "g", "h"])], ignore_index=True))
+    assert not again.duplicated(["label", "shaping"]).any() and again["label"].str.endswith(" · #2").sum() == 4
+
+
+def test_heatmap_numbers_read_on_their_cells():
+    # was: white numbers on viridis' yellow cells
+    ov = figures.heatmap(config_table(), value="overlap_fraction")
+    labels = ov.get(1).dframe().set_index("text")
+    assert labels.loc["90.0 %", "text_color"] == "black"  # bright yellow
+    assert labels.loc["20.0 %", "text_color"] == "white"  # dark purple
+
+
+def test_speedup_forest_plot_has_a_vertical_line_at_one():
+    # was: the "no change" line was drawn horizontally between two configuration rows
     ov = figures.speedup_bars(config_table())
-    bars = ov.get(0)
-    err = ov.get(2)
-    assert isinstance(bars, hv.Scatter) and isinstance(err, hv.ErrorBars)  # a forest plot: point + interval
-    assert bars.vdims[0].name == "speedup" and len(bars) == 4
-    assert np.allclose(err.dimension_values("neg"), 0.05)
-    assert figures.STAND_IN_NOTE in hv.render(ov).title.text
+    ci, points = ov.get(0), ov.get(1)
+    assert isinstance(points, hv.Scatter) and isinstance(ci, hv.Segments)  # a forest plot: point + interval
+    assert points.kdims[0].name == "speedup" and len(points) == 4
+    assert np.allclose(ci.dframe()["high"] - ci.dframe()["low"], 0.1)
+    plot = hv.render(ov)
+    from bokeh.models import Span
+
+    (span,) = plot.select({"type": Span})
+    assert span.dimension == "height" and span.location == 1.0  # vertical, at speedup 1
+    assert figures.STAND_IN_NOTE in plot.title.text
 
 
 def test_ranks_marks_stragglers():
     m = pd.DataFrame({"run_id": "r", "rank": [0, 1, 2, 3], "overlap_us": [5.0, 5, 5, 5], "exposed_comm_us": [1.0, 1, 1, 9],
-                      "span_us": [100.0, 101, 99, 130]})  # fmt: skip
+                      "span_us": [100.0, 101, 99, 130], "comm_us": [6.0, 6, 6, 14]})  # fmt: skip
     assert ranks_analysis.straggler_ranks(m).tolist() == [False, False, False, True]
     layout = figures.ranks(m)
     comm, span = layout
@@ -130,26 +216,67 @@ def test_ranks_marks_stragglers():
     assert list(span.dframe()["status"]).count("normal") == 3
 
 
-def test_residency_bars_and_delays():
-    table = pd.DataFrame({"name": ["void gemm(float*)", "ncclDevKernel_AllReduce"], "threads_per_block": [128, 512],
-                          "regs_per_thread": [128, 96], "shared_mem_bytes": [65536, 0], "blocks_per_sm": [3, 1],
-                          "limiter": ["shared_mem", "registers"]})  # fmt: skip
-    delays = pd.DataFrame({"name": ["nccl"] * 3, "rank": [0, 0, 1], "start_delay_us": [1.0, 20.0, 3.0],
-                           "n_resident_compute": [0, 2, 1]})  # fmt: skip
-    layout = figures.residency(table, delays)
-    bars, scatter, hist = layout
-    assert bars.vdims[0].name == "blocks_per_sm" and scatter.vdims[0].name == "start_delay_us"
-    assert set(bars.dframe()["kernel"].str.split(" ").str[0]) == {"gemm", "ncclDevKernel_AllReduce"}
-    assert hist.dimension_values(1).sum() == 3
+def test_residency_bars_only_the_top_shapes():
+    table = pd.DataFrame({"name": [f"void gemm{i}(float*)" for i in range(40)], "threads_per_block": 128, "regs_per_thread": 128,
+                          "shared_mem_bytes": 65536, "blocks_per_sm": 3, "limiter": "shared_memory",
+                          "total_us": np.arange(40.0)})  # fmt: skip
+    bars = figures.residency(table)
+    assert len(bars) == figures.RESIDENCY_TOP and "top 25 of 40" in bars.opts.get().kwargs["title"]
+    assert bars.dframe()["kernel"].iloc[-1].startswith("gemm39")  # the busiest on top
+
+
+def test_number_formats_follow_the_cli():
+    # was: `1.147e+05` in the deltas table and `1.600e+7 µs` on axes
+    assert figures.fmt_num(114_700.0) == "114,700" and figures.fmt_num(0.84736) == "0.8474"
+    assert figures.fmt_us(5841.86) == "5,841.9" and figures.fmt_us(0.93) == "0.930"
+    assert figures.time_unit(1.6e7) == ("s", 1e6) and figures.time_unit(5e4) == ("ms", 1e3)
+    d = figures.delta_display(pd.DataFrame({"section": ["metric", "metric"], "item": ["comm_us", "time_ratio"], "a": [114_700.0, 0.9],
+                                            "b": [100_000.0, 0.85], "delta": [-14_700.0, -0.05]}))  # fmt: skip
+    assert d["A"].tolist() == ["114,700.0", "0.900"] and d["item"].iloc[0] == "comm time per rank (µs)"
+
+
+def test_late_by_cause_and_budget_figures():
+    summary = pd.DataFrame({"rank": [0, 1], "stream_order_us": [10.0, 0.0], "dependency_us": [0.0, 0.0], "sm_resources_us": [5.0, 30.0],
+                            "launch_latency_us": [1.0, 1.0], "unknown_us": [0.0, 0.0]})  # fmt: skip
+    ov = figures_why.late_by_cause(summary)
+    bars = ov.get(0).dframe()
+    assert len(bars) == 5 and set(bars["cause"]) == {"stream order", "SM resources", "launch latency"}
+    r1 = bars.loc[bars["rank"] == 1]
+    assert r1["x1"].max() == pytest.approx(31.0)  # stacked: the rank's segments end at its total
+    from overlapviz.devices import nvidia_arch
+
+    limits = dict(nvidia_arch(9, 0), num_sms=132)
+    t = budget.sm_budget(limits, [{"name": "gemm", "blocks": 4, "warps_per_block": 4, "regs_per_warp": 4096, "smem_alloc_bytes": 33792}],
+                         {"warps_per_block": 16, "regs_per_warp": 3072, "smem_alloc_bytes": 1024, "smem_config_needed_bytes": 0},
+                         smem_config=135168)  # fmt: skip
+    fig = figures_why.sm_budget(t, {"fit": t.attrs["fit"], "limiter": t.attrs["limiter"], "comm": "nccl", "resident": "gemm", "blocks_per_sm": 4})
+    assert "0 comm blocks fit, limited by registers" in fig.opts.get().kwargs["title"]
+    outline = fig.get(1).dframe()
+    assert len(outline) == 2  # registers and the shared memory the carve-out left both overflow
+
+
+def test_collectives_figure():
+    cells = pd.DataFrame({"run_id": "r", "instance": ["i0", "i0", "i1", "i1"], "ordinal": [0, 0, 1, 1], "rank": [0, 1, 0, 1],
+                          "arrival_us": [0.0, 12.0, 3.0, 0.0], "peer_wait_us": [12.0, 0.0, 0.0, 3.0], "start_delay_us": 1.0,
+                          "cause": "none", "slowest": [False, True, True, False]})  # fmt: skip
+    inst = pd.DataFrame({"run_id": "r", "instance": ["i0", "i1"], "collective": "all_reduce", "n_ranks": 2, "first_start_ns": [0, 100],
+                         "arrival_skew_us": [12.0, 3.0], "slowest_rank": pd.array([1, 0], dtype="Int64"), "busbw_gbps": [np.nan, np.nan]})  # fmt: skip
+    img = figures_why.arrival_grid(cells)
+    grid = img.dimension_values(2, flat=False)
+    assert grid.shape == (2, 2) and np.nanmax(grid) == 12.0
+    layout = figures_why.collectives(cells, inst)
+    assert len(layout) == 4  # no bandwidth panel without message sizes
+    assert figures_why.bus_bandwidth(inst) is None
 
 
 def test_compare_links_time_axes():
-    a, b = figures.TimelineData(kernels()), figures.TimelineData(kernels(9))
+    a, b = ftl.TimelineData(kernels()), ftl.TimelineData(kernels(9))
     deltas = ranks_analysis.metric_deltas(
         pd.DataFrame({"run_id": ["a", "b"], "rank": [0, 0], "comm_us": [10.0, 4.0]}), "a", "b"
     )
-    layout = figures.compare(a, b, deltas, labels=("A", "B"))
+    layout = ftl.compare(a, b, deltas, labels=("A", "B"))
     assert len(layout) == 3
     plot = hv.render(layout, backend="bokeh")
     figs = [c[0] for c in plot.children if hasattr(c[0], "x_range")]
     assert figs[0].x_range is figs[1].x_range  # linked: zooming one zooms the other
+    assert figs[0].y_range is not figs[1].y_range  # but each has its own lanes (was: B's lanes squeezed into A's range)

@@ -1,0 +1,132 @@
+"""What every dashboard page shares: the Page base (told whether its tab is open), notices, tables and the export button."""
+
+from __future__ import annotations
+
+import io
+import tempfile
+import traceback
+from pathlib import Path
+
+import pandas as pd
+import panel as pn
+import param
+from panel.viewable import Viewer
+from param import Skip
+
+from overlapviz.dashboards.store import DataStore, Unavailable
+
+EXPORT_FORMATS = ["png", "svg", "pdf", "html"]
+PLOT_WIDTH = 1100
+
+
+def hidden() -> pn.Spacer:
+    """What a page's plot method returns while its tab is not shown: store changes then cost nothing."""
+    return pn.Spacer(height=0)
+
+
+def notice(text: str, kind: str = "warning") -> pn.pane.Alert:
+    return pn.pane.Alert(text, alert_type=kind, sizing_mode="stretch_width")
+
+
+def unavailable(what: str, exc: Exception) -> pn.pane.Alert:
+    return notice(f"**{what} not available.** {exc}")
+
+
+def plot(obj, **kw) -> pn.pane.HoloViews:
+    """A HoloViews pane whose axes are its own: Panel would otherwise link the ranges of every plot in the
+    document that shares a dimension name (the SM budget's y with the cause bars', a hidden timeline's with both)."""
+    return pn.pane.HoloViews(obj, backend="bokeh", linked_axes=False, **kw)
+
+
+def table(frame: pd.DataFrame, *, titles: dict | None = None, page_size: int = 12, remote: bool = False, height: int | None = None,
+          selectable=False, **kw) -> pn.widgets.Tabulator:  # fmt: skip
+    """A read-only Tabulator: paginated (remotely for long tables: only the shown page travels), readable titles."""
+    return pn.widgets.Tabulator(
+        frame, disabled=True, show_index=False, pagination="remote" if remote else "local", page_size=page_size,
+        titles=titles or {}, sizing_mode="stretch_width", layout="fit_data_stretch", selectable=selectable, height=height, **kw,
+    )  # fmt: skip
+
+
+class ExportButton(pn.widgets.FileDownload):
+    """A FileDownload whose failure is said in the page (``message``), not only in the server log."""
+
+    def __init__(self, message: pn.pane.Alert, **params):
+        super().__init__(**params)
+        self._message = message
+
+    @param.depends("_clicks", watch=True)
+    def _transfer(self):
+        try:
+            super()._transfer()
+            self._message.visible = False
+        except Exception as exc:  # noqa: BLE001  (any failure is the user's to read, with the reason)
+            reason = str(exc) if isinstance(exc, (ValueError, Unavailable)) else f"{type(exc).__name__}: {exc}"
+            self._message.object = f"**Export failed.** {reason}"
+            self._message.visible = True
+            if not isinstance(exc, (ValueError, Unavailable)):
+                traceback.print_exc()
+
+
+def export_buttons(store: DataStore, *items) -> pn.Column:
+    """One format choice and a download button per ``(figure, options, label)``: ``figure`` as the page shows it
+    (``options()``: ``build_figure``'s selection), drawn from the store's cached tables; a failure is shown
+    under the buttons."""
+    fmt = pn.widgets.Select(label="Export format", options=EXPORT_FORMATS, value="png", width=110)
+    message = pn.pane.Alert("", alert_type="danger", visible=False, sizing_mode="stretch_width", margin=(0, 5))
+    buttons: dict[str, ExportButton] = {}
+    for figure, options, label in items:
+
+        def _make(figure=figure, options=options):
+            from overlapviz import export
+
+            with tempfile.TemporaryDirectory(prefix="ovz-export-") as tmp:
+                out = Path(tmp) / f"{figure}.{fmt.value}"
+                export.export_dataset_figure(store.path, figure, out, source=store, reuse_browser=True, **options())
+                data = out.read_bytes()
+            buttons[figure].filename = f"{figure}.{fmt.value}"
+            return io.BytesIO(data)
+
+        buttons[figure] = ExportButton(message, callback=_make, filename=f"{figure}.png", label=label, width=170, embed=False,
+                                       color="primary", variant="outline", align="end")  # fmt: skip
+
+    def _fmt(event):
+        for figure, b in buttons.items():
+            b.filename = f"{figure}.{event.new}"
+
+    fmt.param.watch(_fmt, "value")
+    return pn.Column(pn.Row(fmt, *buttons.values(), align="end"), message, margin=0)
+
+
+def export_button(store: DataStore, figure: str, options, *, label: str = "Export figure") -> pn.Column:
+    """``export_buttons`` for one figure."""
+    return export_buttons(store, (figure, options, label))
+
+
+class Page(Viewer):
+    """A dashboard page over the session's DataStore, told by the Dashboard whether its tab is open."""
+
+    store = param.ClassSelector(class_=DataStore, constant=True)
+    shown = param.Boolean(default=False, doc="Set by the Dashboard while this page's tab is open")
+
+    def __init__(self, store: DataStore, **params):
+        super().__init__(store=store, **params)
+        self._hidden_drawn = False
+
+    @param.depends("shown", watch=True)
+    def _on_show(self) -> None:
+        if self.shown:
+            self._hidden_drawn = False
+
+    def hidden(self) -> pn.Spacer:
+        """What a plot method returns while the tab is closed: a spacer once, then Skip.
+
+        The spacer drops the page's plots from the document when the tab closes; later store
+        changes (a run switch on another page) then re-render nothing and send nothing.
+        """
+        if self._hidden_drawn:
+            raise Skip
+        self._hidden_drawn = True
+        return hidden()
+
+    def run_select(self, label: str = "Configuration") -> pn.widgets.Select:
+        return pn.widgets.Select.from_param(self.store.param.run_id, name=label, width=460)

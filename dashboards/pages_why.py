@@ -1,0 +1,354 @@
+"""The why-pages. ``ResidencyPage``: why collectives started late (time by cause per rank, the blockers, every
+collective with its cause, one SM's budget with the advisor's what-ifs, residency per launch shape).
+``RanksPage``: collectives across ranks (arrival, peer wait, the slowest rank, bus bandwidth) and per-rank
+overlap. Both draw what the store keeps (``overlapviz.analysis.explain``/``budget``/``peers``)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import panel as pn
+import param
+
+from overlapviz import figures, figures_why
+from overlapviz.analysis import budget, ranks as ranks_analysis
+from overlapviz.dashboards.common import PLOT_WIDTH, Page, plot, export_buttons, notice, table, unavailable
+from overlapviz.dashboards.store import DataStore, Unavailable
+
+_CAUSES = {"all causes": "all", **{figures.CAUSE_LABELS[c]: c for c in
+                                   ("sm_resources", "dependency", "stream_order", "launch_latency", "unknown", "none")}}  # fmt: skip
+_KERNEL_TITLES = {
+    "rank": "rank", "stream": "stream", "collective": "collective", "start": "start (ms)", "late": "start − launch (µs)",
+    "delay": "ready → start (µs)", "cause": "cause", "resource": "blocking resource", "blocker": "blocker",
+    "fit": "comm blocks fit/SM", "free": "free SMs", "peer": "peer wait (µs)",
+}  # fmt: skip
+_NO_DEVICE = ("The trace has no device properties for this run (Kineto's `deviceProperties`: `computeMajor`, "
+              "`computeMinor`, `numSms`, `regsPerMultiprocessor`, `sharedMemPerMultiprocessor`, "
+              "`maxThreadsPerMultiprocessor`), so blocks per SM, the SM budget and the fit cannot be computed. "
+              "Record with a profiler that writes them (torch ≥ 2.1 does), or model a device by name with "
+              "`overlapviz advise --device-name 'NVIDIA H200' ...`.")  # fmt: skip
+
+
+_DEVICE_FIELDS = ["arch", "num_sms", "max_threads_per_sm", "regs_per_sm", "shared_mem_per_sm", "warp_size"]
+
+
+def _missing_device_fields(devices: pd.DataFrame) -> list[str]:
+    """The devices-table fields the residency needs that this run lacks (all of them without a devices row)."""
+    if not len(devices):
+        return list(_DEVICE_FIELDS)
+    return [c for c in _DEVICE_FIELDS if c not in devices or devices[c].isna().all()]
+
+
+class ResidencyPage(Page):
+    """Why collectives started late: time by cause per rank, top blockers, every collective (click one for its
+    SM budget and the advisor's what-ifs, or to open it on the Timeline), and residency per launch shape."""
+
+    cause = param.Selector(default="all", objects=_CAUSES, label="Cause")
+    rank = param.Selector(default="all", objects=["all"], label="Rank")
+    record = param.Dict(default=None, allow_None=True, precedence=-1, doc="The explain record of the chosen collective")
+    what_if = param.Selector(default="as recorded", objects=["as recorded"], label="What if")
+
+    def __init__(self, store: DataStore, **params):
+        self._options = pd.DataFrame()  # before the Page's init: the run's first collective fills it there
+        super().__init__(store=store, **params)
+        self._table = None
+
+    # --- data -------------------------------------------------------------------------
+
+    def _records(self) -> pd.DataFrame:
+        e = self.store.explained()
+        if self.cause != "all":
+            e = e.loc[e["cause"] == self.cause]
+        if self.rank != "all":
+            e = e.loc[e["rank"] == int(self.rank)]
+        late = pd.to_numeric(e["start_minus_launch_ns"], errors="coerce").astype("Float64")
+        return e.assign(_late=late.fillna(-1)).sort_values("_late", ascending=False, kind="stable")
+
+    @param.depends("store.run_id", watch=True, on_init=True)
+    def _new_run(self) -> None:
+        try:
+            e = self.store.explained()
+        except Unavailable:
+            self.record = None
+            return
+        ranks = sorted(int(r) for r in e["rank"].unique())
+        self.param.rank.objects = ["all"] + [str(r) for r in ranks]
+        self.param.update(rank="all", cause="all")
+        self.record = budget.worst_record(e)
+
+    @param.depends("record", watch=True)
+    def _new_record(self) -> None:
+        opts = {"as recorded": "as recorded"}
+        self._options = pd.DataFrame()
+        if self.record is not None:
+            try:
+                self._options = self.store.what_if(self.record)
+            except Exception:  # noqa: BLE001  (no what-if is no reason to lose the budget)
+                self._options = pd.DataFrame()
+            for i, r in self._options.iterrows():
+                if r["lever"] == "current":
+                    continue
+                star = " ★" if r["recommended"] else ""
+                opts[f"{r['lever'].replace('_', ' ')}: {r['setting']} → {int(r['comm_blocks_fit_per_sm'])} comm blocks fit, "
+                     f"{int(r['compute_blocks_per_sm'])} computation blocks/SM{star}"] = str(i)  # fmt: skip
+        self.param.what_if.objects = opts
+        self.what_if = "as recorded"
+
+    def _display(self, run_id: str) -> pd.DataFrame:
+        """The run's collectives as the table shows them (built once per run; filters select rows of it)."""
+        if getattr(self, "_display_of", (None,))[0] != run_id:
+            e = self.store.explained(run_id)
+            origin = self.store.timeline(run_id, ranks=[]).origin_ns
+            frame = pd.DataFrame({
+                "rank": e["rank"].astype(int).to_numpy(), "stream": e["stream"].astype("Int64").astype(str).to_numpy(),
+                "collective": figures.short_names(e["name"], 40),
+                "start": (e["start_ns"].to_numpy(np.int64) - origin) / 1e6,
+                "late": pd.to_numeric(e["start_minus_launch_ns"], errors="coerce").astype("float64").to_numpy() / 1e3,
+                "delay": pd.to_numeric(e["start_delay_us"], errors="coerce").astype("float64").to_numpy(),
+                "cause": e["cause"].map(figures.CAUSE_LABELS).fillna("—").to_numpy(),
+                "resource": e["blocking_resource"].fillna("").astype(str).str.replace("_", " ").to_numpy(),
+                "blocker": np.where(e["blocker"].notna(), figures.short_names(e["blocker"], 40), ""),
+                "fit": e["comm_blocks_fit_per_sm"].astype("Int64").astype(str).replace("<NA>", "—").to_numpy(),
+                "free": e["free_sms"].astype("Int64").astype(str).replace("<NA>", "—").to_numpy(),
+                "peer": pd.to_numeric(e["peer_wait_us"], errors="coerce").astype("float64").to_numpy(),
+            }, index=e.index)  # fmt: skip
+            self._display_of = (run_id, frame)
+        return self._display_of[1]
+
+    # --- views -------------------------------------------------------------------------
+
+    @param.depends("store.run_id", "shown")
+    def _summary(self):
+        if not self.shown:
+            return self.hidden()
+        try:
+            summary, blocked = self.store.summary(), self.store.blockers()
+        except Unavailable as exc:
+            return unavailable("Why collectives started late (overlapviz explain)", exc)
+        if not len(summary):
+            return notice(f"Run {self.store.run_id} has no communication kernels: nothing waited.", "info")
+        total = {c: float(summary[f"{c}_us"].sum()) for c in figures_why.WAIT_CAUSES}
+        worst = max(total, key=total.get)
+        line = (f"**{int(summary['n_comm_kernels'].sum()):,} collectives** on {len(summary)} rank(s) started "
+                f"{figures.fmt_us(sum(total.values()))} µs after their launches in all; most of it **{figures.CAUSE_LABELS[worst]}** "
+                f"({figures.fmt_us(total[worst])} µs). {int(summary['n_blocked'].sum()):,} were held off the SMs by computation.")  # fmt: skip
+        panes = [plot(figures_why.late_by_cause(summary, width=620))]
+        if len(blocked):
+            panes.append(plot(figures_why.blockers(blocked, width=470)))
+        return pn.Column(pn.pane.Markdown(line, margin=(0, 10)), pn.Row(*panes), sizing_mode="stretch_width")
+
+    @param.depends("store.run_id", "cause", "rank", "shown")
+    def _kernels(self):
+        if not self.shown:
+            return self.hidden()
+        try:
+            e = self._records()
+        except Unavailable:
+            return pn.Spacer(height=0)
+        if not len(e):
+            return notice("No collective of this cause on this rank.", "info")
+        shown = self._display(self.store.run_id).loc[e.index].reset_index(drop=True)
+        num = {"type": "money", "precision": 1, "symbol": "", "thousand": ","}
+        tab = table(shown, titles=_KERNEL_TITLES, remote=len(shown) > 200, page_size=10, selectable=1,
+                    formatters={"start": {"type": "money", "precision": 3, "symbol": "", "thousand": ","}, "late": num, "delay": num,
+                                "peer": num})  # fmt: skip
+        keys = e[["run_id", "rank", "start_ns"]].reset_index(drop=True)
+
+        def pick(event) -> None:
+            if event.new:
+                i = event.new[0]
+                hit = self.store.explained().loc[(self.store.explained()["rank"] == keys.loc[i, "rank"])
+                                                 & (self.store.explained()["start_ns"] == keys.loc[i, "start_ns"])]  # fmt: skip
+                if len(hit):
+                    self.record = hit.iloc[0].to_dict()
+
+        tab.param.watch(pick, "selection")
+        self._table = tab
+        return pn.Column(pn.pane.Markdown(f"#### Every collective of this run, latest start first ({len(shown):,}) — select one "
+                                          "for its SM budget below", margin=(10, 10, 0, 10)), tab, sizing_mode="stretch_width")  # fmt: skip
+
+    def _show_on_timeline(self, *_):
+        r = self.record
+        if r is None:
+            return
+        self.store.focus = {"run_id": r["run_id"], "rank": int(r["rank"]), "stream": r["stream"], "start_ns": int(r["start_ns"])}
+        cb = getattr(self.store, "open_timeline", None)
+        if cb is not None:
+            cb(r["run_id"])
+
+    @param.depends("record", "what_if", "shown")
+    def _budget(self):
+        if not self.shown:
+            return self.hidden()
+        r = self.record
+        if r is None:
+            return pn.Spacer(height=0)
+        option = None
+        if self.what_if != "as recorded" and len(self._options):
+            option = self._options.loc[int(self.what_if)].to_dict()
+        where = (f"rank {int(r['rank'])} · stream {r['stream']} · {figures.short_name(r['name'])} · cause "
+                 f"**{figures.CAUSE_LABELS.get(r['cause'], r['cause'])}**")  # fmt: skip
+        try:
+            tab, facts = self.store.budget(r, option)
+        except Unavailable as exc:
+            return pn.Column(pn.pane.Markdown(f"#### SM budget of the chosen collective\n{where}"), unavailable("SM budget", exc))
+        free = facts.get("free_sms")
+        extra = ("" if free is None else " · no SM was free of computation at ready" if free == 0 else
+                 f" · **{free} of {facts.get('num_sms')} SMs** were free of computation at ready (the collective fits there)")  # fmt: skip
+        note = f"\n\n{facts['note']}" if facts.get("note") else ""
+        return pn.Column(
+            pn.pane.Markdown(f"#### SM budget of the chosen collective at its ready time\n{where}{extra}{note}", margin=(10, 10, 0, 10)),
+            plot(figures_why.sm_budget(tab, facts, width=PLOT_WIDTH - 100)),
+            sizing_mode="stretch_width",
+        )
+
+    @param.depends("store.run_id", "shown")
+    def _residency(self):
+        if not self.shown:
+            return self.hidden()
+        try:
+            t = self.store.kernel_residency()
+        except Unavailable as exc:
+            return unavailable("Residency", exc)
+        t = t.loc[t["run_id"] == self.store.run_id] if "run_id" in t else t
+        missing = _missing_device_fields(self.store.devices())
+        if missing:
+            what = "no devices row" if len(missing) == len(_DEVICE_FIELDS) else "devices row without"
+            return notice(f"**No residency for {self.store.run_id}.** The dataset has {what} "
+                          f"{', '.join(f'`{m}`' for m in missing)}. " + _NO_DEVICE)  # fmt: skip
+        known = pd.to_numeric(t["blocks_per_sm"], errors="coerce").notna()
+        if not known.any():
+            notes = t["residency_note"].dropna().unique()[:3]
+            return notice(f"No kernel launch shape of {self.store.run_id} has a residency: {'; '.join(map(str, notes)) or 'shapes unknown'}.")
+        cols = {"name": "kernel", "kind": "kind", "threads_per_block": "threads/block", "regs_per_thread": "registers/thread",
+                "shared_mem_bytes": "shared mem/block (B)", "blocks_per_sm": "blocks/SM", "limiter": "limited by",
+                "occupancy": "occupancy", "n_launches": "launches", "total_us": "total (µs)", "waves": "waves"}  # fmt: skip
+        shown = t[[c for c in cols if c in t]].assign(name=t["name"].map(figures.short_name))
+        fmts = {"occupancy": {"type": "progress", "max": 1, "legend": True}, "total_us": {"type": "money", "precision": 1, "symbol": ""},
+                "waves": {"type": "money", "precision": 2, "symbol": ""}}  # fmt: skip
+        return pn.Column(
+            plot(figures.residency(t, width=PLOT_WIDTH)),
+            table(shown, titles=cols, formatters={k: v for k, v in fmts.items() if k in shown}, page_size=10,
+                  remote=len(shown) > 200),
+            sizing_mode="stretch_width",
+        )
+
+    def __panel__(self):
+        store = self.store
+        controls = pn.Row(
+            self.run_select(),
+            export_buttons(store, ("why", lambda: {"runs": [store.run_id]}, "Export summary"),
+                           ("budget", lambda: {"runs": [store.run_id], "record": self.record, "what_if": self._chosen_option()},
+                            "Export SM budget"),
+                           ("residency", lambda: {"runs": [store.run_id]}, "Export residency")),
+        )  # fmt: skip
+        intro = pn.pane.Markdown(
+            "### Why did the collectives start late?\nEach collective's **start − launch** split by cause "
+            "(`overlapviz explain`: stream order, event dependency, SM resources, launch latency), the computation "
+            "kernels that held the SMs, and for one collective the **SM budget**: what one SM had, what the "
+            "resident computation held and what one communication block needed.", margin=(0, 10))  # fmt: skip
+        filters = pn.Row(pn.widgets.Select.from_param(self.param.cause, width=200), pn.widgets.Select.from_param(self.param.rank, width=120),
+                         pn.widgets.Button(label="Show the chosen collective on the Timeline", color="primary",
+                                           on_click=self._show_on_timeline, align="end"))  # fmt: skip
+        what = pn.widgets.Select.from_param(self.param.what_if, width=640)
+        res = pn.Card(self._residency, title="Residency per kernel launch shape", collapsed=False, sizing_mode="stretch_width")
+        return pn.Column(controls, intro, self._summary, filters, self._kernels, what, self._budget, res,
+                         sizing_mode="stretch_width", name="Residency")  # fmt: skip
+
+    def _chosen_option(self) -> dict | None:
+        if self.what_if == "as recorded" or not len(self._options):
+            return None
+        return self._options.loc[int(self.what_if)].to_dict()
+
+
+_INSTANCE_TITLES = {
+    "instance": "instance", "collective": "collective", "n_ranks": "ranks", "arrival_skew_us": "arrival skew (µs)",
+    "slowest_rank": "slowest rank", "max_peer_wait_us": "max peer wait (µs)", "time_us": "time (µs)", "busbw_gbps": "bus bw (GB/s)",
+}  # fmt: skip
+
+
+class RanksPage(Page):
+    """Collectives across ranks (instance x rank: arrival and peer wait, skew and the slowest rank, bus bandwidth)
+    and per-rank overlapped vs exposed communication with stragglers."""
+
+    value = param.Selector(default="arrival_us", objects={"arrival after the first rank": "arrival_us", "peer wait": "peer_wait_us"},
+                           label="Cells show")  # fmt: skip
+
+    @param.depends("store.run_id", "value", "shown")
+    def _collectives(self):
+        if not self.shown:
+            return self.hidden()
+        try:
+            inst, cells = self.store.instances(), self.store.instance_cells()
+        except Unavailable as exc:
+            return unavailable("Collectives across ranks (overlapviz explain --instances)", exc)
+        if not len(inst):
+            return notice(f"Run {self.store.run_id} has no communication kernels.", "info")
+        if int(inst["n_ranks"].max()) < 2:
+            return notice(f"Every collective of {self.store.run_id} was seen on one rank only: arrival skew, peer wait and the "
+                          "slowest rank need the traces of two or more ranks of the same job (ingest them as one run: a "
+                          "directory of per-rank traces).", "info")  # fmt: skip
+        skew = pd.to_numeric(inst["arrival_skew_us"], errors="coerce")
+        slow = inst["slowest_rank"].astype("Int64").value_counts()
+        line = (f"**{len(inst):,} collective instances** over {int(inst['n_ranks'].max())} ranks · median arrival skew "
+                f"{figures.fmt_us(skew.median())} µs, max {figures.fmt_us(skew.max())} µs · most often last ready: **rank "
+                f"{int(slow.index[0])}** ({int(slow.iloc[0]):,} of {len(inst):,})")  # fmt: skip
+        if inst["bytes"].isna().all():
+            line += " · bus bandwidth needs the message size (record_param_comms' element count, or the run's message_bytes)"
+        shown = inst.sort_values("arrival_skew_us", ascending=False, kind="stable")[[c for c in _INSTANCE_TITLES if c in inst]]
+        num = {"type": "money", "precision": 1, "symbol": "", "thousand": ","}
+        return pn.Column(
+            pn.pane.Markdown(line, margin=(0, 10)),
+            plot(figures_why.arrival_grid(cells, width=PLOT_WIDTH, value=self.value)),
+            plot(figures_why.arrival_skew(inst, width=PLOT_WIDTH)),
+            pn.Row(*[plot(b) for b in figures_why.rank_waits(cells, inst, width=PLOT_WIDTH // 2 - 10)]),
+            *([plot(bw)] if (bw := figures_why.bus_bandwidth(inst, width=PLOT_WIDTH)) is not None else []),
+            pn.pane.Markdown("#### Instances, largest arrival skew first", margin=(10, 10, 0, 10)),
+            table(shown.assign(slowest_rank=shown["slowest_rank"].astype("Int64").astype(str)), titles=_INSTANCE_TITLES,
+                  remote=len(shown) > 200, page_size=10,
+                  formatters={c: num for c in ("arrival_skew_us", "max_peer_wait_us", "time_us", "busbw_gbps") if c in shown}),
+            sizing_mode="stretch_width",
+        )  # fmt: skip
+
+    @param.depends("store.run_id", "shown")
+    def _ranks(self):
+        if not self.shown:
+            return self.hidden()
+        try:
+            metrics = self.store.metrics()
+        except Unavailable as exc:
+            return unavailable("Per-rank metrics", exc)
+        mine = metrics.loc[metrics["run_id"] == self.store.run_id]
+        if not len(mine):
+            return notice(f"No kernels, so no per-rank metrics, for {self.store.run_id}.", "info")
+        strag = ranks_analysis.straggler_ranks(mine)
+        cols = {"rank": "rank", "comm_us": "comm (µs)", "compute_us": "compute (µs)", "overlap_us": "overlapped (µs)",
+                "exposed_comm_us": "exposed comm (µs)", "overlap_fraction": "overlap", "span_us": "GPU span (µs)",
+                "n_kernels": "kernels", "n_comm_kernels": "comm kernels", "straggler": "straggler"}  # fmt: skip
+        shown = mine.assign(straggler=np.where(strag.to_numpy(), "yes", ""),
+                            overlap_fraction=pd.to_numeric(mine["overlap_fraction"], errors="coerce").map(figures.fmt_pct))
+        shown = shown[[c for c in cols if c in shown]]
+        num = {"type": "money", "precision": 1, "symbol": "", "thousand": ","}
+        return pn.Column(
+            pn.pane.Markdown("#### Per rank: communication overlapped vs exposed, and GPU span", margin=(10, 10, 0, 10)),
+            plot(figures.ranks(mine)),
+            table(shown, titles=cols, page_size=16, formatters={c: num for c in cols if c.endswith("_us") and c in shown}),
+            sizing_mode="stretch_width",
+        )  # fmt: skip
+
+    def __panel__(self):
+        store = self.store
+        controls = pn.Row(
+            self.run_select(),
+            pn.widgets.RadioButtonGroup.from_param(self.param.value, color="primary", variant="outline", align="end"),
+            export_buttons(store, ("collectives", lambda: {"runs": [store.run_id], "value": self.value}, "Export collectives"),
+                           ("ranks", lambda: {"runs": [store.run_id]}, "Export ranks")),
+        )  # fmt: skip
+        intro = pn.pane.Markdown(
+            "### Collectives across ranks\nOne instance of a collective, matched across ranks by process group and sequence "
+            "number (else by position): when each rank was ready, how long each waited for its peers (peer wait, assuming "
+            "comparable clocks), which rank was last, and the bus bandwidth (nccl-tests' convention).", margin=(0, 10))  # fmt: skip
+        return pn.Column(controls, intro, self._collectives, self._ranks, sizing_mode="stretch_width", name="Ranks")
+
+
+__all__ = ["RanksPage", "ResidencyPage"]

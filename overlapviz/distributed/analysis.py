@@ -1,0 +1,291 @@
+"""Overlap metrics and explain on a Dask cluster, partition by partition, with the local path's results."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from overlapviz import schema
+from overlapviz.distributed.cluster import _check_workers, _in_order, _key, _progress
+from overlapviz.distributed.partitions import (
+    _batches,
+    _kernel_files,
+    _rank_of_file,
+    _read_file,
+)
+from overlapviz.ingest.files import display
+
+__all__ = ["analyze_on", "explain_on"]
+
+_CHECKS = ("run_id", "rank", "start_ns", "end_ns", "bad", "kind")  # overlap_table's checks, in its order
+
+
+def _analyze_batch(root: str, per: str, where: str, rels: list[str]):
+    """``metrics.overlap_table`` of some kernels files; on bad rows, what is wrong with them
+    (for the client to raise the local path's message over the whole dataset)."""
+    from overlapviz.analysis import metrics
+
+    columns = list(metrics.INPUT_COLUMNS) + (["step"] if per == "step" else [])
+    parts = [_read_file(root, rel, columns, ("run_id", "kind"), where) for rel in rels]
+    table = parts[0] if len(parts) == 1 else pa.concat_tables(parts)
+    try:
+        return "ok", metrics.overlap_table(table, per=per)
+    except ValueError as exc:
+        return "bad", _problems(table, per, str(exc))
+
+
+def _problems(table: pa.Table, per: str, message: str) -> dict:
+    if per == "step" and table.column("step").null_count:
+        table = table.filter(pc.is_valid(table.column("step")))
+    facts = {c: table.column(c).null_count for c in ("run_id", "rank", "start_ns", "end_ns", "kind")}
+    facts["message"] = message
+    if not (facts["start_ns"] or facts["end_ns"]):
+        start = table.column("start_ns").to_numpy()
+        end = table.column("end_ns").to_numpy()
+        bad = np.flatnonzero(end < start)
+        facts["bad"] = len(bad)
+        facts["first_bad"] = (int(end[bad[0]]), int(start[bad[0]])) if len(bad) else None
+    return facts
+
+
+def _raise_problems(dataset_path, problems: list[dict]) -> None:
+    """The message ``metrics.overlap_table`` gives over the whole dataset, from its batches' facts."""
+    for check in _CHECKS:
+        if check == "bad":
+            if any(p.get("start_ns") or p.get("end_ns") for p in problems):
+                continue
+            n = sum(p.get("bad", 0) for p in problems)
+            if n:
+                end, start = next(p["first_bad"] for p in problems if p.get("first_bad"))
+                raise ValueError(f"{dataset_path}: kernels.end_ns < start_ns ({end} < {start}) in {n} rows")
+            continue
+        n = sum(p[check] for p in problems)
+        if n:
+            hint = " (ingest classifies every activity)" if check == "kind" else ""
+            raise ValueError(f"{dataset_path}: kernels.{check}: {n} null values{hint}")
+    raise ValueError(f"{dataset_path}: {problems[0]['message']}")
+
+
+def analyze_on(client, dataset_path: str | os.PathLike, *, per: str = "rank", run_ids=None,
+               progress: bool | None = False) -> pa.Table:  # fmt: skip
+    """``metrics.analyze_table`` computed partition-wise on the cluster; the same table.
+
+    Every metric is a function of one run x rank (x step) group, and every group lies in one
+    kernels file: tasks compute ``overlap_table`` over batches of files, the client
+    concatenates the groups and sorts them as the local path does.
+
+    Raises
+    ------
+    ValueError
+        As ``metrics.analyze_table``, with the same messages.
+    """
+    from overlapviz.analysis import metrics
+
+    if per not in metrics.PER:
+        raise ValueError(f"per={per!r}: expected one of {', '.join(metrics.PER)}")
+    if run_ids is not None:
+        run_ids = list(run_ids)
+        known = set(schema.read_table(dataset_path, "runs").column("run_id").to_pylist())
+        missing = [r for r in run_ids if r not in known]
+        if missing:
+            raise ValueError(f"{dataset_path}: no run {missing[0]!r} (runs: {', '.join(sorted(known)) or 'none'})")
+    files = _kernel_files(dataset_path, run_ids)
+    if not files:
+        return metrics.analyze_table(dataset_path, per=per, run_ids=run_ids)  # nothing to spread
+    root = os.path.abspath(dataset_path)
+    _check_workers(client)
+    batches = _batches(root, files, client)
+    prefix = _key("ovz-analyze")
+    futures = [client.submit(_analyze_batch, root, per, str(dataset_path), b, key=f"{prefix}-{i}", retries=0)
+               for i, b in enumerate(batches)]  # fmt: skip
+    bar = _progress(len(batches), progress, "analyze")
+    tables, problems = [], []
+    try:
+        what = lambda i: display(os.path.join(str(dataset_path), batches[i][0]))
+        with contextlib.closing(_in_order(client, futures, bar, what)) as results:
+            del futures
+            for _, (status, value) in results:
+                (tables if status == "ok" else problems).append(value)
+    finally:
+        bar.close()
+    if problems:
+        _raise_problems(dataset_path, problems)
+    table = pa.concat_tables(tables)
+    keys = ["run_id", "rank"] + (["step"] if per == "step" else [])
+    table = table.sort_by([(k, "ascending") for k in keys])
+    if table.num_rows and table.select(keys).group_by(keys).aggregate([]).num_rows != table.num_rows:
+        raise ValueError(f"{dataset_path}: a run x rank has rows in more than one kernels file")
+    return table
+
+
+# --- explain ---------------------------------------------------------------------------------
+
+
+def _explain_batch(root: str, kinds: tuple, where: str, items: list[tuple]) -> list[tuple]:
+    """``explain._explain_rank`` of each ``(file, run_id, rank, device limits, carve-outs)``:
+    ``(run_id, rank, frame, comm mask, instance keys)`` for each rank with kernels of ``kinds``."""
+    from overlapviz.analysis import explain
+
+    out = []
+    for rel, run_id, rank, dev_limits, carveouts in items:
+        k = _read_file(root, rel, explain._READ, explain._DICTIONARY, where)
+        if not k.num_rows:
+            continue
+        got = (k.column("run_id")[0].as_py(), k.column("rank")[0].as_py())
+        if got != (run_id, rank):
+            raise ValueError(f"{display(os.path.join(where, rel))}: holds run {got[0]!r} rank {got[1]}, "
+                             f"not run {run_id!r} rank {rank}")  # fmt: skip
+        part = explain._explain_rank(k, _rank_syncs(root, run_id, rank), dev_limits, carveouts, kinds)
+        if part is not None:
+            out.append((run_id, rank, part, *_comm_instances(part)))
+    return out
+
+
+def _rank_syncs(root: str, run_id: str, rank: int) -> pa.Table | None:
+    """One rank's rows of the ``syncs`` table (row groups pruned by their statistics)."""
+    path = os.path.join(root, "syncs.parquet")
+    if "syncs" not in schema.TABLES or not os.path.exists(path):
+        return None
+    import pyarrow.dataset as pads
+
+    data = pads.dataset(path, format="parquet")
+    table = data.to_table(filter=(pads.field("run_id") == run_id) & (pads.field("rank") == rank))
+    return schema.conform(table, schema.SYNCS, where=path)
+
+
+# Peer matching split in two (``peers.attach_peer_wait`` over all ranks at once, the same
+# arithmetic): each rank's instance keys and, per run x instance, the latest start and the
+# number of ranks, reduced over the batches; then each rank's peer wait from that table.
+
+
+def _comm_instances(frame):
+    """``(comm mask, instance keys of the comm rows)`` of one rank's records (``peers.instance_keys``)."""
+    from overlapviz.analysis import peers
+
+    comm = (frame["kind"] == "comm").to_numpy() if "kind" in frame else np.ones(len(frame), bool)
+    return comm, peers.instance_keys(frame[comm])
+
+
+def _instance_table(parts: list[tuple]):
+    """Per run x instance of the comm kernels in ``parts``: the latest start and how many ranks had it."""
+    import pandas as pd
+
+    rows = []
+    for run_id, rank, frame, comm, keys in parts:
+        n = int(comm.sum())
+        if n:
+            rows.append(pd.DataFrame({"run_id": np.full(n, run_id, dtype=object), "instance": keys.to_numpy(object),
+                                      "rank": np.full(n, rank, dtype=np.int64),
+                                      "start_ns": frame["start_ns"].to_numpy()[comm].astype(np.int64)}))  # fmt: skip
+    if not rows:
+        return pd.DataFrame({"run_id": pd.Series(dtype=object), "instance": pd.Series(dtype=object),
+                             "latest_ns": pd.Series(dtype=np.int64), "n_ranks": pd.Series(dtype=np.int64)})  # fmt: skip
+    d = pd.concat(rows, ignore_index=True)
+    g = d.groupby(["run_id", "instance"], sort=False)
+    # each rank lies in one batch only, so the batches' rank counts add up to the run's
+    return g.agg(latest_ns=("start_ns", "max"), n_ranks=("rank", "nunique")).reset_index()
+
+
+def _merge_instances(*tables):
+    import pandas as pd
+
+    d = pd.concat(tables, ignore_index=True)
+    return d.groupby(["run_id", "instance"], sort=False).agg(latest_ns=("latest_ns", "max"), n_ranks=("n_ranks", "sum")).reset_index()
+
+
+def _with_peers(parts: list[tuple], instances, summary: bool) -> list:
+    """Each rank's records with ``instance`` and ``peer_wait_us`` (or, with ``summary``, its
+    ``explain.summarize`` row)."""
+    import pandas as pd
+
+    from overlapviz.analysis import explain
+
+    out = []
+    for run_id, rank, frame, comm, keys in parts:
+        inst = pd.Series(None, index=frame.index, dtype=object)
+        peer = pd.array([pd.NA] * len(frame), dtype="Float64")
+        if comm.any():
+            found = pd.DataFrame({"run_id": np.full(int(comm.sum()), run_id, dtype=object), "instance": keys.to_numpy(object)})
+            found = found.merge(instances, on=["run_id", "instance"], how="left", sort=False)
+            wait_ns = found["latest_ns"].to_numpy().astype(np.int64) - frame["start_ns"].to_numpy()[comm].astype(np.int64)
+            inst[comm] = keys.to_numpy(object)
+            values = pd.array(wait_ns / 1000.0, dtype="Float64")
+            values[found["n_ranks"].to_numpy() <= 1] = pd.NA
+            peer[np.flatnonzero(comm)] = values
+        frame = frame.assign(instance=inst, peer_wait_us=peer)
+        out.append(explain.summarize(frame).to_dict("records")[0] if summary else (run_id, rank, frame))
+    return out
+
+
+def explain_on(client, dataset_path: str | os.PathLike, *, run_ids=None, kinds: tuple[str, ...] = ("comm",),
+               summary: bool = False, progress: bool | None = False):  # fmt: skip
+    """``explain.explain`` (``summary``: ``explain.summarize`` of it) on the cluster; the same frame.
+
+    Each task explains whole ranks (their kernels, syncs, device limits and carve-outs) and
+    keeps the records on its worker. Matching a collective's instances across ranks needs
+    every rank of the group: each batch's instance table (latest start and rank count per
+    run x instance) is reduced over the batches on the workers, then each batch adds the
+    peer wait to its ranks' records. The client receives the records (or, with ``summary``,
+    one row per rank: the client's memory is then independent of the number of kernels).
+    """
+    import pandas as pd
+
+    from overlapviz.analysis import explain, peers
+    from overlapviz.analysis.residency import device_table, run_carveouts
+
+    files = _kernel_files(dataset_path, run_ids)
+    dev_limits = device_table(dataset_path)
+    carveouts = run_carveouts(dataset_path)
+    by_rank: dict = {}
+    for key, limits in dev_limits.items():
+        by_rank.setdefault(key[:2], {})[key] = limits  # occupancy.limits_for looks only at the rank's own
+    run_of_key = {schema.run_key(r): r for r in carveouts}
+    items = []
+    for rel in files:
+        run_id = run_of_key.get(Path(rel).parent.name)
+        rank = _rank_of_file(rel)
+        if run_id is None or rank < 0:
+            raise ValueError(f"{dataset_path}: kernels file {rel} belongs to no run of the runs table")
+        items.append((rel, run_id, rank, by_rank.get((run_id, rank), {}), {run_id: carveouts[run_id]}))
+    results = []
+    if items:
+        root = os.path.abspath(dataset_path)
+        _check_workers(client)
+        batches = _batches(root, [it[0] for it in items], client)
+        lookup = {it[0]: it for it in items}
+        prefix = _key("ovz-explain")
+        ranks = [client.submit(_explain_batch, root, tuple(kinds), str(dataset_path), [lookup[r] for r in b],
+                               key=f"{prefix}-{i}", retries=0) for i, b in enumerate(batches)]  # fmt: skip
+        tables = [client.submit(_instance_table, f, key=f"{prefix}-instances-{i}") for i, f in enumerate(ranks)]
+        level = 0
+        while len(tables) > 1:  # a tree of merges: no one task (nor the client) takes every batch's table
+            level += 1
+            tables = [client.submit(_merge_instances, *tables[i : i + 8], key=f"{prefix}-merge{level}-{i}")
+                      for i in range(0, len(tables), 8)]  # fmt: skip
+        done = [client.submit(_with_peers, f, tables[0], summary, key=f"{prefix}-peers-{i}") for i, f in enumerate(ranks)]
+        del ranks, tables
+        bar = _progress(len(batches), progress, "explain")
+        try:
+            # every batch waits on every other's instance table: a failure is the dataset's (its
+            # ValueError names the file)
+            what = lambda i: display(dataset_path)
+            with contextlib.closing(_in_order(client, done, bar, what)) as got:
+                del done
+                for _, part in got:
+                    results.extend(part)
+        finally:
+            bar.close()
+    if summary:
+        results.sort(key=lambda row: (row["run_id"], row["rank"]))
+        return pd.DataFrame(results)
+    if not results:
+        out = peers.attach_peer_wait(explain._empty())
+    else:
+        results.sort(key=lambda p: (p[0], p[1]))  # explain's order: run, then rank
+        out = pd.concat([p[2] for p in results], ignore_index=True)
+    return out[explain.KEYS + explain.EXTRA].sort_values(["run_id", "rank", "start_ns"], kind="stable").reset_index(drop=True)

@@ -1,0 +1,69 @@
+"""A dataset's kernels files as the partitions of distributed work: which, in batches, read as ``schema.read_kernels`` reads them."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from overlapviz import schema
+
+BATCH_BYTES = 64 << 20  # analysis tasks read about this much Parquet each (or one bigger file)
+BATCH_FILES = 64  # and at most this many files
+
+
+def _kernel_files(dataset_path, run_ids) -> list[str]:
+    """The kernels files ``schema.read_kernels`` would read, in its order (relative paths)."""
+    files = list(schema.read_metadata(dataset_path).get("kernel_files", []))
+    if run_ids is not None:
+        keys = {schema.run_key(r) for r in run_ids}
+        files = [f for f in files if Path(f).parent.name in keys]
+    return files
+
+
+def _batches(root: str, files: list[str], client=None) -> list[list[str]]:
+    """Consecutive runs of ``files`` of about ``BATCH_BYTES`` (and at most ``BATCH_FILES``)
+    each, and at least four per worker thread of ``client``'s cluster where there are files
+    enough (a small dataset in one task would keep every worker but one idle)."""
+    threads = sum(w.get("nthreads", 1) for w in client.scheduler_info()["workers"].values()) if client is not None else 1
+    most = max(1, min(BATCH_FILES, -(-len(files) // (4 * max(threads, 1)))))
+    out, cur, size = [], [], 0
+    for f in files:
+        try:
+            n = os.path.getsize(os.path.join(root, f))
+        except OSError:
+            n = 0  # the task names the missing file
+        if cur and (size + n > BATCH_BYTES or len(cur) >= most):
+            out.append(cur)
+            cur, size = [], 0
+        cur.append(f)
+        size += n
+    return out + ([cur] if cur else [])
+
+
+def _read_file(root: str, rel: str, columns: Sequence[str], dictionary: Sequence[str] = (), where: str = "",
+               filter=None) -> pa.Table:  # fmt: skip
+    """One kernels file as ``schema.read_kernels`` returns its rows (same columns, types, dictionaries)."""
+    wanted = list(columns)
+    encoded = [c for c in wanted if c in dictionary]
+    target = pa.schema([pa.field(c, pa.dictionary(pa.int32(), schema.KERNELS.field(c).type)) if c in encoded
+                        else schema.KERNELS.field(c) for c in wanted])  # fmt: skip
+    with pq.ParquetFile(os.path.join(root, rel), read_dictionary=encoded) as reader:
+        present = [c for c in wanted if c in reader.schema_arrow.names]
+        if filter is None:
+            table = reader.read(columns=present)
+        else:
+            import pyarrow.dataset as pads
+
+            fmt = pads.ParquetFileFormat(read_options=pads.ParquetReadOptions(dictionary_columns=encoded))
+            table = pads.dataset([os.path.join(root, rel)], format=fmt).to_table(columns=present, filter=filter)
+    return schema.conform(table, target, where=where or root)
+
+
+def _rank_of_file(rel: str) -> int:
+    m = re.match(r"^rank(\d+)\.parquet$", Path(rel).name)
+    return int(m.group(1)) if m else -1

@@ -1,0 +1,266 @@
+"""Why-views: late-start time by cause per rank and the blockers behind it, one SM's resource budget for a collective, and collective instances across ranks. Builders draw ``overlapviz.analysis.explain``/``budget``/``peers`` tables and compute no metric."""
+
+from __future__ import annotations
+
+import holoviews as hv
+import numpy as np
+import pandas as pd
+from bokeh.models import NumeralTickFormatter
+
+from overlapviz.figures import CAUSE_COLORS, CAUSE_LABELS, KIND_COLORS, TITLE_FONT, _plain, fmt_bytes, fmt_us, short_name, time_unit
+
+WAIT_CAUSES = ("stream_order", "dependency", "sm_resources", "launch_latency", "unknown")
+RESOURCE_LABELS = {
+    "block_slots": "block slots", "warps": "warps (threads / 32)", "registers": "registers", "shared_memory": "shared memory",
+}  # fmt: skip
+
+
+def _legend(items: dict) -> hv.Points:
+    """One element of zero-size points whose colours carry a legend."""
+    frame = pd.DataFrame({"x": np.full(len(items), np.nan), "y": np.full(len(items), np.nan), "entry": list(items)})
+    return hv.Points(frame, kdims=["x", "y"], vdims=["entry"]).opts(
+        color="entry", cmap=items, marker="square", size=10, show_legend=True, default_tools=[])
+
+
+def late_by_cause(summary: pd.DataFrame, *, width: int = 620, bar_height: int = 28) -> hv.Overlay:
+    """Per rank, the time its collectives started after their launch, stacked by cause.
+
+    Parameters
+    ----------
+    summary
+        ``overlapviz.analysis.explain.summarize`` rows of one run (``rank`` and ``<cause>_us``).
+        Not modified.
+
+    Returns
+    -------
+    hv.Overlay: one horizontal bar per rank (``hv.Rectangles``), one segment per cause, and the legend.
+    """
+    cols = [c for c in WAIT_CAUSES if f"{c}_us" in summary]
+    values = summary[[f"{c}_us" for c in cols]].apply(pd.to_numeric, errors="coerce").fillna(0.0).to_numpy(np.float64)
+    top = float(values.sum(axis=1).max()) if len(values) else 0.0
+    unit, div = time_unit(top)
+    n = len(summary)
+    y = np.arange(n)[::-1].astype(float)  # rank order from the top
+    ends = np.cumsum(values, axis=1) / div
+    starts = ends - values / div
+    rows = []
+    for j, c in enumerate(cols):
+        keep = values[:, j] > 0
+        rows.append(pd.DataFrame({"x0": starts[keep, j], "y0": y[keep] - 0.34, "x1": ends[keep, j], "y1": y[keep] + 0.34,
+                                  "cause": CAUSE_LABELS[c], "rank": summary["rank"].astype(int).to_numpy()[keep],
+                                  "time": [fmt_us(v) + " µs" for v in values[keep, j]],
+                                  "share": [f"{v / t:.0%}" if t > 0 else "—" for v, t in zip(values[keep, j], values[keep].sum(axis=1))]}))  # fmt: skip
+    rect = pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(columns=["x0", "y0", "x1", "y1", "cause", "rank", "time", "share"])
+    colors = {CAUSE_LABELS[c]: CAUSE_COLORS[c] for j, c in enumerate(cols) if values[:, j].sum() > 0} or {
+        CAUSE_LABELS["launch_latency"]: CAUSE_COLORS["launch_latency"]}
+    bars = hv.Rectangles(rect, kdims=[hv.Dimension("x0", label=f"Collectives' start − launch, summed ({unit})"), "y0", "x1", "y1"],
+                         vdims=["cause", "rank", "time", "share"]).opts(
+        color=hv.dim("cause").categorize({CAUSE_LABELS[c]: CAUSE_COLORS[c] for c in WAIT_CAUSES}), line_color="white",
+        tools=["hover"], default_tools=["save"],
+        hover_tooltips=[("rank", "@{rank}"), ("cause", "@{cause}"), ("time", "@{time}"), ("share of the rank's", "@{share}")])  # fmt: skip
+    ticks = [(float(v), f"rank {int(r)}") for v, r in zip(y, summary["rank"])]
+    return (bars * _legend(colors)).opts(
+        hv.opts.Overlay(title="Late-start time by cause, per rank", width=width, height=max(200, bar_height * n + 150), yticks=ticks,
+                        ylim=(-0.6, n - 0.4), xlim=(0, max(top / div, 1e-9) * 1.02), legend_position="top", legend_cols=3,
+                        ylabel="", fontsize={"title": TITLE_FONT}, show_grid=False, toolbar="right",
+                        legend_opts={"label_text_font_size": "9pt", "padding": 2, "spacing": 2}),
+    )  # fmt: skip
+
+
+def blockers(table: pd.DataFrame, *, width: int = 520, top: int = 8) -> hv.Bars:
+    """The computation kernels that kept collectives off the SMs, most blocked time first.
+
+    Parameters
+    ----------
+    table
+        ``overlapviz.analysis.budget.blocker_table`` rows of one run. Not modified.
+    """
+    t = table.head(top)
+    total = float(t["blocked_us"].max()) if len(t) else 0.0
+    unit, div = time_unit(total)
+    frame = pd.DataFrame({"kernel": [short_name(n)[:44] for n in t["blocker"]], "t": t["blocked_us"].to_numpy(np.float64) / div,
+                          "n": t["n_blocked"].astype(int).to_numpy(), "resource": t["blocking_resource"].fillna("—").astype(str),
+                          "name": t["blocker"].astype(str)}).drop_duplicates("kernel")  # fmt: skip
+    return hv.Bars(frame[::-1], kdims=[hv.Dimension("kernel", label="Blocker")],
+                   vdims=[hv.Dimension("t", label=f"Collectives held off the SMs: start − launch ({unit})"), "n", "resource", "name"]).opts(
+        invert_axes=True, color=CAUSE_COLORS["sm_resources"], tools=["hover"], default_tools=["save"], width=width,
+        height=max(180, 26 * len(frame) + 110), title="Top blockers (cause: SM resources)", fontsize={"title": TITLE_FONT},
+        hover_tooltips=[("blocker", "@{name}"), ("collectives held", "@{n}"), ("time", "@{t}{0,0.0} " + unit),
+                        ("resource", "@{resource}")], xformatter=NumeralTickFormatter(format="0,0.[0]"))  # fmt: skip
+
+
+def sm_budget(table: pd.DataFrame, facts: dict, *, width: int = 900) -> hv.Overlay:
+    """One SM's resources for one collective: per resource a bar of its capacity, the resident computation
+    blocks' share, and one comm block's need on top; a resource that cannot take the block is marked.
+
+    Parameters
+    ----------
+    table
+        ``overlapviz.analysis.budget.sm_budget`` / ``kernel_budget`` rows (``resource``, ``unit``,
+        ``capacity``, ``max_capacity``, ``used``, ``need``, ``blocks_fit``, ``overflow``, ``limiting``).
+    facts
+        ``kernel_budget``'s facts (names, fit, limiter, free SMs, the what-if in use).
+
+    Returns
+    -------
+    hv.Overlay of rectangles on a capacity-relative axis (1 = the SM's capacity of that resource),
+    a dashed mark at the largest carve-out for shared memory, and the numbers as labels.
+    """
+    t = table.reset_index(drop=True)
+    n = len(t)
+    y = np.arange(n)[::-1].astype(float)  # the first resource on top
+    cap = t["capacity"].to_numpy(np.float64)
+    used = t["used"].to_numpy(np.float64) / cap
+    need = t["need"].to_numpy(np.float64) / cap
+    over = t["overflow"].to_numpy(bool)
+    label = [RESOURCE_LABELS.get(r, r) for r in t["resource"]]
+
+    def amount(v, unit):
+        if unit == "bytes":
+            return fmt_bytes(v)
+        return f"{v:,.0f} {unit[:-1] if unit.endswith('s') and round(v) == 1 else unit}"
+
+    smem_rows = t["resource"] == "shared_memory"
+    label = [f"shared memory (SM set to {fmt_bytes(c)} of {fmt_bytes(m)})" if r == "shared_memory" and m > c else lab
+             for r, c, m, lab in zip(t["resource"], t["capacity"], t["max_capacity"], label)]  # fmt: skip
+    del smem_rows
+
+    detail = [f"{amount(u, un)} used + {amount(nd, un)} needed of {amount(c, un)}"
+              for u, nd, c, un in zip(t["used"], t["need"], t["capacity"], t["unit"])]  # fmt: skip
+    verdict = np.where(over, "✗ no room", [f"✓ room for {int(b)}" if np.isfinite(b) else "✓" for b in t["blocks_fit"].fillna(np.inf)])
+    base = pd.DataFrame({"y0": y - 0.18, "y1": y + 0.18, "resource": label, "detail": detail, "verdict": verdict})
+    cap_r = base.assign(x0=0.0, x1=1.0, part="free")
+    used_r = base.assign(x0=0.0, x1=used, part="resident computation")
+    need_r = base.assign(x0=used, x1=used + need, part="one comm block")
+    rect = pd.concat([cap_r, used_r, need_r], ignore_index=True)[["x0", "y0", "x1", "y1", "part", "resource", "detail", "verdict"]]
+    colors = {"free": "#EEEEEE", "resident computation": KIND_COLORS["compute"], "one comm block": KIND_COLORS["comm"]}
+    bars = hv.Rectangles(rect, vdims=["part", "resource", "detail", "verdict"]).opts(
+        color=hv.dim("part").categorize(colors), line_color="white", line_width=1, tools=["hover"], default_tools=["save"],
+        hover_tooltips=[("resource", "@{resource}"), ("", "@{detail}"), ("", "@{verdict}")])  # fmt: skip
+    outline = hv.Rectangles(pd.DataFrame({"x0": used[over], "y0": y[over] - 0.21, "x1": (used + need)[over], "y1": y[over] + 0.21}))
+    outline = outline.opts(fill_alpha=0, line_color="#B00000", line_width=2.5, line_dash="dashed", default_tools=[])
+    limit = hv.VLine(1.0).opts(color="black", line_width=1.5)
+    smem = t.index[t["resource"] == "shared_memory"]
+    marks = hv.Segments(pd.DataFrame({"x0": [], "y0": [], "x1": [], "y1": []}))
+    if len(smem) and t.loc[smem[0], "max_capacity"] > t.loc[smem[0], "capacity"]:
+        i = smem[0]
+        x = float(t.loc[i, "max_capacity"] / t.loc[i, "capacity"])
+        marks = hv.Segments(pd.DataFrame({"x0": [x], "y0": [y[i] - 0.3], "x1": [x], "y1": [y[i] + 0.3]}))
+    marks = marks.opts(color="black", line_dash="dotted", line_width=1.5, default_tools=[])
+    right = max(1.15, float(np.nanmax(used + need)) + 0.05, float(t["max_capacity"].max() / t["capacity"].max()) + 0.05)
+    text = hv.Labels(pd.DataFrame({"x": np.zeros(n), "y": y + 0.36, "t": [f"{v}  ·  {d}" for v, d in zip(verdict, detail)],
+                                   "c": np.where(over, "#B00000", "#222222")}), kdims=["x", "y"], vdims=["t", "c"]).opts(
+        text_align="left", text_font_size="9pt", text_color="c", text_baseline="middle")  # fmt: skip
+    legend = _legend({k: c for k, c in colors.items() if k != "free"})
+    fit = facts.get("fit")
+    lim = facts.get("limiter")
+    what = facts.get("what_if")
+    n_fit = int(fit) if fit is not None and np.isfinite(fit) else "?"
+    why = f", limited by {RESOURCE_LABELS.get(lim, str(lim).replace('_', ' '))}" if lim and (fit is None or fit < 1) else ""
+    beside = (f"beside {int(facts['blocks_per_sm'])} blocks of {short_name(facts.get('resident'))[:50]}" if facts.get("resident")
+              else "on an SM free of computation")  # fmt: skip
+    title = f"SM budget{' — what if ' + str(what) if what else ''}: {n_fit} comm blocks fit{why}\n{short_name(facts.get('comm'))[:60]} {beside}"
+    ticks = list(zip(y.tolist(), label))
+    return (bars * outline * limit * marks * text * legend).opts(
+        hv.opts.Overlay(title=title, width=width, height=70 * n + 140, yticks=ticks, xlim=(0, right), ylim=(-0.5, n - 0.35),
+                        xlabel="share of the SM's capacity (1 = full; dotted: the largest shared-memory carve-out)", ylabel="",
+                        legend_position="top", fontsize={"title": "10pt"}, show_grid=False, toolbar="right"),
+    )  # fmt: skip
+
+
+def arrival_grid(cells: pd.DataFrame, *, width: int = 1100, value: str = "arrival_us") -> hv.Image:
+    """Instance x rank: each rank's arrival after the instance's first rank (or its peer wait), as an image.
+
+    Parameters
+    ----------
+    cells
+        ``overlapviz.analysis.budget.instance_ranks`` rows of one run.
+    value
+        ``arrival_us`` (ready − the instance's first ready) or ``peer_wait_us``.
+    """
+    n_inst = int(cells["ordinal"].max()) + 1 if len(cells) else 0
+    ranks = sorted(cells["rank"].unique().tolist())
+    grid = np.full((len(ranks), max(n_inst, 1)), np.nan)
+    ri = {r: i for i, r in enumerate(ranks)}
+    grid[[ri[r] for r in cells["rank"]], cells["ordinal"].to_numpy(np.int64)] = pd.to_numeric(cells[value], errors="coerce").to_numpy(np.float64)
+    top = float(np.nanmax(grid)) if np.isfinite(grid).any() else 0.0
+    unit, div = time_unit(top)
+    vlabel = {"arrival_us": "arrival after the first rank", "peer_wait_us": "peer wait"}[value]
+    return hv.Image(grid[::-1] / div, bounds=(-0.5, -0.5, max(n_inst, 1) - 0.5, len(ranks) - 0.5),
+                    kdims=[hv.Dimension("instance", label="Collective instance (by first start)"), hv.Dimension("rank", label="Rank")],
+                    vdims=[hv.Dimension("v", label=f"{vlabel} ({unit})")]).opts(
+        cmap="viridis", colorbar=True, clim=(0, max(top / div, 1e-9)), width=width, height=max(200, 24 * len(ranks) + 120),
+        tools=["hover"], default_tools=["save", "xwheel_zoom", "xpan", "reset"], active_tools=["xwheel_zoom"],
+        title=f"Each rank's {vlabel} per collective instance ({unit}; wheel: zoom instances)",
+        yticks=[(i, str(r)) for i, r in enumerate(ranks)], fontsize={"title": TITLE_FONT},
+        colorbar_opts={"title": unit, "width": 12})  # fmt: skip
+
+
+_RANK_PALETTE = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442", "#000000"]
+
+
+def arrival_skew(instances: pd.DataFrame, *, width: int = 1100) -> hv.Scatter:
+    """Arrival skew per instance (last − first ready), coloured by the slowest rank."""
+    inst = instances.sort_values("first_start_ns", kind="stable").reset_index(drop=True)
+    skew = pd.to_numeric(inst["arrival_skew_us"], errors="coerce")
+    unit, div = time_unit(float(skew.max()) if skew.notna().any() else 0.0)
+    frame = pd.DataFrame({"instance": np.arange(len(inst)), "skew": skew / div,
+                          "slowest": inst["slowest_rank"].astype("Int64").astype(str).replace("<NA>", "—"),
+                          "collective": inst["collective"].fillna("—").astype(str), "id": inst["instance"].astype(str)})  # fmt: skip
+    ranks = sorted(frame["slowest"].unique(), key=lambda r: (len(r), r))
+    cmap = {r: _RANK_PALETTE[i % len(_RANK_PALETTE)] for i, r in enumerate(ranks)}
+    return hv.Scatter(frame, kdims=[hv.Dimension("instance", label="Collective instance (by first start)")],
+                      vdims=[hv.Dimension("skew", label=f"arrival skew ({unit})"), "slowest", "collective", "id"]).opts(
+        color="slowest", cmap=cmap, size=5, tools=["hover"], width=width, height=260, show_legend=True, legend_position="right",
+        default_tools=["save", "xwheel_zoom", "xpan", "reset"], title="Arrival skew per instance (colour: the slowest rank)",
+        fontsize={"title": TITLE_FONT}, hover_tooltips=[("instance", "@{id}"), ("collective", "@{collective}"),
+                                                        ("skew", "@{skew}{0,0.0} " + unit), ("slowest rank", "@{slowest}")])  # fmt: skip
+
+
+def rank_waits(cells: pd.DataFrame, instances: pd.DataFrame, *, width: int = 540) -> tuple[hv.Bars, hv.Bars]:
+    """Per rank: how often it was the last ready, and how long its collectives waited for their peers in all."""
+    ranks = sorted(cells["rank"].unique().tolist())
+    last = instances["slowest_rank"].astype("Int64").value_counts()
+    peer = cells.groupby("rank")["peer_wait_us"].sum()
+    unit, div = time_unit(float(peer.max()) if len(peer) else 0.0)
+    per_rank = pd.DataFrame({"rank": [str(r) for r in ranks], "last": [int(last.get(r, 0)) for r in ranks],
+                             "peer": [float(peer.get(r, 0.0)) / div for r in ranks]})  # fmt: skip
+    slow = hv.Bars(per_rank, kdims=[hv.Dimension("rank", label="Rank")], vdims=[hv.Dimension("last", label="instances"), "peer"]).opts(
+        color=KIND_COLORS["compute"], tools=["hover"], width=width, height=260, default_tools=["save"],
+        title="Instances where the rank was ready last", fontsize={"title": TITLE_FONT})  # fmt: skip
+    pw = hv.Bars(per_rank, kdims=[hv.Dimension("rank", label="Rank")], vdims=[hv.Dimension("peer", label=f"peer wait, summed ({unit})"), "last"]).opts(
+        color=KIND_COLORS["comm"], tools=["hover"], width=width, height=260, default_tools=["save"],
+        title="Time the rank's collectives waited for their peers", fontsize={"title": TITLE_FONT}, yformatter="%.1f")  # fmt: skip
+    return slow, pw
+
+
+def bus_bandwidth(instances: pd.DataFrame, *, width: int = 1100) -> hv.Scatter | None:
+    """Bus bandwidth per instance (nccl-tests' convention), None where no message size is known."""
+    inst = instances.sort_values("first_start_ns", kind="stable").reset_index(drop=True)
+    bw = pd.to_numeric(inst["busbw_gbps"], errors="coerce")
+    if not bw.notna().any():
+        return None
+    return hv.Scatter(pd.DataFrame({"instance": np.arange(len(inst)), "busbw": bw, "collective": inst["collective"].fillna("—")}),
+                      kdims=[hv.Dimension("instance", label="Collective instance (by first start)")],
+                      vdims=[hv.Dimension("busbw", label="bus bandwidth (GB/s)"), "collective"]).opts(
+        color=KIND_COLORS["comm"], size=5, tools=["hover"], width=width, height=240, default_tools=["save"],
+        title="Bus bandwidth per instance (nccl-tests' convention; time = last end − last start)", fontsize={"title": TITLE_FONT})  # fmt: skip
+
+
+def collectives(cells: pd.DataFrame, instances: pd.DataFrame, *, width: int = 1100, value: str = "arrival_us") -> hv.Layout:
+    """Collective instances across ranks in one figure (the export): arrivals (or peer waits) per instance and
+    rank, the arrival skew with the slowest rank, per-rank last-ready counts and peer wait, bus bandwidth."""
+    slow, pw = rank_waits(cells, instances, width=width // 2 - 10)
+    panels = [arrival_grid(cells, width=width, value=value), arrival_skew(instances, width=width), slow, pw]
+    bw = bus_bandwidth(instances, width=width)
+    if bw is not None:
+        panels.append(bw)
+    return hv.Layout(panels).opts(shared_axes=False).cols(1)
+
+
+def why(summary: pd.DataFrame, blocker_rows: pd.DataFrame, *, width: int = 1100) -> hv.Layout:
+    """The why-page as one figure (for export): late-start time by cause per rank, and the top blockers."""
+    panels = [late_by_cause(summary, width=width // 2 + 60)]
+    if len(blocker_rows):
+        panels.append(blockers(blocker_rows, width=width // 2 - 60))
+    return hv.Layout(panels).opts(shared_axes=False).cols(2)

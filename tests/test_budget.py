@@ -1,0 +1,123 @@
+"""overlapviz.analysis.budget: wait segments by cause, the blocker's kernel, one SM's budget (and what-ifs), collectives across ranks."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from overlapviz.analysis import budget, explain, peers
+from overlapviz.devices import nvidia_arch
+from overlapviz.analysis.occupancy import blocks_fit, capacity
+from overlapviz.testing import write_grid_dataset
+
+
+@pytest.fixture(scope="module")
+def grid(tmp_path_factory):
+    return write_grid_dataset(tmp_path_factory.mktemp("budget") / "ds")
+
+
+def record(**kw) -> pd.DataFrame:
+    base = {"run_id": "r", "rank": 0, "stream": 13, "launch_ns": 1_000, "stream_ready_ns": 1_100, "dependency_ready_ns": 1_150,
+            "ready_ns": 1_150, "start_ns": 1_200, "ready_wait_ns": 50, "comm_blocks_fit_per_sm": 0}  # fmt: skip
+    base.update(kw)
+    frame = pd.DataFrame([base])
+    for c in ("launch_ns", "stream_ready_ns", "dependency_ready_ns", "ready_ns", "ready_wait_ns", "comm_blocks_fit_per_sm"):
+        frame[c] = frame[c].astype("Int64")
+    return frame
+
+
+def test_wait_segments_split_launch_to_start_by_cause():
+    seg = budget.wait_segments(record())
+    assert seg[["part", "start_ns", "end_ns"]].values.tolist() == [
+        ["stream_order", 1_000, 1_100], ["dependency", 1_100, 1_150], ["sm_resources", 1_150, 1_200]]
+    assert seg["us"].tolist() == [0.1, 0.05, 0.05]
+    # room at ready: the last part is the launch path's latency; a dependency met before the stream was free is no part
+    seg = budget.wait_segments(record(comm_blocks_fit_per_sm=2, dependency_ready_ns=1_050))
+    assert seg["part"].tolist() == ["stream_order", "launch_latency"]
+    # long with room: unknown; no known launch: only ready -> start
+    seg = budget.wait_segments(record(comm_blocks_fit_per_sm=2, start_ns=1_150 + explain.LAUNCH_LATENCY_NS + 1,
+                                      ready_wait_ns=explain.LAUNCH_LATENCY_NS + 1, launch_ns=pd.NA))  # fmt: skip
+    assert seg["part"].tolist() == ["unknown"]
+
+
+def test_the_segments_add_up_to_start_minus_launch(grid):
+    e = explain.explain(grid)
+    seg = budget.wait_segments(e)
+    total = seg.groupby("record")["us"].sum()
+    late = (e["start_ns"] - e["launch_ns"].astype("int64")) / 1000.0
+    assert np.allclose(total.to_numpy(), late.loc[total.index].to_numpy())
+
+
+def test_blocker_positions_find_the_resident_kernel(grid):
+    from overlapviz import schema
+
+    e = explain.explain(grid)
+    blocked = e.loc[e["cause"] == "sm_resources"]
+    assert len(blocked)
+    k = schema.read_frame(grid, "kernels", run_ids=blocked["run_id"].unique().tolist())
+    pos = budget.blocker_positions(blocked, k)
+    assert pos.notna().all().all()
+    for (_, r), (_, p) in zip(blocked.iterrows(), pos.iterrows()):
+        hit = k.loc[(k["run_id"] == r["run_id"]) & (k["rank"] == r["rank"]) & (k["correlation"] == p["blocker_correlation"])].iloc[0]
+        assert hit["name"] == r["blocker"] and hit["start_ns"] <= r["ready_ns"] < hit["end_ns"]
+        assert p["blocker_stream"] == hit["stream"] and p["blocker_end_ns"] == hit["end_ns"]
+
+
+def test_sm_budget_agrees_with_the_fit_rule():
+    limits = dict(nvidia_arch(9, 0), num_sms=132)
+    resident = [{"name": "gemm", "blocks": 4, "warps_per_block": 4, "regs_per_warp": 4096, "smem_alloc_bytes": 33792}]
+    comm = {"warps_per_block": 16, "regs_per_warp": 3072, "smem_alloc_bytes": 1024, "smem_config_needed_bytes": 0}
+    t = budget.sm_budget(limits, resident, comm, smem_config=135168).set_index("resource")
+    fit, lim, _ = blocks_fit(capacity(limits), np.array([16.0]), np.array([4.0]), np.array([65536.0]), np.array([135168.0]),
+                             np.array([135168.0]), np.array([16.0]), np.array([3072.0]), np.array([1024.0]), own_config=np.array([0.0]))  # fmt: skip
+    assert t.attrs["fit"] == fit[0] == 0 and t.attrs["limiter"] == lim[0] == "registers"
+    assert t.loc["registers", ["capacity", "used", "need"]].tolist() == [65536, 65536, 49152]
+    assert t.loc["warps", "used"] == 16 and t.loc["block_slots", "used"] == 4
+    assert t.loc["shared_memory", "capacity"] == 135168 and t.loc["shared_memory", "max_capacity"] == limits["shared_mem_per_sm"]
+    assert t.loc["registers", "limiting"] and t.loc["registers", "overflow"] and not t.loc["warps", "overflow"]
+    # an SM free of computation: the comm kernel's own occupancy
+    free = budget.sm_budget(limits, [], comm).set_index("resource")
+    assert free.attrs["fit"] == 1 and free["used"].eq(0).all()
+
+
+def test_kernel_budget_and_what_ifs_of_a_blocked_collective(grid):
+    e = explain.explain(grid)
+    rec = budget.worst_record(e)
+    assert rec["cause"] == "sm_resources"
+    table, facts = budget.kernel_budget(grid, rec)
+    assert facts["fit"] == rec["comm_blocks_fit_per_sm"] == 0 and facts["limiter"] == rec["blocking_resource"] == "registers"
+    assert facts["resident"] == rec["blocker"] and facts["blocks_per_sm"] == 4
+    opts = budget.what_if_options(grid, rec)
+    assert {"current", "smem_pad", "carveout"} <= set(opts["lever"])
+    best = opts.loc[opts["recommended"] & (opts["lever"] == "smem_pad")].iloc[0].to_dict()
+    t2, f2 = budget.kernel_budget(grid, rec, what_if=best)
+    assert f2["fit"] >= 1 and f2["blocks_per_sm"] == best["compute_blocks_per_sm"] and f2["what_if"] == best["setting"]
+
+
+def test_collective_table_equals_peers_collective_instances(grid):
+    from overlapviz import schema
+
+    e = explain.explain(grid)
+    sizes = budget.message_bytes(e, schema.read_frame(grid, "runs"))
+    assert (sizes == 64 << 20).all()
+    fast, slow = budget.collective_table(e, sizes), peers.collective_instances(e, sizes)
+    assert list(fast.columns) == list(slow.columns) and len(fast) == len(slow)
+    for c in fast.columns:
+        a, b = fast[c], slow[c]
+        if not (pd.api.types.is_numeric_dtype(a) or c.endswith(("_ns", "_us", "_gbps", "_rank", "bytes"))):
+            assert a.astype(str).tolist() == b.astype(str).tolist(), c
+        else:
+            assert np.allclose(pd.to_numeric(a).astype(float).fillna(-1), pd.to_numeric(b).astype(float).fillna(-1)), c
+    cells = budget.instance_ranks(e, fast)
+    assert len(cells) == len(e) and cells.groupby("instance")["arrival_us"].min().eq(0).all()
+    assert (cells.loc[cells["slowest"], "arrival_us"] >= 0).all()
+    assert cells.groupby("run_id")["ordinal"].max().eq(5).all()  # six instances per run
+
+
+def test_blocker_table_sums_the_blocked_time(grid):
+    e = explain.explain(grid)
+    t = budget.blocker_table(e)
+    blocked = e.loc[e["cause"] == "sm_resources"]
+    assert t["n_blocked"].sum() == len(blocked)
+    assert t["blocked_us"].sum() == pytest.approx(blocked["start_minus_launch_ns"].astype(float).sum() / 1000.0)

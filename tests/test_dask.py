@@ -1,0 +1,376 @@
+"""overlapviz on a real Dask cluster (a scheduler and two worker processes on 127.0.0.1, started here).
+
+The same datasets byte for byte as the local ingest, the same analyze and explain frames; a
+worker killed mid-ingest is retried, a file that kills every worker fails the ingest with one
+line naming it, a bad file with the local path's very line, and nothing is ever half-written.
+The local path imports no Dask (checked in a fresh interpreter). Edge cases: a truncated
+trace, a duplicate rank (an error raised by the client in file order), ranks across files for
+peer matching, runs filtered by id, empty selections.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+distributed = pytest.importorskip("distributed")
+
+import numpy as np
+import pandas.testing as pdt
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from overlapviz import distributed as ovd
+from overlapviz import schema
+from overlapviz.analysis import explain as explain_lib
+from overlapviz.analysis import metrics
+from overlapviz.distributed import cluster, partitions, timeline
+from overlapviz.ingest import discover, ingest
+from overlapviz.testing import generate_trace, write_trace
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "tests" / "data"
+SCENARIOS = ROOT / "sample_traces" / "scenarios" / "runs"  # real H200 traces, with syncs
+SWEEP = ROOT / "sample_traces" / "h200_standin_sweep" / "runs"  # collected runs: manifests, timings
+ALL_KINDS = ("comm", "compute", "memory", "other")
+
+
+@pytest.fixture(scope="module")
+def client():
+    # allowed_failures=1: a task is retried once after its worker dies, and fails at the second death
+    with ovd.client_for("local:2", memory_limit="1GiB", scheduler_kwargs={"allowed_failures": 1}) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory) -> Path:
+    """A generated 4-rank job: one run of four per-rank traces (positional peer matching)."""
+    d = tmp_path_factory.mktemp("job") / "job4"
+    d.mkdir()
+    for rank in range(4):
+        write_trace(generate_trace(3_000, rank=rank, world_size=4, seed=7), d / f"rank{rank}.json.gz")
+    return d
+
+
+def files_of(dataset: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(dataset)): p.read_bytes() for p in sorted(dataset.rglob("*")) if p.is_file()}
+
+
+def assert_same_dataset(a: Path, b: Path) -> None:
+    fa, fb = files_of(a), files_of(b)
+    assert sorted(fa) == sorted(fb)
+    for name in fa:
+        assert fa[name] == fb[name], f"{name} differs"
+
+
+def beside(out: Path) -> list[str]:
+    return sorted(p.name for p in out.parent.iterdir())
+
+
+# --- the local path stays Dask-free --------------------------------------------------------
+
+
+def test_local_path_imports_no_dask(tmp_path):
+    code = textwrap.dedent(
+        """
+        import sys
+        from overlapviz.ingest import ingest
+        from overlapviz.analysis.metrics import analyze_table
+        from overlapviz.analysis.explain import explain
+        import overlapviz.distributed  # the module itself imports Dask only when used
+        import overlapviz.cli
+        src, out = sys.argv[1:3]
+        ingest([src], out, progress=False)
+        print(analyze_table(out).num_rows, len(explain(out)))
+        print(sorted(m for m in sys.modules if m.split(".")[0] in ("dask", "distributed")))
+        """
+    )
+    result = subprocess.run([sys.executable, "-c", code, str(SCENARIOS), str(tmp_path / "ds")], capture_output=True,
+                            text=True, timeout=120, check=False)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert int(lines[0].split()[0]) > 0
+    assert lines[-1] == "[]", result.stdout
+
+
+def test_without_dask_one_line_naming_the_extra():
+    code = "import sys; sys.modules['distributed'] = None\nfrom overlapviz.distributed import client_for\n" \
+           "try:\n    client_for('local:1').__enter__()\nexcept ValueError as e:\n    print(e)\n"  # fmt: skip
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 0, result.stderr
+    assert "pip install 'overlapviz[dask]'" in result.stdout and len(result.stdout.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("address, needle", [
+    ("", "no Dask scheduler given"),
+    ("local:0", "at least one worker"),
+    ("not an address", "neither a Dask scheduler address nor a scheduler file"),
+    ("tcp://127.0.0.1:9", "cannot reach the Dask scheduler"),  # loopback, nothing listens on the discard port
+])  # fmt: skip
+def test_client_for_bad_addresses(address, needle, monkeypatch):
+    monkeypatch.delenv(ovd.SCHEDULER_ENV, raising=False)
+    with pytest.raises(ValueError, match=needle) as err, ovd.client_for(address, connect_timeout=2):
+        pass
+    assert len(str(err.value).splitlines()) == 1
+
+
+# --- ingest ---------------------------------------------------------------------------------
+
+
+def test_ingest_same_dataset_byte_for_byte(client, job, tmp_path, capsys):
+    sources = [SCENARIOS, SWEEP, job, DATA / "gloo_cpu", DATA / "hta_trace_filter_2rank"]
+    local = ingest(sources, tmp_path / "local", progress=False)
+    n_files = sum(len(r.files) for r in discover(sources))
+    remote = ovd.ingest_on(client, sources, tmp_path / "dask", progress=True)
+    assert_same_dataset(local, remote)
+    err = capsys.readouterr().err
+    assert f"ingest:   0%|          | 0/{n_files} " in err  # tqdm's bar on stderr, moved by task completions
+    assert max(int(n) for n in re.findall(rf"(\d+)/{n_files} ", err)) > 0
+    assert beside(remote) == ["dask", "local"]  # no temporary or staging directory left
+
+
+def test_relative_paths_where_workers_run_elsewhere(client, job, tmp_path, monkeypatch):
+    monkeypatch.chdir(job.parent)  # this process only: the workers' working directory stays where they started
+    out = ovd.ingest_on(client, [job.name], tmp_path / "ds", progress=False)
+    sources = set(schema.read_table(out, "ranks").column("source_path").to_pylist())
+    assert sources == {str(job / f"rank{r}.json.gz") for r in range(4)}  # made absolute, so the workers find them
+
+
+def test_bad_file_same_one_line_error_nothing_written(client, job, tmp_path):
+    bad = tmp_path / "in" / "badrun"
+    bad.mkdir(parents=True)
+    for rank in range(3):
+        (bad / f"rank{rank}.json.gz").write_bytes((job / f"rank{rank}.json.gz").read_bytes())
+    whole = (job / "rank3.json.gz").read_bytes()
+    (bad / "rank3.json.gz").write_bytes(whole[: len(whole) // 2])  # truncated gzip
+    (tmp_path / "out").mkdir()
+    with pytest.raises(ValueError) as local_err:
+        ingest([bad], tmp_path / "out" / "local", progress=False)
+    with pytest.raises(ValueError) as dask_err:
+        ovd.ingest_on(client, [bad], tmp_path / "out" / "dask", progress=False)
+    assert str(dask_err.value) == str(local_err.value)
+    assert "rank3.json.gz" in str(dask_err.value) and len(str(dask_err.value).splitlines()) == 1
+    assert beside(tmp_path / "out" / "dask") == []
+
+
+def test_duplicate_rank_same_error(client, job, tmp_path):
+    dup = tmp_path / "dup"
+    dup.mkdir()
+    (dup / "a_rank0.json.gz").write_bytes((job / "rank0.json.gz").read_bytes())
+    (dup / "b_rank0.json.gz").write_bytes((job / "rank1.json.gz").read_bytes())  # distributedInfo says rank 1
+    (dup / "c_rank1.json.gz").write_bytes((job / "rank1.json.gz").read_bytes())
+    with pytest.raises(ValueError) as local_err:
+        ingest([dup], tmp_path / "local", progress=False)
+    with pytest.raises(ValueError) as dask_err:
+        ovd.ingest_on(client, [dup], tmp_path / "dask", progress=False)
+    assert str(dask_err.value) == str(local_err.value) and "also comes from" in str(dask_err.value)
+    assert not (tmp_path / "dask").exists()
+
+
+class _KillWhileWriting(distributed.WorkerPlugin):
+    """In each worker: the first write of a kernels file (of a file named ``match``, every
+    time with ``always``) writes half a Parquet file and then SIGKILLs its own worker process."""
+
+    idempotent = True
+
+    def __init__(self, flag: str, match: str = "", always: bool = False):
+        self.flag, self.match, self.always = flag, match, always
+
+    def setup(self, worker):
+        import signal
+
+        from overlapviz import schema as worker_schema
+
+        real = worker_schema.write_kernels
+        plugin = self
+
+        def write_kernels(table, directory, run_id, rank):
+            rel = worker_schema.kernels_file(run_id, rank)
+            if plugin.match in rel:
+                try:
+                    fd = os.open(plugin.flag, os.O_CREAT | os.O_EXCL | os.O_WRONLY) if not plugin.always else None
+                except FileExistsError:
+                    return real(table, directory, run_id, rank)
+                if fd is not None:
+                    os.write(fd, str(os.getpid()).encode())
+                    os.close(fd)
+                else:
+                    with open(plugin.flag, "a") as fh:
+                        fh.write(f"{os.getpid()}\n")
+                path = Path(directory) / rel
+                path.parent.mkdir(exist_ok=True)
+                path.write_bytes(b"PAR1" + b"\0" * 4096)  # a torn file, as a write cut short leaves
+                os.kill(os.getpid(), signal.SIGKILL)  # this worker process, started by the test's cluster
+            return real(table, directory, run_id, rank)
+
+        worker_schema.write_kernels = write_kernels
+
+
+@pytest.fixture
+def killer(client):
+    import cloudpickle
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import the tests
+    names = []
+
+    def install(plugin, name):
+        client.register_plugin(plugin, name=name)
+        names.append(name)
+
+    yield install
+    for name in names:
+        client.unregister_worker_plugin(name)
+    # the plugin patched the workers' schema module: restart them clean for the next test
+    client.restart(wait_for_workers=True)
+    cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
+
+
+def test_worker_killed_mid_ingest_is_retried(client, job, tmp_path, killer):
+    flag = tmp_path / "killed"
+    killer(_KillWhileWriting(str(flag), match="rank2"), "kill-once")
+    local = ingest([job], tmp_path / "local", progress=False)
+    remote = ovd.ingest_on(client, [job], tmp_path / "dask", progress=False)
+    assert flag.exists(), "no worker was killed"
+    pid = int(flag.read_text())
+    assert pid not in client.run(os.getpid).values()  # that worker is gone (its nanny started another)
+    assert_same_dataset(local, remote)
+    assert beside(remote) == ["dask", "killed", "local"]
+
+
+def test_file_that_kills_every_worker_fails_naming_it(client, job, tmp_path, killer):
+    flag = tmp_path / "killed"
+    killer(_KillWhileWriting(str(flag), match="rank1", always=True), "kill-always")
+    out = tmp_path / "out" / "dask"
+    out.parent.mkdir()
+    with pytest.raises(ValueError) as err:
+        ovd.ingest_on(client, [job], out, progress=False)
+    message = str(err.value)
+    assert len(message.splitlines()) == 1 and "rank1.json.gz" in message and "died" in message, message
+    assert len(flag.read_text().split()) == 2  # tried twice (allowed_failures=1)
+    assert beside(out) == []  # nothing written, no temporary directory left
+
+
+# --- analyze and explain ---------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def dataset(job, tmp_path_factory) -> Path:
+    return ingest([SCENARIOS, SWEEP, job, DATA / "gloo_cpu"], tmp_path_factory.mktemp("ds") / "ds", progress=False)
+
+
+@pytest.fixture(params=[partitions.BATCH_FILES, 1], ids=["batched", "file-per-task"])
+def batch_files(request, monkeypatch):
+    monkeypatch.setattr(partitions, "BATCH_FILES", request.param)
+
+
+@pytest.mark.parametrize("per", ["rank", "step"])
+def test_analyze_same_table(client, dataset, per, batch_files):
+    local = metrics.analyze_table(dataset, per=per)
+    remote = ovd.analyze_on(client, dataset, per=per)
+    assert remote.num_rows == local.num_rows > 10
+    assert remote.equals(local)
+    runs = ["job4", "gloo_cpu"]
+    assert ovd.analyze_on(client, dataset, per=per, run_ids=runs).equals(metrics.analyze_table(dataset, per=per, run_ids=runs))
+
+
+def test_analyze_errors_as_local(client, dataset, tmp_path, monkeypatch):
+    monkeypatch.setattr(partitions, "BATCH_FILES", 1)  # one task per kernels file: the errors meet on the client
+    with pytest.raises(ValueError) as local_err:
+        metrics.analyze_table(dataset, run_ids=["nope"])
+    with pytest.raises(ValueError) as dask_err:
+        ovd.analyze_on(client, dataset, run_ids=["nope"])
+    assert str(dask_err.value) == str(local_err.value)
+    # rows ending before they start, in two ranks: the message counts them over the whole dataset
+    bad = tmp_path / "bad"
+    meta = schema.read_metadata(dataset)
+    with schema.DatasetWriter(bad) as w:
+        for rel in [f for f in meta["kernel_files"] if "job4" in f or "gloo" in f]:
+            t = pq.read_table(dataset / rel)
+            if "job4" in rel:
+                end = t.column("end_ns").to_pylist()
+                end[5] = t.column("start_ns")[5].as_py() - 1
+                t = t.set_column(t.schema.get_field_index("end_ns"), "end_ns", pa.array(end, pa.int64()))
+            w.add_kernels(t, t.column("run_id")[0].as_py(), t.column("rank")[0].as_py())
+        w.commit()
+    with pytest.raises(ValueError) as local_err:
+        metrics.analyze_table(bad)
+    with pytest.raises(ValueError) as dask_err:
+        ovd.analyze_on(client, bad)
+    assert str(dask_err.value) == str(local_err.value) and "end_ns < start_ns" in str(local_err.value)
+
+
+@pytest.fixture(scope="module")
+def local_explained(dataset) -> dict:
+    return {kinds: explain_lib.explain(dataset, kinds=kinds) for kinds in (("comm",), ALL_KINDS)}
+
+
+@pytest.mark.parametrize("kinds", [("comm",), ALL_KINDS])
+def test_explain_same_frame(client, dataset, kinds, local_explained):
+    local = local_explained[kinds]
+    remote = ovd.explain_on(client, dataset, kinds=kinds)
+    assert len(local) > 100 and local["peer_wait_us"].notna().any()  # peers matched across ranks
+    pdt.assert_frame_equal(remote, local)
+    # --summary: per rank on the workers, one row each to the client
+    pdt.assert_frame_equal(ovd.explain_on(client, dataset, kinds=kinds, summary=True), explain_lib.summarize(local))
+
+
+def test_explain_one_rank_per_task(client, dataset, local_explained, monkeypatch):
+    monkeypatch.setattr(partitions, "BATCH_FILES", 1)  # the instance tables meet in a tree of several levels
+    pdt.assert_frame_equal(ovd.explain_on(client, dataset, kinds=ALL_KINDS), local_explained[ALL_KINDS])
+
+
+def test_explain_one_run(client, dataset):
+    one = ovd.explain_on(client, dataset, run_ids=["job4"])
+    pdt.assert_frame_equal(one, explain_lib.explain(dataset, run_ids=["job4"]))
+    assert set(one["rank"]) == {0, 1, 2, 3} and one["peer_wait_us"].notna().any()
+
+
+def test_explain_empty_selection(client, dataset):
+    none = explain_lib.explain(dataset, run_ids=["nope"])
+    pdt.assert_frame_equal(ovd.explain_on(client, dataset, run_ids=["nope"]), none)
+    pdt.assert_frame_equal(ovd.explain_on(client, dataset, run_ids=["nope"], summary=True), explain_lib.summarize(none))
+
+
+# --- the timeline --------------------------------------------------------------------------
+
+
+def test_timeline_counts_and_window(client, dataset):
+    kernels = schema.read_kernels(dataset, run_ids=["job4"])
+    lanes, counts, (x0, x1) = ovd.timeline_counts_on(client, dataset, "job4", width=400)
+    frame = kernels.to_pandas()
+    assert lanes == sorted(set(zip(frame["rank"].astype(int), frame["stream"].astype(int))))
+    assert (x0, x1) == (int(frame["start_ns"].min()), int(frame["end_ns"].max()))
+    lane = [lanes.index((r, s)) for r, s in zip(frame["rank"].astype(int), frame["stream"].astype(int))]
+    cat = [ovd.KINDS.index(k) for k in frame["kind"]]
+    expected = timeline._coverage((frame["start_ns"] - x0).to_numpy(float), (frame["end_ns"] - x0).to_numpy(float), lane, cat,
+                             len(ovd.KINDS), len(lanes), 400, 0.0, float(x1 - x0))  # fmt: skip
+    assert (counts == expected).all() and counts.sum() > 0
+    _, rows2, _ = ovd.timeline_counts_on(client, dataset, "job4", width=400, height=2)  # lanes summed into 2 rows
+    half = [i * 2 // len(lanes) for i in range(len(lanes))]
+    assert (rows2 == np.stack([counts[:, [i for i, h in enumerate(half) if h == r], :].sum(axis=1) for r in (0, 1)], axis=1)).all()
+    t0, t1 = x0 + (x1 - x0) // 3, x0 + (x1 - x0) // 3 + 200_000
+    window = ovd.timeline_window_on(client, dataset, "job4", (t0, t1), ranks=[1, 2])
+    cut = frame[(frame["end_ns"] >= t0) & (frame["start_ns"] <= t1) & frame["rank"].isin([1, 2])]
+    assert 0 < window.num_rows == len(cut)
+    assert window.column("start_ns").to_pylist() == cut["start_ns"].tolist()
+
+
+def test_progress_is_fed_by_task_completions(client, dataset):
+    class Bar:
+        def __init__(self):
+            self.n = 0
+
+        def update(self, n=1):
+            self.n += n
+
+    bar = Bar()
+    futures = [client.submit(pow, 2, i, key=f"ovz-test-pow-{i}") for i in range(20)]
+    out = list(cluster._in_order(client, futures, bar, str))
+    del futures
+    assert [v for _, v in out] == [2**i for i in range(20)] and bar.n == 20
