@@ -374,3 +374,22 @@ def test_progress_is_fed_by_task_completions(client, dataset):
     out = list(cluster._in_order(client, futures, bar, str))
     del futures
     assert [v for _, v in out] == [2**i for i in range(20)] and bar.n == 20
+
+
+def test_cli_scheduler_option_gives_the_local_answers(client, job, tmp_path):  # noqa: D103
+    """--scheduler on ingest, analyze and explain (the module cluster's address; OVERLAPVIZ_SCHEDULER alike)."""
+    from click.testing import CliRunner
+
+    from overlapviz.cli import main
+
+    address = client.scheduler.address
+    runner = CliRunner()
+    res = runner.invoke(main, ["ingest", str(job), "-o", str(tmp_path / "dask"), "-q", "--scheduler", address])
+    assert res.exit_code == 0, res.output
+    local = ingest([job], tmp_path / "local", progress=False)
+    for cmd in (["analyze", "--per", "step"], ["explain"], ["explain", "--summary"]):
+        want = runner.invoke(main, [cmd[0], str(local), *cmd[1:], "--format", "json"])
+        got = runner.invoke(main, [cmd[0], str(tmp_path / "dask"), *cmd[1:], "--format", "json"], env={"OVERLAPVIZ_SCHEDULER": address})
+        assert want.exit_code == 0 and got.exit_code == 0 and got.output == want.output, (cmd, got.output[:300])
+    both = runner.invoke(main, ["ingest", str(job), "-o", str(tmp_path / "x"), "--workers", "2", "--scheduler", address])
+    assert both.exit_code == 1 and "two engines" in both.output and not (tmp_path / "x").exists()

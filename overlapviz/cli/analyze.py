@@ -29,7 +29,10 @@ FORMATS = ("table", "json", "csv")
 )
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True, help="Output format.")
 @click.option("--run", "runs", multiple=True, metavar="RUN_ID", help="Only this run (repeatable).")
-def analyze(dataset: str, per: str, fmt: str, runs: tuple[str, ...]) -> None:
+@click.option("--scheduler", envvar="OVERLAPVIZ_SCHEDULER", metavar="ADDRESS", default=None,
+              help="Compute on a Dask cluster: tcp://host:8786, a scheduler file, or local / local:N (pip install "
+                   "'overlapviz[dask]'; docs/dask.md). Same results as without.")
+def analyze(dataset: str, per: str, fmt: str, runs: tuple[str, ...], scheduler: str | None) -> None:
     """Computation-communication overlap of each run x rank (or step) in DATASET.
 
     Columns (µs, from exact int64 ns): comm_us, compute_us, overlap_us,
@@ -37,7 +40,13 @@ def analyze(dataset: str, per: str, fmt: str, runs: tuple[str, ...]) -> None:
     span_us, busy_us, idle_us, memory_us, n_kernels, n_comm_kernels.
     """
     try:
-        table = metrics.analyze_table(dataset, per=per, run_ids=list(runs) or None)
+        if scheduler:
+            from overlapviz.distributed import analyze_on, client_for
+
+            with client_for(scheduler) as client:
+                table = analyze_on(client, dataset, per=per, run_ids=list(runs) or None)
+        else:
+            table = metrics.analyze_table(dataset, per=per, run_ids=list(runs) or None)
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(render(table, fmt), nl=fmt != "csv")

@@ -28,8 +28,11 @@ TABLE_COLUMNS = {
 @click.option("--device-name", metavar="GPU", help="The GPU the traces ran on, for traces that do not say (a product name "
               "such as 'NVIDIA A100-SXM4-80GB', or an architecture such as sm_80 or gfx942).")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True, help="Output format.")
+@click.option("--scheduler", envvar="OVERLAPVIZ_SCHEDULER", metavar="ADDRESS", default=None,
+              help="Compute on a Dask cluster: tcp://host:8786, a scheduler file, or local / local:N (pip install "
+                   "'overlapviz[dask]'; docs/dask.md). Same results as without.")
 def explain(dataset: str, runs: tuple[str, ...], summary: bool, instances: bool, all_kernels: bool, device_name: str | None,
-            fmt: str) -> None:
+            fmt: str, scheduler: str | None) -> None:
     """Why each communication kernel in DATASET started when it did.
 
     ready_ns = the latest of its launch call, the end of the previous activity on its
@@ -43,7 +46,15 @@ def explain(dataset: str, runs: tuple[str, ...], summary: bool, instances: bool,
         raise click.UsageError("--summary and --instances are two views: pick one")
     try:
         kinds = ("comm", "compute", "memory", "other") if all_kernels else ("comm",)
-        frame = explain_lib.explain(dataset, run_ids=list(runs) or None, kinds=kinds, device=device_name)
+        if scheduler:
+            if device_name:
+                raise ValueError("--device-name is not yet passed to the cluster: run without --scheduler")
+            from overlapviz.distributed import client_for, explain_on
+
+            with client_for(scheduler) as client:
+                frame = explain_on(client, dataset, run_ids=list(runs) or None, kinds=kinds)
+        else:
+            frame = explain_lib.explain(dataset, run_ids=list(runs) or None, kinds=kinds, device=device_name)
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
     view = "kernels"

@@ -64,7 +64,10 @@ def build_rules(rule_texts: tuple[str, ...], comm_patterns: tuple[str, ...], rul
 )
 @click.option("--rules-file", type=click.Path(path_type=str), default=None, help="JSON rule set replacing the defaults.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar and no summary line.")
-def ingest(sources, out, run_id, overwrite, workers, rule_texts, comm_patterns, rules_file, quiet) -> None:
+@click.option("--scheduler", envvar="OVERLAPVIZ_SCHEDULER", metavar="ADDRESS", default=None,
+              help="Read the traces on a Dask cluster: tcp://host:8786, a scheduler file, or local / local:N for a "
+                   "LocalCluster started and stopped here (pip install 'overlapviz[dask]'; docs/dask.md).")
+def ingest(sources, out, run_id, overwrite, workers, rule_texts, comm_patterns, rules_file, quiet, scheduler) -> None:
     """Ingest PyTorch-profiler (Kineto) Chrome traces and rocprof output into a Parquet dataset.
 
     SOURCES are trace files (.json, .json.gz), directories of per-rank files (one run,
@@ -79,15 +82,24 @@ def ingest(sources, out, run_id, overwrite, workers, rule_texts, comm_patterns, 
     try:
         with _terminate_as_interrupt():
             rules = build_rules(rule_texts, comm_patterns, rules_file)
-            path = run_ingest(
-                list(sources),
-                out,
-                rules=rules,
-                run_id=run_id,
-                overwrite=overwrite,
-                workers=workers,
-                progress=None if not quiet else False,
-            )
+            if scheduler:
+                if workers is not None:
+                    raise ValueError("--workers and --scheduler are two engines: give one")
+                from overlapviz.distributed import client_for, ingest_on
+
+                with client_for(scheduler) as client:
+                    path = ingest_on(client, list(sources), out, rules=rules, run_id=run_id, overwrite=overwrite,
+                                     progress=None if not quiet else False)  # fmt: skip
+            else:
+                path = run_ingest(
+                    list(sources),
+                    out,
+                    rules=rules,
+                    run_id=run_id,
+                    overwrite=overwrite,
+                    workers=workers,
+                    progress=None if not quiet else False,
+                )
         meta = schema.read_metadata(path)
         n_ranks = _rows(path / "ranks.parquet")
     except ValueError as exc:
