@@ -24,6 +24,7 @@ from overlapviz.dashboards.store import DataStore, Unavailable
 __all__ = ["ComparePage", "OverviewPage", "RanksPage", "ResidencyPage", "TimelinePage"]
 
 _METRICS = {"TimeRatio": "time_ratio", "Speedup": "speedup", "Overlap fraction": "overlap_fraction"}
+
 _CONFIG_TITLES = {
     "run_id": "run", "workload": "workload", "setup": "setup", "smem_pad_bytes": "smem pad (B)", "comm_priority": "comm priority",
     "median_ms": "median iteration (ms)", "time_ratio": "TimeRatio", "speedup": "speedup", "speedup_ci_low": "speedup 95% CI low",
@@ -228,7 +229,9 @@ class TimelinePage(Page):
             return hidden()
         if self.content != "plot":
             return notice(self.content, "info")
-        return self.live_pane()
+        if getattr(self, "_box", None) is None:  # many lanes: the page keeps its height and the plot scrolls
+            self._box = pn.Column(self.live_pane(), max_height=1000, scroll=True, sizing_mode="stretch_width")
+        return self._box
 
     def _info(self) -> pn.pane.Markdown:
         """The run's configuration; its text follows the run in place (no new pane per switch)."""

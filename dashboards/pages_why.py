@@ -130,11 +130,11 @@ class ResidencyPage(Page):
         total = {c: float(summary[f"{c}_us"].sum()) for c in figures_why.WAIT_CAUSES}
         worst = max(total, key=total.get)
         line = (f"**{int(summary['n_comm_kernels'].sum()):,} collectives** on {len(summary)} rank(s) started "
-                f"{figures.fmt_us(sum(total.values()))} µs after their launches in all; most of it **{figures.CAUSE_LABELS[worst]}** "
-                f"({figures.fmt_us(total[worst])} µs). {int(summary['n_blocked'].sum()):,} were held off the SMs by computation.")  # fmt: skip
-        panes = [plot(figures_why.late_by_cause(summary, width=620))]
+                f"{figures.fmt_duration(sum(total.values()))} after their launches in all; most of it **{figures.CAUSE_LABELS[worst]}** "
+                f"({figures.fmt_duration(total[worst])}). {int(summary['n_blocked'].sum()):,} were held off the SMs by computation.")  # fmt: skip
+        panes = [plot(figures_why.late_by_cause(summary, width=600))]
         if len(blocked):
-            panes.append(plot(figures_why.blockers(blocked, width=470)))
+            panes.append(plot(figures_why.blockers(blocked, width=480)))
         return pn.Column(pn.pane.Markdown(line, margin=(0, 10)), pn.Row(*panes), sizing_mode="stretch_width")
 
     @param.depends("store.run_id", "cause", "rank", "shown")
@@ -331,7 +331,7 @@ class RanksPage(Page):
         num = {"type": "money", "precision": 1, "symbol": "", "thousand": ","}
         return pn.Column(
             pn.pane.Markdown("#### Per rank: communication overlapped vs exposed, and GPU span", margin=(10, 10, 0, 10)),
-            plot(figures.ranks(mine)),
+            pn.Row(*[plot(panel) for panel in figures.ranks(mine)]),  # two panes: a Layout in one pane lost its size here
             table(shown, titles=cols, page_size=16, formatters={c: num for c in cols if c.endswith("_us") and c in shown}),
             sizing_mode="stretch_width",
         )  # fmt: skip

@@ -263,7 +263,7 @@ _WARMED: set = set()
 _WARM_LOCK = threading.Lock()
 
 
-def warm(path: str, stamp: str, run_id: str | None) -> threading.Thread | None:
+def warm(path: str, stamp: str, run_id: str | None, pair: tuple[str, str] | None = None) -> threading.Thread | None:
     """Compute every table the pages show, and the first run's timeline, in a background thread (once per dataset)."""
     with _WARM_LOCK:
         if (path, stamp) in _WARMED:
@@ -287,6 +287,9 @@ def warm(path: str, stamp: str, run_id: str | None) -> threading.Thread | None:
             lambda: _derived(path, stamp, "blockers"),
             lambda: _derived(path, stamp, "cells"),
             lambda: load_analysis(path, stamp, "analyze", per="rank"),
+            (lambda: load_timeline(path, stamp, pair[1], None)) if pair and pair[0] != pair[1] else None,
+            (lambda: load_analysis(path, stamp, "compare", *pair)) if pair and pair[0] != pair[1] else None,
+            lambda: _derived(path, stamp, "delays"),
             None if configured else (lambda: load_analysis(path, stamp, "config_table")),
         ]
         for step in steps:
@@ -340,7 +343,7 @@ class DataStore(param.Parameterized):
             self.run_b = ok[1] if len(ok) > 1 else ok[0]
         self._update_ranks()
         if warm_up:
-            warm(self.path, self.stamp, self.run_id)
+            warm(self.path, self.stamp, self.run_id, (self.run_a, self.run_b))
 
     @property
     def n_runs(self) -> int:

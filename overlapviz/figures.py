@@ -114,6 +114,14 @@ def fmt_num(v) -> str:
     return str(v)
 
 
+def fmt_duration(us) -> str:
+    """A duration given in µs, in the unit that reads best: ``930.1 µs``, ``12.3 ms``, ``81.4 s``."""
+    if _null(us):
+        return "—"
+    unit, div = time_unit(abs(us))
+    return f"{fmt_us(us)} µs" if unit == "µs" else f"{us / div:,.1f} {unit}"
+
+
 def time_unit(max_us: float) -> tuple[str, float]:
     """A readable unit for µs values up to ``max_us``: (name, divisor)."""
     if max_us >= 1e6:

@@ -418,6 +418,14 @@ _WAIT_HOVER = [("waiting for", "@{label}"), ("for", "@{wait}"), ("from", "@{star
 _RECT_KDIMS = [hv.Dimension("start_ms", label="Time since first kernel", unit="ms"), "lane_lo", "end_ms", "lane_hi"]
 
 
+LOD_TIMEOUT_MS = 120  # the wheel's zoom is sent to the server this long after the last turn (Bokeh's default: 500)
+
+
+def _quick_ranges(plot, element) -> None:
+    """Send a zoom to the server soon after the wheel stops: a redraw waits for Bokeh's ``lod_timeout`` first."""
+    plot.state.lod_timeout = LOD_TIMEOUT_MS
+
+
 def _arrows_hook(plot, element) -> None:
     """Draw the element's segments as one vectorized Bokeh Arrow annotation (kept and refilled on redraws)."""
     from bokeh.models import Arrow, ColumnDataSource, VeeHead
@@ -517,7 +525,7 @@ def timeline_view(
             legend_opts={"background_fill_alpha": 0.0, "padding": 2, "margin": 0, "label_height": 12, "glyph_height": 12,
                          "label_text_font_size": "9pt", "spacing": 2},
             xlabel="Time since first kernel (ms)", ylabel="", show_grid=False, invert_yaxis=True,
-            active_tools=["xwheel_zoom", "xpan"], fontsize={"title": "11pt"}, xformatter="%.3f" if _fine(extent) else "%.1f", **xlim,
+            active_tools=["xwheel_zoom", "xpan"], fontsize={"title": "11pt"}, hooks=[_quick_ranges], xformatter="%.3f" if _fine(extent) else "%.1f", **xlim,
         )
     )  # fmt: skip
 

@@ -78,13 +78,14 @@ def blockers(table: pd.DataFrame, *, width: int = 520, top: int = 8) -> hv.Bars:
     t = table.head(top)
     total = float(t["blocked_us"].max()) if len(t) else 0.0
     unit, div = time_unit(total)
-    frame = pd.DataFrame({"kernel": [short_name(n)[:44] for n in t["blocker"]], "t": t["blocked_us"].to_numpy(np.float64) / div,
+    frame = pd.DataFrame({"kernel": [short_name(n)[:28] + ("…" if len(short_name(n)) > 28 else "") for n in t["blocker"]],
+                          "t": t["blocked_us"].to_numpy(np.float64) / div,
                           "n": t["n_blocked"].astype(int).to_numpy(), "resource": t["blocking_resource"].fillna("—").astype(str),
                           "name": t["blocker"].astype(str)}).drop_duplicates("kernel")  # fmt: skip
     return hv.Bars(frame[::-1], kdims=[hv.Dimension("kernel", label="Blocker")],
                    vdims=[hv.Dimension("t", label=f"Collectives held off the SMs: start − launch ({unit})"), "n", "resource", "name"]).opts(
         invert_axes=True, color=CAUSE_COLORS["sm_resources"], tools=["hover"], default_tools=["save"], width=width,
-        height=max(180, 26 * len(frame) + 110), title="Top blockers (cause: SM resources)", fontsize={"title": TITLE_FONT},
+        height=max(180, 26 * len(frame) + 110), title="Top blockers (SM resources)", fontsize={"title": TITLE_FONT}, ylabel="",
         hover_tooltips=[("blocker", "@{name}"), ("collectives held", "@{n}"), ("time", "@{t}{0,0.0} " + unit),
                         ("resource", "@{resource}")], xformatter=NumeralTickFormatter(format="0,0.[0]"))  # fmt: skip
 
@@ -189,7 +190,8 @@ def arrival_grid(cells: pd.DataFrame, *, width: int = 1100, value: str = "arriva
     return hv.Image(grid[::-1] / div, bounds=(-0.5, -0.5, max(n_inst, 1) - 0.5, len(ranks) - 0.5),
                     kdims=[hv.Dimension("instance", label="Collective instance (by first start)"), hv.Dimension("rank", label="Rank")],
                     vdims=[hv.Dimension("v", label=f"{vlabel} ({unit})")]).opts(
-        cmap="viridis", colorbar=True, clim=(0, max(top / div, 1e-9)), width=width, height=max(200, 24 * len(ranks) + 120),
+        cmap="viridis", colorbar=True, clim=(0, max(top / div, 1e-9)), width=width,
+        height=max(200, int(max(6, min(24, 640 // max(len(ranks), 1)))) * len(ranks) + 120),
         tools=["hover"], default_tools=["save", "xwheel_zoom", "xpan", "reset"], active_tools=["xwheel_zoom"],
         title=f"Each rank's {vlabel} per collective instance ({unit}; wheel: zoom instances)",
         yticks=[(i, str(r)) for i, r in enumerate(ranks)], fontsize={"title": TITLE_FONT},

@@ -507,7 +507,14 @@ def test_every_export_button_downloads_its_file(loaded, downloads, server_log):
     open_page(driver, "Timeline")
     st = plot_state(driver, "Timeline of")
     wheel(driver, "Timeline of", clicks=5)
-    zoomed = wait_for(driver, lambda: (s := plot_state(driver, "Timeline of"))["title"] != st["title"] and s["title"], what="zoom")
+    wait_for(driver, lambda: plot_state(driver, "Timeline of")["title"] != st["title"], what="zoom")
+
+    def settled():  # every wheel turn redrawn: the same title twice, half a second apart, on an idle page
+        first = plot_state(driver, "Timeline of")["title"]
+        time.sleep(0.5)
+        return idle(driver) and plot_state(driver, "Timeline of")["title"] == first and first
+
+    zoomed = wait_for(driver, settled, what="the zoom settled")
     html = _download(driver, downloads, "Export timeline", "timeline", "html").read_text()
     shown = re.search(r"([\d,]+) kernels in view", zoomed).group(1)
     assert f"{shown} kernels in view" in html, (zoomed, re.findall(r"[\d,]+ kernels in view", html))

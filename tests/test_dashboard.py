@@ -214,3 +214,23 @@ def test_an_export_that_cannot_be_made_says_why_in_the_page(dataset):
     button._transfer()
     assert message.visible and "Export failed" in message.object and "no-such-run" in message.object
     assert button.data in (None, "")
+
+
+def test_show_on_timeline_zooms_to_the_collective(dataset):
+    from bokeh.models import Plot
+
+    from overlapviz.dashboards.pages import TimelinePage
+    from overlapviz.dashboards.store import DataStore
+
+    store = DataStore(dataset, warm_up=False)
+    page = TimelinePage(store)
+    page.shown = True
+    root = page._plot().get_root()
+    rec = store.explained("cb-ar-optimized-pad0-prio-1").iloc[3]
+    store.focus = {"run_id": rec["run_id"], "rank": int(rec["rank"]), "stream": rec["stream"], "start_ns": int(rec["start_ns"])}
+    assert store.run_id == rec["run_id"]
+    lo, hi = page._window
+    start_ms = (rec["start_ns"] - store.timeline().origin_ns) / 1e6
+    assert lo < start_ms < hi and hi - lo < 1.0  # a window around the collective, its launch and its wait
+    figure = next(iter(root.select({"type": Plot})))
+    assert (figure.x_range.start, figure.x_range.end) == pytest.approx((lo, hi))
