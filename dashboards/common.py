@@ -13,7 +13,7 @@ import param
 from panel.viewable import Viewer
 from param import Skip
 
-from overlapviz.dashboards.store import DataStore, Unavailable
+from overlapviz.dashboards.store import DataStore, Unavailable, busy
 
 EXPORT_FORMATS = ["png", "svg", "pdf", "html"]
 PLOT_WIDTH = 1100
@@ -109,23 +109,28 @@ class Page(Viewer):
     shown = param.Boolean(default=False, doc="Set by the Dashboard while this page's tab is open")
 
     def __init__(self, store: DataStore, **params):
+        self._keys: dict = {}  # what each view shows now (set before the Page's init: views may be drawn there)
         super().__init__(store=store, **params)
-        self._hidden_drawn = False
 
-    @param.depends("shown", watch=True)
-    def _on_show(self) -> None:
-        if self.shown:
-            self._hidden_drawn = False
+    def visit(self, name: str, key) -> pn.Spacer | None:
+        """Whether view ``name`` must be drawn for ``key`` (what it shows: run, filters, ...).
+
+        Returns None when it must be drawn; raises Skip to keep what the page has (the tab is closed, or it already
+        shows ``key``: reopening a tab redraws nothing); returns a spacer for a view never drawn while its tab
+        is closed. A store change made on another page (a run switch) is drawn when this tab opens again.
+        """
+        if not self.shown:
+            if name in self._keys:
+                raise Skip
+            return hidden()
+        if name in self._keys and self._keys[name] == key:
+            raise Skip
+        self._keys[name] = key
+        busy()
+        return None
 
     def hidden(self) -> pn.Spacer:
-        """What a plot method returns while the tab is closed: a spacer once, then Skip.
-
-        The spacer drops the page's plots from the document when the tab closes; later store
-        changes (a run switch on another page) then re-render nothing and send nothing.
-        """
-        if self._hidden_drawn:
-            raise Skip
-        self._hidden_drawn = True
+        """A spacer for a plot area while the tab is closed (the Timeline and Compare keep their live plots)."""
         return hidden()
 
     def run_select(self, label: str = "Configuration") -> pn.widgets.Select:

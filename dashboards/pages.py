@@ -19,7 +19,7 @@ from overlapviz import figures_timeline as ftl
 from overlapviz.analysis import ranks as ranks_analysis
 from overlapviz.dashboards.common import PLOT_WIDTH, Page, plot, export_button, export_buttons, hidden, notice, table, unavailable
 from overlapviz.dashboards.pages_why import RanksPage, ResidencyPage
-from overlapviz.dashboards.store import DataStore, Unavailable
+from overlapviz.dashboards.store import DataStore, Unavailable, busy
 
 __all__ = ["ComparePage", "OverviewPage", "RanksPage", "ResidencyPage", "TimelinePage"]
 
@@ -79,8 +79,14 @@ class OverviewPage(Page):
 
     @param.depends("shown")
     def _heatmaps(self):
+        # the one page that lets its plot go while its tab is closed (and draws the same pane again when it
+        # opens): the dashboard opens on it, so a document holds at most one heatmap besides the open page
         if not self.shown:
-            return self.hidden()
+            if self._keys.get("heatmaps") == "dropped":
+                raise param.Skip
+            self._keys["heatmaps"] = "dropped"
+            return hidden()
+        self._keys["heatmaps"] = "shown"
         if self._pane is not None:
             return self._pane
         try:
@@ -100,8 +106,8 @@ class OverviewPage(Page):
     @param.depends("workload", "shown")
     def _table(self):
         """The configuration table (TimeRatio, speedup with its interval, overlap) under the heatmap."""
-        if not self.shown:
-            return self.hidden()
+        if (spacer := self.visit("table", (self.workload,))) is not None:
+            return spacer
         try:
             t = self._configured(self.workload)
         except Unavailable:
@@ -198,6 +204,7 @@ class TimelinePage(Page):
             self._follow()
 
     def _frame(self, x_range, run_id, ranks, max_glyphs, waits, window) -> hv.Overlay:
+        busy()
         data = self.store.timeline(run_id, ranks=list(ranks))
         if (run_id, tuple(ranks)) != self._drawn:
             # another run's zoom means nothing here: show the whole run (xlim sets the axis explicitly)
@@ -291,6 +298,7 @@ class ComparePage(Page):
 
     def _frame(self, which: str):
         def frame(x_range, run_a, run_b):
+            busy()
             run = run_a if which == "a" else run_b
             data = self.store.timeline(run, ranks=[])
             if self._drawn.get(which) != (run_a, run_b):
@@ -348,8 +356,8 @@ class ComparePage(Page):
 
     @param.depends("store.run_a", "store.run_b", "shown")
     def _table(self):
-        if not self.shown:
-            return self.hidden()
+        if (spacer := self.visit("deltas", (self.store.run_a, self.store.run_b))) is not None:
+            return spacer
         a, b = self.store.run_a, self.store.run_b
         if self.store.n_runs < 2 or a is None or b is None or a == b:
             return pn.Spacer(height=0)

@@ -95,32 +95,32 @@ class ResidencyPage(Page):
         self.what_if = "as recorded"
 
     def _display(self, run_id: str) -> pd.DataFrame:
-        """The run's collectives as the table shows them (built once per run; filters select rows of it)."""
-        if getattr(self, "_display_of", (None,))[0] != run_id:
-            e = self.store.explained(run_id)
-            origin = self.store.timeline(run_id, ranks=[]).origin_ns
-            frame = pd.DataFrame({
-                "rank": e["rank"].astype(int).to_numpy(), "stream": e["stream"].astype("Int64").astype(str).to_numpy(),
-                "collective": figures.short_names(e["name"], 40),
-                "start": (e["start_ns"].to_numpy(np.int64) - origin) / 1e6,
-                "late": pd.to_numeric(e["start_minus_launch_ns"], errors="coerce").astype("float64").to_numpy() / 1e3,
-                "delay": pd.to_numeric(e["start_delay_us"], errors="coerce").astype("float64").to_numpy(),
-                "cause": e["cause"].map(figures.CAUSE_LABELS).fillna("—").to_numpy(),
-                "resource": e["blocking_resource"].fillna("").astype(str).str.replace("_", " ").to_numpy(),
-                "blocker": np.where(e["blocker"].notna(), figures.short_names(e["blocker"], 40), ""),
-                "fit": e["comm_blocks_fit_per_sm"].astype("Int64").astype(str).replace("<NA>", "—").to_numpy(),
-                "free": e["free_sms"].astype("Int64").astype(str).replace("<NA>", "—").to_numpy(),
-                "peer": pd.to_numeric(e["peer_wait_us"], errors="coerce").astype("float64").to_numpy(),
-            }, index=e.index)  # fmt: skip
-            self._display_of = (run_id, frame)
-        return self._display_of[1]
+        """The run's collectives as the table shows them (built once per run for every session; filters select rows)."""
+        return self.store.memo(("collectives table", run_id), lambda: self._build_display(run_id))
+
+    def _build_display(self, run_id: str) -> pd.DataFrame:
+        e = self.store.explained(run_id)
+        origin = self.store.timeline(run_id, ranks=[]).origin_ns
+        return pd.DataFrame({
+            "rank": e["rank"].astype(int).to_numpy(), "stream": e["stream"].astype("Int64").astype(str).to_numpy(),
+            "collective": figures.short_names(e["name"], 40),
+            "start": (e["start_ns"].to_numpy(np.int64) - origin) / 1e6,
+            "late": pd.to_numeric(e["start_minus_launch_ns"], errors="coerce").astype("float64").to_numpy() / 1e3,
+            "delay": pd.to_numeric(e["start_delay_us"], errors="coerce").astype("float64").to_numpy(),
+            "cause": e["cause"].map(figures.CAUSE_LABELS).fillna("—").to_numpy(),
+            "resource": e["blocking_resource"].fillna("").astype(str).str.replace("_", " ").to_numpy(),
+            "blocker": np.where(e["blocker"].notna(), figures.short_names(e["blocker"], 40), ""),
+            "fit": e["comm_blocks_fit_per_sm"].astype("Int64").astype(str).replace("<NA>", "—").to_numpy(),
+            "free": e["free_sms"].astype("Int64").astype(str).replace("<NA>", "—").to_numpy(),
+            "peer": pd.to_numeric(e["peer_wait_us"], errors="coerce").astype("float64").to_numpy(),
+        }, index=e.index)  # fmt: skip
 
     # --- views -------------------------------------------------------------------------
 
     @param.depends("store.run_id", "shown")
     def _summary(self):
-        if not self.shown:
-            return self.hidden()
+        if (spacer := self.visit("summary", (self.store.run_id,))) is not None:
+            return spacer
         try:
             summary, blocked = self.store.summary(), self.store.blockers()
         except Unavailable as exc:
@@ -139,8 +139,8 @@ class ResidencyPage(Page):
 
     @param.depends("store.run_id", "cause", "rank", "shown")
     def _kernels(self):
-        if not self.shown:
-            return self.hidden()
+        if (spacer := self.visit("kernels", (self.store.run_id, self.cause, self.rank))) is not None:
+            return spacer
         try:
             e = self._records()
         except Unavailable:
@@ -178,8 +178,8 @@ class ResidencyPage(Page):
 
     @param.depends("record", "what_if", "shown")
     def _budget(self):
-        if not self.shown:
-            return self.hidden()
+        if (spacer := self.visit("budget", (None if self.record is None else (self.record["run_id"], int(self.record["rank"]), int(self.record["start_ns"])), self.what_if))) is not None:
+            return spacer
         r = self.record
         if r is None:
             return pn.Spacer(height=0)
@@ -204,8 +204,8 @@ class ResidencyPage(Page):
 
     @param.depends("store.run_id", "shown")
     def _residency(self):
-        if not self.shown:
-            return self.hidden()
+        if (spacer := self.visit("residency", (self.store.run_id,))) is not None:
+            return spacer
         try:
             t = self.store.kernel_residency()
         except Unavailable as exc:
@@ -276,8 +276,8 @@ class RanksPage(Page):
 
     @param.depends("store.run_id", "value", "shown")
     def _collectives(self):
-        if not self.shown:
-            return self.hidden()
+        if (spacer := self.visit("collectives", (self.store.run_id, self.value))) is not None:
+            return spacer
         try:
             inst, cells = self.store.instances(), self.store.instance_cells()
         except Unavailable as exc:
@@ -299,10 +299,7 @@ class RanksPage(Page):
         num = {"type": "money", "precision": 1, "symbol": "", "thousand": ","}
         return pn.Column(
             pn.pane.Markdown(line, margin=(0, 10)),
-            plot(figures_why.arrival_grid(cells, width=PLOT_WIDTH, value=self.value)),
-            plot(figures_why.arrival_skew(inst, width=PLOT_WIDTH)),
-            pn.Row(*[plot(b) for b in figures_why.rank_waits(cells, inst, width=PLOT_WIDTH // 2 - 10)]),
-            *([plot(bw)] if (bw := figures_why.bus_bandwidth(inst, width=PLOT_WIDTH)) is not None else []),
+            *self._collective_plots(cells, inst),
             pn.pane.Markdown("#### Instances, largest arrival skew first", margin=(10, 10, 0, 10)),
             table(shown.assign(slowest_rank=shown["slowest_rank"].astype("Int64").astype(str)), titles=_INSTANCE_TITLES,
                   remote=len(shown) > 200, page_size=10,
@@ -310,10 +307,21 @@ class RanksPage(Page):
             sizing_mode="stretch_width",
         )  # fmt: skip
 
+    def _collective_plots(self, cells: pd.DataFrame, inst: pd.DataFrame) -> list:
+        """The collectives' figures (built once per run and cell value for every session), as panes."""
+
+        def build():
+            grid = figures_why.arrival_grid(cells, width=PLOT_WIDTH, value=self.value)
+            waits = figures_why.rank_waits(cells, inst, width=PLOT_WIDTH // 2 - 10)
+            return grid, figures_why.arrival_skew(inst, width=PLOT_WIDTH), waits, figures_why.bus_bandwidth(inst, width=PLOT_WIDTH)
+
+        grid, skew, waits, bw = self.store.memo(("collectives figures", self.store.run_id, self.value), build)
+        return [plot(grid), plot(skew), pn.Row(*[plot(b) for b in waits]), *([plot(bw)] if bw is not None else [])]
+
     @param.depends("store.run_id", "shown")
     def _ranks(self):
-        if not self.shown:
-            return self.hidden()
+        if (spacer := self.visit("ranks", (self.store.run_id,))) is not None:
+            return spacer
         try:
             metrics = self.store.metrics()
         except Unavailable as exc:

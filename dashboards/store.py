@@ -15,6 +15,7 @@ import os
 import pickle
 import stat
 import threading
+import time
 from collections import OrderedDict
 from pathlib import Path
 
@@ -261,6 +262,18 @@ def load_timeline(path: str, stamp: str, run_id: str, ranks: tuple[int, ...] | N
 
 _WARMED: set = set()
 _WARM_LOCK = threading.Lock()
+_BUSY = {"until": 0.0}  # a session is drawing a page until then: the warm-up waits (one interpreter, one GIL)
+
+
+def busy(seconds: float = 0.6) -> None:
+    """Say that a session is drawing a page: the warm-up starts no new table for ``seconds``."""
+    _BUSY["until"] = max(_BUSY["until"], time.monotonic() + seconds)
+
+
+def _wait_idle(limit: float = 10.0) -> None:
+    deadline = time.monotonic() + limit  # never starve the warm-up: a table asked for later is computed then anyway
+    while time.monotonic() < min(_BUSY["until"], deadline):
+        time.sleep(0.05)
 
 
 def warm(path: str, stamp: str, run_id: str | None, pair: tuple[str, str] | None = None) -> threading.Thread | None:
@@ -292,9 +305,11 @@ def warm(path: str, stamp: str, run_id: str | None, pair: tuple[str, str] | None
             lambda: _derived(path, stamp, "delays"),
             None if configured else (lambda: load_analysis(path, stamp, "config_table")),
         ]
-        for step in steps:
+        for i, step in enumerate(steps):
             if step is None:
                 continue
+            if i:
+                _wait_idle()
             try:
                 step()
             except Exception:  # noqa: BLE001  (a page asking later reports it; the warm-up goes on with the next table)
@@ -328,6 +343,7 @@ class DataStore(param.Parameterized):
 
     def __init__(self, path: str | Path, *, warm_up: bool = True, **params):
         super().__init__(**params)
+        busy(2.0)  # a session begins: its first page comes before the background tables
         self.path = str(Path(path).resolve())
         schema.read_metadata(self.path)  # ValueError naming the path when it is not a dataset
         self.stamp = _stamp(self.path)
@@ -435,6 +451,10 @@ class DataStore(param.Parameterized):
     def start_delays(self, run_id: str | None = None) -> pd.DataFrame:
         """``budget.start_delay_table`` rows of the run: the start delay under each name it is reported by."""
         return self._of_run("delays", run_id)
+
+    def memo(self, key, build):
+        """``build()`` once per dataset and server process for ``key`` (shared by every session)."""
+        return _TABLES.get((self.path, self.stamp, "memo", key), build)
 
     def budget(self, record: dict, what_if: dict | None = None):
         """``budget.kernel_budget`` of one explain record (the run's kernels from the timeline cache)."""
