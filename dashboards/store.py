@@ -24,7 +24,7 @@ import param
 import pyarrow as pa
 
 from overlapviz import figures, schema
-from overlapviz.analysis import budget, explain, metrics, residency, speedup
+from overlapviz.analysis import budget, explain, metrics, peers, residency, speedup
 from overlapviz.figures_timeline import TIMELINE_COLUMNS, TimelineData
 
 
@@ -211,7 +211,7 @@ def _derived(path: str, stamp: str, name: str):
             return budget.blocker_table(explained)
         if name == "instances":
             sizes = budget.message_bytes(explained, load_runs(path, stamp))
-            return budget.collective_table(explained, sizes)
+            return peers.collective_instances(explained, sizes)
         if name == "cells":
             return budget.instance_ranks(explained, _derived(path, stamp, "instances"))
         if name == "delays":

@@ -24,7 +24,7 @@ import holoviews as hv
 import pandas as pd
 
 from overlapviz import figures, figures_timeline, figures_why, schema
-from overlapviz.analysis import budget, explain
+from overlapviz.analysis import budget, explain, peers
 from overlapviz.analysis.metrics import analyze
 from overlapviz.analysis.ranks import metric_deltas
 from overlapviz.analysis.residency import kernel_residency
@@ -295,7 +295,7 @@ class DatasetSource:
 
     def instances(self, run_id: str):
         e = self.explained(run_id)
-        return self._once(("instances", run_id), lambda: budget.collective_table(e, budget.message_bytes(e, self.runs())))
+        return self._once(("instances", run_id), lambda: peers.collective_instances(e, budget.message_bytes(e, self.runs())))
 
     def instance_cells(self, run_id: str):
         return budget.instance_ranks(self.explained(run_id), self.instances(run_id))

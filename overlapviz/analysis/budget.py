@@ -21,7 +21,7 @@ from overlapviz.analysis.residency import device_table, run_carveouts
 
 __all__ = [
     "WAIT_PARTS", "ready_part", "wait_segments", "blocker_positions", "blocker_table", "sm_budget",
-    "kernel_budget", "what_if_options", "worst_record", "collective_table", "instance_ranks", "message_bytes",
+    "kernel_budget", "what_if_options", "worst_record", "instance_ranks", "message_bytes",
     "start_delay_table",
 ]  # fmt: skip
 
@@ -508,55 +508,6 @@ def message_bytes(explained: pd.DataFrame, runs: pd.DataFrame | None = None, ker
     return out
 
 
-def collective_table(explained: pd.DataFrame, message_bytes: pd.Series | None = None) -> pd.DataFrame:
-    """:func:`overlapviz.analysis.peers.collective_instances`, vectorized (the same rows and values, in
-    the same order): one row per collective instance, for a million kernels in well under a second.
-    """
-    cols = ["run_id", "instance", "collective", "n_ranks", "first_ready_ns", "last_ready_ns", "arrival_skew_us",
-            "slowest_rank", "first_start_ns", "last_start_ns", "last_end_ns", "time_us", "max_peer_wait_us", "bytes",
-            "algbw_gbps", "busbw_gbps"]  # fmt: skip
-    if not len(explained):
-        return pd.DataFrame(columns=cols)
-    ready = pd.to_numeric(explained["ready_ns"], errors="coerce").astype("Float64")
-    d = pd.DataFrame({
-        "run_id": explained["run_id"].to_numpy(object), "instance": explained["instance"].to_numpy(object),
-        "collective": explained["collective"].to_numpy(object), "rank": _i64(explained["rank"]),
-        "ready": ready.to_numpy(np.float64, na_value=np.nan), "start": explained["start_ns"].to_numpy(np.int64),
-        "end": explained["end_ns"].to_numpy(np.int64),
-        "peer": pd.to_numeric(explained["peer_wait_us"], errors="coerce").astype("Float64").to_numpy(np.float64, na_value=np.nan),
-        "bytes": (np.full(len(explained), np.nan) if message_bytes is None else
-                  pd.to_numeric(message_bytes, errors="coerce").astype("Float64").to_numpy(np.float64, na_value=np.nan)),
-    })  # fmt: skip
-    code, uniq = pd.factorize(pd.MultiIndex.from_arrays([d["run_id"], d["instance"]]), sort=False)
-    g = d.groupby(code, sort=True)
-    first_ready, last_ready = g["ready"].min(), g["ready"].max()
-    # the slowest rank: the first record (in explained's order) whose ready time is the instance's latest
-    is_max = d["ready"].to_numpy() == last_ready.to_numpy()[code]
-    slow = pd.Series(np.where(is_max, d["rank"].to_numpy(), np.nan)).groupby(code, sort=True).first()
-    last_start, last_end = g["start"].max(), g["end"].max()
-    t_ns = (last_end - last_start).to_numpy(np.int64)
-    n = g["rank"].nunique().to_numpy(np.int64)
-    coll = g["collective"].first()
-    size = g["bytes"].max().to_numpy(np.float64)
-    alg = np.where(~np.isnan(size) & (t_ns > 0), size / np.where(t_ns > 0, t_ns, 1), np.nan)
-    factor = np.array([np.nan if (f := peers.bus_factor(c, int(m))) is None else f for c, m in zip(coll.to_numpy(object), n)])
-    has = ~np.isnan(first_ready.to_numpy())
-
-    def nint(a, ok):
-        return pd.array(np.where(ok, a, np.nan).tolist(), dtype="Float64").astype("Int64")
-
-    out = pd.DataFrame({
-        "run_id": [u[0] for u in uniq], "instance": [u[1] for u in uniq], "collective": coll.to_numpy(object), "n_ranks": n,
-        "first_ready_ns": nint(first_ready.to_numpy(), has), "last_ready_ns": nint(last_ready.to_numpy(), has),
-        "arrival_skew_us": np.where(has, (last_ready.to_numpy() - first_ready.to_numpy()) / 1000.0, np.nan),
-        "slowest_rank": nint(slow.to_numpy(), has), "first_start_ns": g["start"].min().to_numpy(np.int64),
-        "last_start_ns": last_start.to_numpy(np.int64), "last_end_ns": last_end.to_numpy(np.int64), "time_us": t_ns / 1000.0,
-        "max_peer_wait_us": g["peer"].max().to_numpy(np.float64), "bytes": nint(size, ~np.isnan(size)),
-        "algbw_gbps": alg, "busbw_gbps": alg * factor,
-    })  # fmt: skip
-    return out[cols]
-
-
 def instance_ranks(explained: pd.DataFrame, instances: pd.DataFrame) -> pd.DataFrame:
     """Instance x rank cells for the collectives view: when each rank arrived and how long it waited.
 
@@ -565,7 +516,7 @@ def instance_ranks(explained: pd.DataFrame, instances: pd.DataFrame) -> pd.DataF
     explained
         explain records (with ``instance``).
     instances
-        :func:`collective_table` of the same records.
+        :func:`overlapviz.analysis.peers.collective_instances` of the same records.
 
     Returns
     -------

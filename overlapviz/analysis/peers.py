@@ -92,27 +92,44 @@ def collective_instances(explained: pd.DataFrame, message_bytes: pd.Series | Non
             "algbw_gbps", "busbw_gbps"]  # fmt: skip
     if not len(explained):
         return pd.DataFrame(columns=cols)
-    d = explained.assign(_bytes=message_bytes if message_bytes is not None else pd.NA)
-    rows = []
-    for (run_id, inst), x in d.groupby(["run_id", "instance"], sort=False):
-        ready = x["ready_ns"].astype("Int64")
-        has_ready = ready.notna().any()
-        slow = x.loc[ready.astype("Float64").idxmax(), "rank"] if has_ready else None
-        last_start, last_end = int(x["start_ns"].max()), int(x["end_ns"].max())
-        t_ns = last_end - last_start
-        n = int(x["rank"].nunique())
-        coll = x["collective"].dropna().iloc[0] if x["collective"].notna().any() else None
-        size = pd.to_numeric(x["_bytes"], errors="coerce").max()
-        alg = (float(size) / t_ns) if (pd.notna(size) and t_ns > 0) else None  # bytes/ns = GB/s
-        factor = bus_factor(coll, n)
-        rows.append({
-            "run_id": run_id, "instance": inst, "collective": coll, "n_ranks": n,
-            "first_ready_ns": int(ready.min()) if has_ready else None, "last_ready_ns": int(ready.max()) if has_ready else None,
-            "arrival_skew_us": (int(ready.max()) - int(ready.min())) / 1000.0 if has_ready else None,
-            "slowest_rank": None if slow is None else int(slow), "first_start_ns": int(x["start_ns"].min()),
-            "last_start_ns": last_start, "last_end_ns": last_end, "time_us": t_ns / 1000.0,
-            "max_peer_wait_us": float(x["peer_wait_us"].astype("Float64").max()) if x["peer_wait_us"].notna().any() else None,
-            "bytes": None if pd.isna(size) else int(size), "algbw_gbps": alg,
-            "busbw_gbps": None if alg is None or factor is None else alg * factor,
-        })  # fmt: skip
-    return pd.DataFrame(rows, columns=cols)
+    # vectorized over instances (a million kernels in well under a second), in int64 ns where times
+    # are: ready times are epoch-scale ns, which float64 would round to 256 ns
+    code = pd.factorize(pd.MultiIndex.from_arrays([explained["run_id"].to_numpy(object),
+                                                   explained["instance"].to_numpy(object)]), sort=False)[0]  # fmt: skip
+    ready = pd.array(explained["ready_ns"], dtype="Int64")
+    d = pd.DataFrame({
+        "code": code, "run_id": explained["run_id"].to_numpy(object), "instance": explained["instance"].to_numpy(object),
+        "collective": explained["collective"].to_numpy(object), "rank": pd.array(explained["rank"], dtype="Int64"),
+        "ready": ready, "start": explained["start_ns"].to_numpy().astype(np.int64),
+        "end": explained["end_ns"].to_numpy().astype(np.int64),
+        "peer": pd.array(pd.to_numeric(explained["peer_wait_us"], errors="coerce"), dtype="Float64"),
+        "bytes": pd.array([pd.NA] * len(explained) if message_bytes is None else pd.to_numeric(message_bytes, errors="coerce"),
+                          dtype="Float64"),
+    })  # fmt: skip
+    g = d.groupby("code", sort=True)  # codes number the instances in order of first appearance
+    first_ready, last_ready = g["ready"].min(), g["ready"].max()
+    # the slowest rank: the first record (in explained's order) whose ready time is its instance's latest
+    at_max = (d["ready"] == last_ready.to_numpy()[code]).fillna(False).to_numpy(bool)
+    slow = d.loc[at_max].groupby("code")["rank"].first().reindex(first_ready.index)
+    last_start, last_end = g["start"].max(), g["end"].max()
+    t_ns = (last_end - last_start).to_numpy(np.int64)
+    n = g["rank"].nunique().to_numpy(np.int64)
+    coll = g["collective"].first()
+    size = g["bytes"].max()
+    has_size = size.notna().to_numpy(bool)
+    size_f = size.to_numpy(np.float64, na_value=np.nan)
+    alg = np.where(has_size & (t_ns > 0), size_f / np.where(t_ns > 0, t_ns, 1), np.nan)  # bytes/ns = GB/s
+    factor = np.array([np.nan if (f := bus_factor(c, int(m))) is None else f for c, m in zip(coll.to_numpy(object), n)])
+    firsts = g[["run_id", "instance"]].first()
+    skew_ns = last_ready - first_ready  # Int64: exact, NA where no rank has a ready time
+    out = pd.DataFrame({
+        "run_id": firsts["run_id"].to_numpy(object), "instance": firsts["instance"].to_numpy(object),
+        "collective": coll.to_numpy(object), "n_ranks": n,
+        "first_ready_ns": first_ready.to_numpy(), "last_ready_ns": last_ready.to_numpy(),
+        "arrival_skew_us": pd.array(skew_ns, dtype="Float64") / 1000.0, "slowest_rank": slow.to_numpy(),
+        "first_start_ns": g["start"].min().to_numpy(np.int64), "last_start_ns": last_start.to_numpy(np.int64),
+        "last_end_ns": last_end.to_numpy(np.int64), "time_us": t_ns / 1000.0, "max_peer_wait_us": g["peer"].max().to_numpy(),
+        "bytes": pd.array(np.where(has_size, size_f, np.nan), dtype="Float64").astype("Int64"),
+        "algbw_gbps": alg, "busbw_gbps": alg * factor,
+    })  # fmt: skip
+    return out[cols]
