@@ -194,18 +194,31 @@ def analyze_table(dataset_path: str | os.PathLike, *, per: str = "rank", run_ids
     """
     if per not in PER:
         raise ValueError(f"per={per!r}: expected one of {', '.join(PER)}")
-    if run_ids is not None:
-        run_ids = list(run_ids)
-        known = set(schema.read_table(dataset_path, "runs").column("run_id").to_pylist())
-        missing = [r for r in run_ids if r not in known]
-        if missing:
-            raise ValueError(f"{dataset_path}: no run {missing[0]!r} (runs: {', '.join(sorted(known)) or 'none'})")
+    run_ids = check_runs(dataset_path, run_ids)
     columns = list(INPUT_COLUMNS) + (["step"] if per == "step" else [])
     table = schema.read_kernels(dataset_path, columns=columns, run_ids=run_ids, dictionary=("run_id", "kind"))
     try:
         return overlap_table(table, per=per)
     except ValueError as exc:
         raise ValueError(f"{dataset_path}: {exc}") from None
+
+
+def check_runs(dataset_path: str | os.PathLike, run_ids) -> list[str] | None:
+    """``run_ids`` as a list (None stays None), every one checked to be a run of the dataset.
+
+    Raises
+    ------
+    ValueError
+        ``"<dataset>: no run 'X' (runs: A, B)"`` for the first one that is not.
+    """
+    if run_ids is None:
+        return None
+    run_ids = list(run_ids)
+    known = set(schema.read_table(dataset_path, "runs").column("run_id").to_pylist())
+    missing = [r for r in run_ids if r not in known]
+    if missing:
+        raise ValueError(f"{dataset_path}: no run {missing[0]!r} (runs: {', '.join(sorted(known)) or 'none'})")
+    return run_ids
 
 
 def analyze(dataset_path: str | os.PathLike, *, per: str = "rank", run_ids=None):

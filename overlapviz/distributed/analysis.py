@@ -88,12 +88,7 @@ def analyze_on(client, dataset_path: str | os.PathLike, *, per: str = "rank", ru
 
     if per not in metrics.PER:
         raise ValueError(f"per={per!r}: expected one of {', '.join(metrics.PER)}")
-    if run_ids is not None:
-        run_ids = list(run_ids)
-        known = set(schema.read_table(dataset_path, "runs").column("run_id").to_pylist())
-        missing = [r for r in run_ids if r not in known]
-        if missing:
-            raise ValueError(f"{dataset_path}: no run {missing[0]!r} (runs: {', '.join(sorted(known)) or 'none'})")
+    run_ids = metrics.check_runs(dataset_path, run_ids)
     files = _kernel_files(dataset_path, run_ids)
     if not files:
         return metrics.analyze_table(dataset_path, per=per, run_ids=run_ids)  # nothing to spread
@@ -223,8 +218,11 @@ def _with_peers(parts: list[tuple], instances, summary: bool) -> list:
 
 
 def explain_on(client, dataset_path: str | os.PathLike, *, run_ids=None, kinds: tuple[str, ...] = ("comm",),
-               summary: bool = False, progress: bool | None = False):  # fmt: skip
+               device: str | None = None, summary: bool = False, progress: bool | None = False):  # fmt: skip
     """``explain.explain`` (``summary``: ``explain.summarize`` of it) on the cluster; the same frame.
+
+    ``device`` names the GPU for ranks whose trace does not, as ``explain.explain``'s
+    (``--device-name``): every task gets its ranks' own limits and those.
 
     Each task explains whole ranks (their kernels, syncs, device limits and carve-outs) and
     keeps the records on its worker. Matching a collective's instances across ranks needs
@@ -236,10 +234,11 @@ def explain_on(client, dataset_path: str | os.PathLike, *, run_ids=None, kinds: 
     import pandas as pd
 
     from overlapviz.analysis import explain, peers
-    from overlapviz.analysis.residency import device_table, run_carveouts
+    from overlapviz.analysis.residency import ANY_RANK, device_table, run_carveouts
 
     files = _kernel_files(dataset_path, run_ids)
-    dev_limits = device_table(dataset_path)
+    dev_limits = device_table(dataset_path, device)  # a device name no GPU has: its ValueError, before any task
+    given = {ANY_RANK: dev_limits.pop(ANY_RANK)} if ANY_RANK in dev_limits else {}
     carveouts = run_carveouts(dataset_path)
     by_rank: dict = {}
     for key, limits in dev_limits.items():
@@ -251,7 +250,7 @@ def explain_on(client, dataset_path: str | os.PathLike, *, run_ids=None, kinds: 
         rank = _rank_of_file(rel)
         if run_id is None or rank < 0:
             raise ValueError(f"{dataset_path}: kernels file {rel} belongs to no run of the runs table")
-        items.append((rel, run_id, rank, by_rank.get((run_id, rank), {}), {run_id: carveouts[run_id]}))
+        items.append((rel, run_id, rank, by_rank.get((run_id, rank), {}) | given, {run_id: carveouts[run_id]}))
     results = []
     if items:
         root = os.path.abspath(dataset_path)
