@@ -337,6 +337,48 @@ def test_explain_empty_selection(client, dataset):
     pdt.assert_frame_equal(ovd.explain_on(client, dataset, run_ids=["nope"], summary=True), explain_lib.summarize(none))
 
 
+@pytest.fixture(scope="module")
+def no_device(tmp_path_factory) -> Path:
+    """A 4-rank job whose ranks 2 and 3 do not say which GPU they ran on (no deviceProperties)."""
+    d = tmp_path_factory.mktemp("nodev") / "nodev"
+    d.mkdir()
+    for rank in range(4):
+        trace = generate_trace(1_500, rank=rank, world_size=4, seed=11)
+        if rank >= 2:
+            trace.pop("deviceProperties")
+        write_trace(trace, d / f"rank{rank}.json.gz")
+    return ingest([d], d.parent / "ds", progress=False)
+
+
+@pytest.mark.parametrize("device", ["NVIDIA H200", "sm_90"])
+def test_explain_device_name_as_local(client, no_device, device):
+    plain = explain_lib.explain(no_device)
+    local = explain_lib.explain(no_device, device=device)
+    guessed = local["rank"] >= 2
+    # the test can fail: the name fills ranks 2 and 3 only (0 and 1 keep their A100)
+    assert plain.loc[guessed, "residency_note"].str.contains("--device-name").all()
+    assert (local.loc[guessed, "residency_note"].fillna("") != plain.loc[guessed, "residency_note"]).all()
+    pdt.assert_frame_equal(local.loc[~guessed], plain.loc[~guessed])
+    if device == "NVIDIA H200":
+        assert (local.loc[guessed, "num_sms"] == 132).all() and (local.loc[~guessed, "num_sms"] == 108).all()
+    pdt.assert_frame_equal(ovd.explain_on(client, no_device, device=device), local)
+    pdt.assert_frame_equal(ovd.explain_on(client, no_device, device=device, summary=True), explain_lib.summarize(local))
+
+
+def test_cli_explain_device_name_with_scheduler(client, no_device):
+    from click.testing import CliRunner
+
+    from overlapviz.cli import main
+
+    runner = CliRunner()
+    address = client.scheduler.address
+    for args in (["--device-name", "NVIDIA H200"], ["--device-name", "sm_90", "--summary"], ["--device-name", "no such gpu"]):
+        want = runner.invoke(main, ["explain", str(no_device), *args, "--format", "json"])
+        got = runner.invoke(main, ["explain", str(no_device), *args, "--format", "json", "--scheduler", address])
+        assert (got.exit_code, got.output) == (want.exit_code, want.output), args
+    assert want.exit_code == 1 and "--device-name 'no such gpu'" in want.output
+
+
 # --- the timeline --------------------------------------------------------------------------
 
 

@@ -47,12 +47,10 @@ def explain(dataset: str, runs: tuple[str, ...], summary: bool, instances: bool,
     try:
         kinds = ("comm", "compute", "memory", "other") if all_kernels else ("comm",)
         if scheduler:
-            if device_name:
-                raise ValueError("--device-name is not yet passed to the cluster: run without --scheduler")
             from overlapviz.distributed import client_for, explain_on
 
             with client_for(scheduler) as client:
-                frame = explain_on(client, dataset, run_ids=list(runs) or None, kinds=kinds)
+                frame = explain_on(client, dataset, run_ids=list(runs) or None, kinds=kinds, device=device_name)
         else:
             frame = explain_lib.explain(dataset, run_ids=list(runs) or None, kinds=kinds, device=device_name)
     except ValueError as exc:
