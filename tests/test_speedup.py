@@ -213,3 +213,37 @@ def test_compare_names_runs_with_run_as_every_command(tmp_path):
     assert three.exit_code == 1 and "compare takes two runs" in three.output
     both = CliRunner().invoke(main, ["compare", str(ds), "seq", "--run", "opt"])
     assert both.exit_code == 1 and "not both" in both.output
+
+
+def test_compare_computes_each_config_table_once(tmp_path, monkeypatch):
+    # was: every compare(A, B) recomputed the whole configuration table with its bootstraps (1.2 s per pair on the samples)
+    import os
+    import shutil
+
+    from overlapviz.analysis import speedup
+
+    calls = []
+    real = speedup._compute_config_table
+    monkeypatch.setattr(speedup, "_compute_config_table", lambda *a, **k: calls.append(a) or real(*a, **k))
+    runs = [run("seq", "sequential"), run("base", "baseline"), run("opt", "optimized", smem_pad_bytes=4096, comm_priority=-1)]
+    ds = build(tmp_path / "ds", runs, {"seq": [10.0] * 5, "base": [9.0] * 5, "opt": [8.0] * 5})
+    pairs = [compare(ds, a, b) for a, b in (("seq", "opt"), ("base", "opt"), ("seq", "base"))]
+    assert config_table(ds, run_ids=["opt"])["run_id"].tolist() == ["opt"]
+    assert len(calls) == 1
+    assert pairs[1].set_index("item").loc["speedup", "b"] == pytest.approx(9 / 8)
+    # each caller gets its own copy
+    mine = config_table(ds)
+    mine["speedup"] = 0.0
+    assert config_table(ds).set_index("run_id").loc["opt", "speedup"] == pytest.approx(9 / 8)
+    # other parameters are another table; the dataset written again (new dataset.json) is computed anew
+    config_table(ds, seed=9)
+    assert len(calls) == 2
+    build(tmp_path / "new", runs, {"seq": [10.0] * 5, "base": [9.0] * 5, "opt": [6.0] * 5})
+    shutil.rmtree(ds)
+    os.rename(tmp_path / "new", ds)
+    assert compare(ds, "base", "opt").set_index("item").loc["speedup", "b"] == pytest.approx(9 / 6)
+    assert len(calls) == 3
+    # a caller that has the table passes it: nothing is computed
+    table = config_table(ds)
+    assert compare(ds, "seq", "opt", table=table).equals(compare(ds, "seq", "opt"))
+    assert len(calls) == 3

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import threading
+from collections import OrderedDict
 
 import numpy as np
 import pandas as pd
@@ -154,9 +156,47 @@ def config_table(
         nulls last).
     """
     check_level(level)
-    runs = runs_frame(dataset_path)
     if run_ids is not None:
-        _require_runs(dataset_path, runs, run_ids)
+        _require_runs(dataset_path, schema.read_frame(dataset_path, "runs"), run_ids)
+    out = _config_table_once(dataset_path, level, n_resamples, seed)
+    if run_ids is not None:
+        out = out[out["run_id"].isin(list(run_ids))].reset_index(drop=True)
+    return out
+
+
+_TABLES: OrderedDict = OrderedDict()  # (dataset, its stamp, level, resamples, seed) -> config table
+_TABLES_LOCK = threading.Lock()
+_KEEP_TABLES = 8
+
+
+def _dataset_stamp(dataset_path) -> tuple:
+    """Changes whenever the dataset is written again (ingest and ``--append`` replace dataset.json)."""
+    meta = os.stat(os.path.join(dataset_path, schema.METADATA_FILE))
+    return os.path.realpath(dataset_path), meta.st_mtime_ns, meta.st_size, meta.st_ino
+
+
+def _config_table_once(dataset_path, level: float, n_resamples: int, seed: int) -> pd.DataFrame:
+    """``config_table`` of the whole dataset, computed once per dataset state and parameters in this process (compare
+    asks for it for every pair); each caller gets its own copy."""
+    try:
+        key = (_dataset_stamp(dataset_path), float(level), int(n_resamples), int(seed))
+    except OSError:  # not a dataset: the reader below says so
+        key = None
+    with _TABLES_LOCK:
+        if key is not None and key in _TABLES:
+            _TABLES.move_to_end(key)
+            return _TABLES[key].copy()
+    table = _compute_config_table(dataset_path, level=level, n_resamples=n_resamples, seed=seed)
+    if key is not None:
+        with _TABLES_LOCK:
+            _TABLES[key] = table
+            while len(_TABLES) > _KEEP_TABLES:
+                _TABLES.popitem(last=False)
+    return table.copy()
+
+
+def _compute_config_table(dataset_path, *, level: float, n_resamples: int, seed: int) -> pd.DataFrame:
+    runs = runs_frame(dataset_path)
     times = iteration_times(dataset_path)
     samples = {r: g["time_ms"].to_numpy(np.float64) for r, g in times.groupby("run_id")}
     key = _key_frame(runs)
@@ -205,8 +245,6 @@ def config_table(
         rec["level"] = level
         rows.append(rec)
     out = pd.DataFrame(rows, columns=_table_columns())
-    if run_ids is not None:
-        out = out[out["run_id"].isin(list(run_ids))]
     for c in ("median_ms", "ci_low_ms", "ci_high_ms", "time_ratio", "time_ratio_ci_low", "time_ratio_ci_high",
               "speedup", "speedup_ci_low", "speedup_ci_high", "overlap_fraction", "compute_slowdown"):
         out[c] = pd.to_numeric(out[c], errors="coerce").astype("Float64")
@@ -238,6 +276,7 @@ def compare(
     level: float = DEFAULT_LEVEL,
     n_resamples: int = DEFAULT_RESAMPLES,
     seed: int = DEFAULT_SEED,
+    table: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """Two runs side by side: configuration differences, metrics, deltas and intervals.
 
@@ -245,6 +284,9 @@ def compare(
     ----------
     run_a, run_b
         Run ids; ``delta = b − a`` and ``ratio = b / a``.
+    table
+        ``config_table(dataset_path, level=level, n_resamples=n_resamples, seed=seed)`` when the caller already
+        has it (a dashboard keeps it); otherwise it is computed, once per dataset and parameters in this process.
 
     Returns
     -------
@@ -263,7 +305,9 @@ def compare(
     """
     runs = schema.read_frame(dataset_path, "runs")
     _require_runs(dataset_path, runs, [run_a, run_b])
-    table = config_table(dataset_path, level=level, n_resamples=n_resamples, seed=seed).set_index("run_id")
+    if table is None:
+        table = config_table(dataset_path, level=level, n_resamples=n_resamples, seed=seed)  # computed once per dataset
+    table = table.set_index("run_id")
     a, b = table.loc[run_a], table.loc[run_b]
     rows = []
     for c in CONFIG_COLUMNS:
