@@ -7,37 +7,36 @@ import re
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from overlapviz.vocabulary import vocabulary
+
 __all__ = ["COLLECTIVES", "api_collective", "collective_names", "collective_of"]
 
-# (normalised name, pattern searched in the lower-cased name stripped of everything but
-# letters and digits); order matters: compound names before their parts
-COLLECTIVES = (
-    ("reduce_scatter", "reducescatter"),
-    ("all_reduce", "allreduce"),
-    ("all_gather", "allgather"),
-    ("all_to_all", "alltoall"),
-    ("send_recv", "sendrecv"),
-    ("broadcast", "broadcast"),
-    ("broadcast", "bcast"),
-    ("reduce", "reduce"),
-    ("gather", "gather"),
-    ("scatter", "scatter"),
-    ("send", "send"),
-    ("recv", "recv"),
-    ("barrier", "barrier"),
-)
+# (normalised name, key searched in the lower-cased name stripped of everything but letters
+# and digits), in order: compound names before their parts; vocabulary.toml's [[word]] table
+COLLECTIVES = vocabulary().words
 _NOT_ALNUM = re.compile(r"[^a-z0-9]+")
 # a library call names a collective by its whole name after the library prefix
 # (``ncclAllReduce``, ``rcclAllToAllv``); ``ncclGroupEnd``, ``ncclCommGetAsyncError`` name none
 _API_CALL = re.compile(r"^(?:nccl|rccl|mscclx?)_?([a-z_]+?)_?$", re.IGNORECASE)
-_API_WORDS = {pattern: label for label, pattern in COLLECTIVES} | {"alltoallv": "all_to_all"}
+_API_WORDS = {key: label for label, key in reversed(COLLECTIVES)}
 
 
 def collective_of(name: str | None) -> str | None:
-    """The collective a kernel or host record names (``ncclKernel_AllReduce_RING_LL_Sum_float``
-    and ``gloo:all_reduce`` give ``all_reduce``, ``ncclDevKernel_SendRecv`` ``send_recv``), else None."""
+    """The collective a kernel or host record names, else None.
+
+    First the collective rules of the libraries whose patterns match the name
+    (vocabulary.toml: DeepEP's ``dispatch``/``combine`` -> ``all_to_all``,
+    ``cross_device_reduce_1stage`` -> ``all_reduce``), then the generic words
+    (``ncclKernel_AllReduce_RING_LL_Sum_float`` and ``gloo:all_reduce`` give ``all_reduce``,
+    ``ncclDevKernel_SendRecv`` ``send_recv``, ``ncclDevKernel_Generic`` none).
+    """
     if not name:
         return None
+    for lib in vocabulary().libraries:
+        if lib.collectives and lib.names(name):
+            found = lib.collective(name)
+            if found is not None:
+                return found
     key = _NOT_ALNUM.sub("", name.lower())
     return next((label for label, pattern in COLLECTIVES if pattern in key), None)
 

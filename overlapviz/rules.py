@@ -21,12 +21,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from overlapviz.schema import KINDS
+from overlapviz.vocabulary import joined, vocabulary
 
 MEMORY_CATEGORIES = ("gpu_memcpy", "gpu_memset", "memcpy", "memset", "memory_copy")
 GPU_CATEGORIES = ("kernel",) + MEMORY_CATEGORIES
-# DeepEP's expert-parallel all-to-all kernels (deep_ep::intranode::dispatch, ...::internode::combine,
-# ...::internode_ll::...) move tokens between GPUs with NVLink/NVSHMEM: communication, not NCCL's name
-COMM_PATTERN = r"nccl|rccl|msccl|ovz_comm|ep::(?:intra|inter)node(?:_ll)?::"
+HOST_CATEGORIES = ("user_annotation", "cpu_op")
+# every library's comm kernel patterns of vocabulary.toml (NCCL, RCCL, MSCCL(++), DeepEP,
+# NVSHMEM, PyTorch symmetric memory, vLLM/SGLang custom all-reduce, TE userbuffers, ...) as one regex
+COMM_PATTERN = joined(vocabulary().patterns("kernel"))
 
 
 @dataclass(frozen=True)
@@ -128,20 +130,26 @@ def _encode(values: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, pa.Array]:
 
 
 def default_rules() -> RuleSet:
-    """DESIGN.md's defaults.
+    """DESIGN.md's defaults, the communication names from the vocabulary (``vocabulary.toml``).
 
-    GPU side: comm kernels match ``nccl|rccl|msccl|ovz_comm`` or DeepEP's ``ep::intranode::`` / ``ep::internode(_ll)::``; memcpy/memset are
-    ``memory``; every other kernel is ``compute``. Host side (CPU-only traces, where host
-    activities stand in for kernels): gloo's ``gloo:<collective>`` ranges are ``comm``;
+    GPU side: memcpy/memset are ``memory``; kernels a library marks as computing
+    (DeepEP's ``get_dispatch_layout``) are ``compute``; kernels matching a library's comm
+    patterns (``nccl|rccl|msccl|ovz_comm``, DeepEP, NVSHMEM, PyTorch symmetric memory,
+    vLLM/SGLang custom all-reduce, TE userbuffers, ...; docs/ingest.md) are ``comm``; every
+    other kernel is ``compute``. Host side (CPU-only traces, where host activities stand in
+    for kernels): ``gloo:<collective>`` (and ``nccl:``/``rccl:``) ranges are ``comm``;
     top-level ``cpu_op``s are ``compute`` except the host halves of collectives
     (``c10d::``, ``record_param_comms``), which are ``other`` so they are not counted as
     computation.
     """
+    vocab = vocabulary()
+    not_comm = vocab.patterns("compute")
     return RuleSet(
         (
             Rule("memory", None, MEMORY_CATEGORIES),
+            *((Rule("compute", joined(not_comm), ("kernel",)),) if not_comm else ()),
             Rule("comm", COMM_PATTERN, ("kernel",)),
-            Rule("comm", r"^gloo:|^nccl:|^rccl:", ("user_annotation", "cpu_op")),
+            Rule("comm", joined(vocab.patterns("host")), HOST_CATEGORIES),
             Rule("other", r"^c10d::|^record_param_comms$|ProcessGroup|^ProfilerStep#", ("cpu_op", "user_annotation")),
             Rule("compute", None, ("cpu_op",)),
         )

@@ -26,9 +26,10 @@ LAYERS = [
     ("overlapviz._version", set()),
     ("overlapviz.outdir", set()),  # a dataset's directory on disk: safe paths, temporaries, atomic replacement
     ("overlapviz.schema", {"overlapviz._version", "overlapviz.outdir"}),
-    ("overlapviz.collectives", set()),
+    ("overlapviz.vocabulary", set()),  # the communication vocabulary (vocabulary.toml)
+    ("overlapviz.collectives", {"overlapviz.vocabulary"}),
     ("overlapviz.devices", set()),
-    ("overlapviz.rules", {"overlapviz.schema"}),
+    ("overlapviz.rules", {"overlapviz.schema", "overlapviz.vocabulary"}),
     ("overlapviz.ingest", {"overlapviz", "overlapviz.schema", "overlapviz.rules", "overlapviz.collectives", "overlapviz.devices"}),
     ("overlapviz.analysis", {"overlapviz", "overlapviz.schema", "overlapviz.rules", "overlapviz.collectives", "overlapviz.devices"}),
     ("overlapviz.figures", {"overlapviz.schema", "overlapviz.analysis"}),
