@@ -197,6 +197,12 @@ class TimelinePage(Page):
         if self.store.run_id != f["run_id"]:
             self.store.run_id = f["run_id"]
         data = self.store.timeline()
+        if hasattr(data, "window_at"):  # kernels on a Dask cluster (dashboards/dask_source.py): found there
+            window = data.window_at(int(f["rank"]), int(f["start_ns"]))
+            if window is not None:
+                self._window = window
+                self._follow()
+            return
         fr = data.frame
         hit = np.flatnonzero((fr["rank"].to_numpy() == int(f["rank"])) & (fr["start_ns"].to_numpy(np.int64) == int(f["start_ns"])))
         if len(hit):

@@ -46,6 +46,8 @@ ANALYSES = {
     "explain": explain.explain,
 }
 _NULLABLE = {pa.int32(): pd.Int32Dtype(), pa.int64(): pd.Int64Dtype(), pa.bool_(): pd.BooleanDtype()}
+# `serve --scheduler`: a dashboards.dask_source.DaskSource computes the analyses it has and the timelines on its cluster
+ENGINE: dict = {"dask": None}
 
 
 class _Memo:
@@ -192,7 +194,8 @@ def load_analysis(path: str, stamp: str, name: str, *args, **kwargs) -> pd.DataF
 
     def compute():
         try:
-            return ANALYSES[name](path, *args, **kwargs)
+            dask = ENGINE["dask"]
+            return (dask.analyses.get(name, ANALYSES[name]) if dask else ANALYSES[name])(path, *args, **kwargs)
         except ValueError as exc:
             return Unavailable(str(exc))  # kept on disk too: the reason is the dataset's, not this process's
 
@@ -235,6 +238,8 @@ def _read_kernels(path: str, run_id: str) -> pd.DataFrame:
 def load_timeline(path: str, stamp: str, run_id: str, ranks: tuple[int, ...] | None) -> TimelineData:
     """A run's TimelineData (kernels, residency and the why), read once; a rank selection is cut from the whole
     run (same time origin, so times do not move when ranks are chosen)."""
+    if ENGINE["dask"] is not None:  # the kernels stay on the cluster (dashboards/dask_source.py)
+        return ENGINE["dask"].timeline(path, stamp, run_id, ranks)
 
     def whole():
         kernels = _read_kernels(path, run_id)

@@ -22,6 +22,7 @@ import pytest
 distributed = pytest.importorskip("distributed")
 
 import numpy as np
+import pandas as pd
 import pandas.testing as pdt
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -435,3 +436,112 @@ def test_cli_scheduler_option_gives_the_local_answers(client, job, tmp_path):  #
         assert want.exit_code == 0 and got.exit_code == 0 and got.output == want.output, (cmd, got.output[:300])
     both = runner.invoke(main, ["ingest", str(job), "-o", str(tmp_path / "x"), "--workers", "2", "--scheduler", address])
     assert both.exit_code == 1 and "two engines" in both.output and not (tmp_path / "x").exists()
+
+
+# --- the dashboard's timeline on the cluster (serve --scheduler) ----------------------------------
+
+
+@pytest.fixture
+def engine(client):
+    """The dashboard store computing on the module's cluster, as `serve --scheduler` sets it."""
+    from overlapviz.dashboards import dask_source, store
+
+    source = dask_source.DaskSource(client)
+    store.ENGINE["dask"] = source
+    try:
+        yield source
+    finally:
+        store.ENGINE["dask"] = None
+
+
+def _layers(overlay) -> list:
+    """What a timeline frame sends to the browser: each layer's data (the raster's pixels), and the axes."""
+    return [el.dframe() for el in overlay] + [overlay.opts.get().kwargs.get(k) for k in ("yticks", "title", "height")]
+
+
+def _timelines(dataset, run_id, ranks):
+    from overlapviz.dashboards import store
+
+    path, stamp = str(Path(dataset).resolve()), store._stamp(str(Path(dataset).resolve()))
+    dask = store.ENGINE["dask"]
+    store.ENGINE["dask"] = None
+    try:
+        local = store.load_timeline(path, stamp, run_id, ranks)
+    finally:
+        store.ENGINE["dask"] = dask
+    return local, store.load_timeline(path, stamp, run_id, ranks)
+
+
+@pytest.mark.parametrize("run_id, ranks", [("job4", None), ("job4", (1, 3)), ("scenario-sm_resources_regs_sync-events-on", None),
+                                           ("scenario-dependency_sync-events-on", None)])  # fmt: skip
+def test_dashboard_timeline_on_the_cluster_draws_what_the_local_one_does(engine, dataset, run_id, ranks):
+    from overlapviz import figures_timeline as ftl
+    from overlapviz.dashboards.dask_source import DaskTimeline
+
+    local, remote = _timelines(dataset, run_id, ranks)
+    assert isinstance(remote, DaskTimeline) and not len(remote.frame.columns)  # no kernel in the server
+    assert len(remote.frame) == len(local.frame) > 0 and remote.lane_labels == local.lane_labels
+    assert remote.x_extent == local.x_extent and remote.origin_ns == local.origin_ns
+    lo, hi = local.x_extent
+    n = len(local.frame)
+    windows = [None, (lo, hi), (lo + (hi - lo) * 0.3, lo + (hi - lo) * 0.32), (lo + (hi - lo) * 0.61, lo + (hi - lo) * 0.7),
+               (hi - (hi - lo) * 0.05, hi + 1.0), (lo - 5.0, lo - 1.0)]  # fmt: skip
+    drawn = set()
+    for window in windows:
+        for budget in (n // 4, ftl.MAX_GLYPHS):  # rasterized, then glyphs
+            want = ftl.timeline_view(local, window, max_glyphs=budget, steps=None)
+            got = ftl.timeline_view(_timelines(dataset, run_id, ranks)[1], window, max_glyphs=budget, steps=None)
+            mode = "raster" if local.n_visible(window) > budget else "glyphs"
+            drawn.add(mode)
+            for a, b in zip(_layers(want), _layers(got), strict=True):
+                if isinstance(a, pd.DataFrame):
+                    # an empty layer's columns may differ in dtype (nothing is drawn from them)
+                    pdt.assert_frame_equal(b, a, check_index_type=False, check_dtype=len(a) > 0, obj=f"{window} {mode}")
+                else:
+                    assert a == b, (window, mode)
+    assert drawn == {"raster", "glyphs"}
+    if local.why is not None:  # the collectives' why and arrows came along
+        assert len(local.arrow_frame(None)) or run_id == "job4"
+
+
+def test_dashboard_raster_counts_equal_the_local_ones(engine, dataset):
+    from overlapviz import figures_timeline as ftl
+
+    local, remote = _timelines(dataset, "job4", None)
+    lo, hi = local.x_extent
+    for window, width in (((lo, hi), 1100), ((lo + 1.0, lo + 3.0), 333), ((hi, hi), 7)):
+        mask = local.visible(window)
+        x0, x1 = window[0], window[1] if window[1] > window[0] else window[0] + 1e-6
+        want = ftl._coverage(local.start_ms[mask], local.end_ms[mask], local.lane[mask], local.kind_code[mask], 4,
+                             local.n_lanes, width, x0, x1)  # fmt: skip
+        got = remote.counts(window, width)
+        assert got.dtype == np.int64 and (got == want).all() and (want.sum() > 0 or window[0] == hi)
+
+
+def test_dashboard_tables_and_focus_on_the_cluster(engine, dataset, client, monkeypatch):
+    from overlapviz.dashboards import store
+
+    calls = []
+    for name in ("analyze", "explain"):
+        real = engine.analyses[name]
+        monkeypatch.setitem(engine.analyses, name, lambda *a, _real=real, _name=name, **k: calls.append(_name) or _real(*a, **k))
+    monkeypatch.setenv(store.TABLE_CACHE_ENV, "0")
+    path = str(Path(dataset).resolve())
+    stamp = f"{store._stamp(path)}-dask"  # a key of its own: computed here, not taken from the memo
+    pdt.assert_frame_equal(store.load_analysis(path, stamp, "analyze", per="step"), metrics.analyze(dataset, per="step"))
+    pdt.assert_frame_equal(store.load_analysis(path, stamp, "explain"), explain_lib.explain(dataset))
+    assert calls == ["analyze", "explain"]
+    local, remote = _timelines(dataset, "job4", None)
+    row = int(np.flatnonzero(local.kind_code == 1)[7])  # a collective
+    k = local.frame.iloc[row]
+    assert remote.window_at(int(k["rank"]), int(k["start_ns"])) == local.window_of(row)
+    assert remote.window_at(int(k["rank"]), int(k["start_ns"]) + 1) is None
+
+
+def test_serve_scheduler_error_in_one_line(dataset):
+    from click.testing import CliRunner
+
+    from overlapviz.cli import main
+
+    res = CliRunner().invoke(main, ["serve", str(dataset), "--scheduler", "nonsense here", "--get", "/"])
+    assert res.exit_code == 1 and res.output.strip().count("\n") == 0 and "neither a Dask scheduler" in res.output, res.output

@@ -37,10 +37,15 @@ TOKEN_ENV = "OVERLAPVIZ_TOKEN"
                    "through an SSH tunnel (docs/security.md).")  # fmt: skip
 @click.option("--show/--no-show", default=False, show_default=True, help="Open the page in the system's web browser.")
 @click.option("--get", "get_path", metavar="PATH", help="Build the page for PATH once, print it and exit (smoke test; no port stays open).")
+@click.option("--scheduler", envvar="OVERLAPVIZ_SCHEDULER", metavar="ADDRESS", default=None,
+              help="Draw the Timeline from a Dask cluster (its kernels stay there) and compute the analyze and explain "
+                   "tables on it: tcp://host:8786, a scheduler file, or local / local:N (a LocalCluster stopped with "
+                   "the server). pip install 'overlapviz[dask]'; docs/dask.md.")  # fmt: skip
 @click.pass_context
 def serve(ctx: click.Context, dataset: str | None, address: str, port: int, allow_remote: bool, allow_http: bool,
           ssl_certfile: str | None, ssl_keyfile: str | None, origins: tuple[str, ...], token: str | None, no_token: bool,
-          token_file: Path | None, unix_socket: str | None, show: bool, get_path: str | None) -> None:  # fmt: skip
+          token_file: Path | None, unix_socket: str | None, show: bool, get_path: str | None,
+          scheduler: str | None) -> None:  # fmt: skip
     """Serve the dashboard for DATASET (the bundled sample traces when omitted).
 
     Pages: Overview (configuration heatmaps), Timeline, Compare, Residency, Ranks.
@@ -56,6 +61,13 @@ def serve(ctx: click.Context, dataset: str | None, address: str, port: int, allo
         raise click.UsageError(f"--unix-socket listens on no TCP address: drop {', '.join('--' + g.replace('_', '-') for g in sorted(given))}")
     if (ssl_certfile is None) != (ssl_keyfile is None):
         raise click.UsageError("--ssl-certfile and --ssl-keyfile go together")
+    if scheduler:  # the client (and a cluster it started) lives as long as the command: closed when the server stops
+        from overlapviz.dashboards import dask_source
+
+        try:
+            ctx.with_resource(dask_source.serving(scheduler))
+        except ValueError as exc:
+            raise click.ClickException(str(exc)) from None
     try:
         if dataset is None:
             click.echo("No dataset given: opening the bundled sample traces (ingested once into the cache).", err=True)

@@ -163,3 +163,231 @@ def timeline_window_on(client, dataset_path: str | os.PathLike, run_id: str, x_r
     futures = [client.submit(_window_batch, root, str(dataset_path), cols, int(x_range_ns[0]), int(x_range_ns[1]), b,
                              key=_key("ovz-window")) for b in batches]  # fmt: skip
     return pa.concat_tables(client.gather(futures))
+
+
+# --- the dashboard's timeline, by its own rules (figures_timeline.TimelineData), for runs the server cannot hold ---
+# Times there are float ms since the run's first start (``(start_ns - origin_ns) / 1e6``); these tasks compute
+# them the same way, element by element, so masks, pixel columns and counts are the local path's exactly. The
+# files are first cut in int64 ns with a margin (the kernels a window can touch, and a few more), then the
+# window's own rule is applied in ms.
+
+_MARGIN_NS = 1_000  # a float ms offset is exact to far below 1 µs for any run shorter than a century
+
+
+def ns_bounds(origin_ns: int, lo_ms: float, hi_ms: float) -> tuple[int, int]:
+    """Int64 ns bounds around ``[lo_ms, hi_ms]`` (ms since ``origin_ns``) that hold every kernel the ms rule keeps."""
+    def ns(v: float, side: int) -> int:
+        v = float(v)
+        if not np.isfinite(v):
+            return side * (1 << 62)
+        return int(origin_ns) + int(np.floor(v * 1e6) if side < 0 else np.ceil(v * 1e6)) + side * (_MARGIN_NS + int(abs(v) * 1e-3))
+
+    return ns(lo_ms, -1), ns(hi_ms, 1)
+
+
+def _ms_of(col, origin_ns: int) -> np.ndarray:
+    return (col.to_numpy().astype(np.int64) - int(origin_ns)) / 1e6  # figures_timeline._ms, the same operations
+
+
+def _rank_summary_batch(root: str, where: str, kinds: tuple, rels: list[str]) -> list[dict]:
+    """Per kernels file (one run x rank): its lanes, kernels, first start, last end, kernels per kind, and per
+    step its first start and last end (the step bands), with the streams of the kernels that have a step."""
+    out = []
+    for rel in rels:
+        t = _read_file(root, rel, ["rank", "stream", "kind", "start_ns", "end_ns", "step"], ("kind",), where)
+        if not t.num_rows:
+            continue
+        ranks = pc.unique(t.column("rank")).to_pylist()
+        if len(ranks) != 1 or ranks[0] is None:
+            raise ValueError(f"{where}: kernels file {rel} holds ranks {ranks}, not one")
+        stream = pc.fill_null(t.column("stream"), -1).to_numpy().astype(np.int64)
+        start, end = t.column("start_ns").to_numpy().astype(np.int64), t.column("end_ns").to_numpy().astype(np.int64)
+        step = t.column("step")
+        has = pc.is_valid(step).to_numpy(zero_copy_only=False)
+        steps = {}
+        if has.any():
+            sv = pc.fill_null(step, 0).to_numpy().astype(np.int64)[has]
+            u, inv = np.unique(sv, return_inverse=True)
+            lo = np.full(len(u), np.iinfo(np.int64).max)
+            hi = np.full(len(u), np.iinfo(np.int64).min)
+            np.minimum.at(lo, inv, start[has])
+            np.maximum.at(hi, inv, end[has])
+            steps = {"step": u, "lo": lo, "hi": hi}
+        out.append({"rank": int(ranks[0]), "streams": np.unique(stream).tolist(), "n": t.num_rows,
+                    "start": int(start.min()), "end": int(end.max()), "kinds": _kind_counts(t.column("kind"), kinds),
+                    "steps": steps, "step_streams": np.unique(stream[has]).tolist()})  # fmt: skip
+    return out
+
+
+def _kind_codes(kind: pa.ChunkedArray, kinds: tuple) -> np.ndarray:
+    """Each row's index in ``kinds`` (an unknown or null kind is ``other``), as ``figures_timeline._kind_codes``."""
+    kind = kind.combine_chunks() if isinstance(kind, pa.ChunkedArray) else kind
+    if not pa.types.is_dictionary(kind.type):
+        kind = pc.dictionary_encode(kind)
+    other = kinds.index("other")
+    names = kind.dictionary.to_pylist()
+    table = np.array([kinds.index(n) if n in kinds else other for n in names] + [other], np.int64)
+    return table[pc.fill_null(kind.indices, len(names)).to_numpy().astype(np.int64)]
+
+
+def _kind_counts(kind, kinds: tuple) -> list[int]:
+    return np.bincount(_kind_codes(kind, kinds), minlength=len(kinds)).tolist()
+
+
+def _lane_rows(t: pa.Table, lanes: dict) -> np.ndarray:
+    """The lane of each row (``lanes``: ``{(rank, stream): lane}``; a null stream is -1)."""
+    rank = t.column("rank").to_numpy(zero_copy_only=False).astype(np.int64)
+    stream = pc.fill_null(t.column("stream"), -1).to_numpy().astype(np.int64)
+    if not len(rank):
+        return np.empty(0, np.int64)
+    pairs, inverse = np.unique(np.stack([rank, stream], axis=1), axis=0, return_inverse=True)
+    return np.array([lanes[(int(r), int(s))] for r, s in pairs], np.int64)[inverse.ravel()]
+
+
+def _view_counts_batch(root: str, where: str, lanes: dict, kinds: tuple, origin_ns: int, mask_ms: tuple, cover_ms: tuple,
+                       width: int | None, bounds_ns: tuple, rels: list[str]):  # fmt: skip
+    """Kernels of some files intersecting ``mask_ms`` (``TimelineData.visible``): their number and, with ``width``,
+    ``(first lane, counts per kind x lane x pixel column)`` over ``cover_ms`` (``figures_timeline._coverage``)."""
+    cut = (pc.field("end_ns") >= bounds_ns[0]) & (pc.field("start_ns") <= bounds_ns[1])
+    parts, n = [], 0
+    for rel in rels:
+        t = _read_file(root, rel, ["rank", "stream", "kind", "start_ns", "end_ns"], ("kind",), where, filter=cut)
+        s, e = _ms_of(t.column("start_ns"), origin_ns), _ms_of(t.column("end_ns"), origin_ns)
+        keep = (e >= mask_ms[0]) & (s <= mask_ms[1])
+        n += int(np.count_nonzero(keep))
+        if width is not None and keep.any():
+            t = t.filter(pa.array(keep))
+            parts.append((_lane_rows(t, lanes), _kind_codes(t.column("kind"), kinds), s[keep], e[keep]))
+    if width is None:
+        return n, None
+    if not parts:
+        return n, (0, np.zeros((len(kinds), 0, width), np.int64))
+    lane, cat, s, e = (np.concatenate(x) for x in zip(*parts))
+    r0 = int(lane.min())
+    return n, (r0, _coverage(s, e, lane - r0, cat, len(kinds), int(lane.max()) - r0 + 1, width, cover_ms[0], cover_ms[1]))
+
+
+def view_counts_on(client, dataset_path, run_id: str, ranks: Sequence[int] | None, lanes: dict, kinds: tuple,
+                   origin_ns: int, mask_ms: tuple, cover_ms: tuple | None = None, width: int | None = None):  # fmt: skip
+    """``(kernels intersecting mask_ms, counts or None)`` of a run's ``ranks`` (all when None), by the dashboard's rules.
+
+    ``counts`` (with ``width``): int64 ``(len(kinds), len(lanes), width)``, what ``TimelineData.raster``
+    counts for its kernels; lanes are ``lanes``' values (``{(rank, stream): lane}``), consecutive per rank.
+    """
+    files = _files_of(dataset_path, run_id, ranks)
+    total = np.zeros((len(kinds), len(lanes), int(width)), np.int64) if width is not None else None
+    if not files:
+        return 0, total
+    root = os.path.abspath(dataset_path)
+    bounds = ns_bounds(origin_ns, *mask_ms)
+    [lanes_f] = client.scatter([lanes], broadcast=False)
+    futures = [client.submit(_view_counts_batch, root, str(dataset_path), lanes_f, tuple(kinds), int(origin_ns),
+                             tuple(map(float, mask_ms)), None if cover_ms is None else tuple(map(float, cover_ms)),
+                             None if width is None else int(width), bounds, b, key=_key("ovz-view")) for b in _batches(root, files, client)]  # fmt: skip
+    n = 0
+    from distributed import as_completed
+
+    for fut in as_completed(futures, loop=client.loop):
+        k, part = fut.result()
+        n += k
+        if part is not None:
+            r0, block = part
+            total[:, r0 : r0 + block.shape[1], :] += block
+    return n, total
+
+
+def _files_of(dataset_path, run_id: str, ranks: Sequence[int] | None) -> list[str]:
+    files = sorted(_kernel_files(dataset_path, [run_id]), key=_rank_of_file)
+    if ranks is not None:
+        wanted = {int(r) for r in ranks}
+        files = [f for f in files if _rank_of_file(f) in wanted]
+    return files
+
+
+def rank_summaries_on(client, dataset_path, run_id: str, kinds: tuple) -> list[dict]:
+    """``_rank_summary_batch`` of each kernels file of the run, in rank order: what a timeline needs before it draws."""
+    files = _files_of(dataset_path, run_id, None)
+    if not files:
+        return []
+    root = os.path.abspath(dataset_path)
+    futures = [client.submit(_rank_summary_batch, root, str(dataset_path), tuple(kinds), b, key=_key("ovz-summary"))
+               for b in _batches(root, files, client)]  # fmt: skip
+    return [row for part in client.gather(futures) for row in part]
+
+
+def _glyph_batch(root: str, where: str, columns: list[str], dictionary: tuple, bounds_ns: tuple, comm_ns: tuple | None,
+                 rels: list[str]) -> pa.Table:  # fmt: skip
+    cut = (pc.field("end_ns") >= bounds_ns[0]) & (pc.field("start_ns") <= bounds_ns[1])
+    if comm_ns is not None:  # and the collectives an arrow can point into (TimelineData.arrow_frame looks one window ahead)
+        cut = cut | ((pc.field("kind") == "comm") & (pc.field("start_ns") >= comm_ns[0]) & (pc.field("start_ns") <= comm_ns[1]))
+    parts = [_read_file(root, rel, columns, dictionary, where, filter=cut) for rel in rels]
+    return pa.concat_tables(parts) if parts else None
+
+
+def glyph_rows_on(client, dataset_path, run_id: str, ranks: Sequence[int] | None, columns: list[str], dictionary: tuple,
+                  bounds_ns: tuple | None, comm_ns: tuple | None = None) -> pa.Table:  # fmt: skip
+    """The kernels of a run's ``ranks`` in ``bounds_ns`` (all when None), and the comm kernels starting in ``comm_ns``,
+    in ``schema.read_kernels``' row order (run x rank file order, each rank's by start)."""
+    target = pa.schema([pa.field(c, pa.dictionary(pa.int32(), schema.KERNELS.field(c).type)) if c in dictionary
+                        else schema.KERNELS.field(c) for c in columns])  # fmt: skip
+    order = {f: i for i, f in enumerate(_kernel_files(dataset_path, [run_id]))}
+    files = sorted(_files_of(dataset_path, run_id, ranks), key=order.__getitem__)
+    if not files:
+        return target.empty_table()
+    root = os.path.abspath(dataset_path)
+    bounds = (-(1 << 62), 1 << 62) if bounds_ns is None else bounds_ns
+    futures = [client.submit(_glyph_batch, root, str(dataset_path), list(columns), tuple(dictionary), bounds, comm_ns, b,
+                             key=_key("ovz-glyphs")) for b in _batches(root, files, client)]  # fmt: skip
+    return pa.concat_tables([t for t in client.gather(futures) if t is not None] or [target.empty_table()])
+
+
+def _blockers_batch(root: str, where: str, records: dict, spread, rels: list[str]):
+    """``budget.blocker_positions`` of each rank's records over its own kernels, with ``spread`` (records standing for
+    the whole run's ready times and blocker names, matched to no rank) so that its candidate kernels are the ones
+    the call over the whole run considers."""
+    import pandas as pd
+
+    from overlapviz.analysis import budget
+
+    cols = ["run_id", "rank", "device", "stream", "correlation", "name", "kind", "start_ns", "end_ns"]
+    out = []
+    for rel in rels:
+        rec = records.get(_rank_of_file(rel))
+        if rec is None or not len(rec):
+            continue
+        k = _read_file(root, rel, cols, ("run_id", "name", "kind"), where).to_pandas(
+            types_mapper={pa.int32(): pd.Int32Dtype(), pa.int64(): pd.Int64Dtype(), pa.bool_(): pd.BooleanDtype()}.get)
+        both = pd.concat([rec, spread], ignore_index=False) if len(spread) else rec
+        out.append(budget.blocker_positions(both, k).loc[rec.index])
+    return pd.concat(out) if out else None
+
+
+def blocker_positions_on(client, dataset_path, run_id: str, records):
+    """``budget.blocker_positions(records, the run's kernels)`` computed per rank on the cluster; the same frame."""
+    import pandas as pd
+
+    empty = pd.DataFrame({c: pd.array([], dtype="Int64") for c in ("blocker_stream", "blocker_correlation", "blocker_start_ns",
+                                                                     "blocker_end_ns")})  # fmt: skip
+    want = records.loc[records["blocker"].notna()] if len(records) else records
+    if not len(want):
+        return pd.DataFrame({c: pd.array([pd.NA] * len(records), dtype="Int64") for c in empty}, index=records.index)
+    t = want["ready_ns"].astype("Int64").to_numpy(np.int64, na_value=-1)
+    t = np.where(t >= 0, t, want["start_ns"].to_numpy(np.int64))
+    names = sorted(set(want["blocker"].astype(str)))
+    n = len(names)
+    # rank -1 is no rank's file (rank<N>.parquet): these rows only widen what each call looks at to the whole run's
+    spread = want.iloc[[0] * (n + 1)].copy()
+    spread.index = pd.RangeIndex(int(records.index.max()) + 1, int(records.index.max()) + 2 + n)
+    spread["rank"] = pd.array([-1] * (n + 1), dtype=records["rank"].dtype)
+    spread["blocker"] = names + [names[0]]
+    spread["ready_ns"] = pd.array([int(t.min())] * n + [int(t.max())], dtype=records["ready_ns"].dtype)
+    files = _files_of(dataset_path, run_id, sorted(set(int(r) for r in want["rank"])))
+    root = os.path.abspath(dataset_path)
+    futures = []
+    for b in _batches(root, files, client):
+        mine = {_rank_of_file(f) for f in b}
+        recs = {r: g for r, g in want.groupby(want["rank"].astype(int)) if r in mine}
+        futures.append(client.submit(_blockers_batch, root, str(dataset_path), recs, spread, b, key=_key("ovz-blockers")))
+    parts = [p for p in client.gather(futures) if p is not None]
+    got = pd.concat(parts) if parts else empty
+    return got.reindex(records.index).astype("Int64")
