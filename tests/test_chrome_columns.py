@@ -294,7 +294,6 @@ def test_strings_unescape_like_json(name, ascii_only):
         '{"cat": "kernel", "args": {"device": 1.5}}',  # a float where an integer belongs
         '{"cat": "kernel", "args": {"device": 9223372036854775808}}',  # past int64
         '{"cat": "kernel", "args": {"grid": [1, "2"]}}',
-        '{"cat": "kernel", "args": null}',
         '{"cat": "kernel", "pid": "12 "}',  # float() reads it: the Python reader decides
         '{"cat": "kernel", "pid": "inf"}',
         '{"cat": "kernel", "name": 5}',
@@ -311,6 +310,16 @@ def test_what_the_python_reader_must_judge(event):
     doc = ('{"traceEvents": [' + event + "]}").encode()
     with pytest.raises(chrome_columns._kineto.Unsupported):
         chrome_columns._kineto.scan(doc, CATS, META_KEYS)
+
+
+@needs_c
+@pytest.mark.parametrize("value", ["null", "[1]", '"x"', "3", "true"])
+def test_args_not_an_object_is_said_not_handed_over(value):
+    # worded like the Python reader words it: tests/test_hostile.py test_args_not_an_object_*
+    doc = ('{"traceEvents": [{"cat": "kernel", "args": ' + value + "}]}").encode()
+    with pytest.raises(chrome_columns._kineto.BadArgs) as err:
+        chrome_columns._kineto.scan(doc, CATS, META_KEYS)
+    assert err.value.args == (0, 0, None, value[0])
 
 
 @needs_c

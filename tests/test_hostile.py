@@ -19,6 +19,7 @@ import gzip
 import hashlib
 import json
 import os
+import re
 import shutil
 import sqlite3
 import stat
@@ -496,12 +497,63 @@ def kineto_kernel_without_name(ws):
     return Run([put_doc(ws / "in" / "rank0.json", doc)], ws / "out" / "ds")
 
 
-@case(xfail="chrome_events / _kineto.c: a GPU activity whose 'args' is a list (not an object) is read as "
-            "one without args (device, stream, correlation null) and ingested; like args.stream = 'seven' it "
-            "should be refused: '<file>: GPU activity events: field 'args' is not an object'")  # fmt: skip
+@case()
 def kineto_kernel_args_not_an_object(ws):
     doc = doc_of(EVENT_SYNC)
     first(doc, "kernel")["args"] = [1, 2, 3]
+    return Run([put_doc(ws / "in" / "rank0.json", doc)], ws / "out" / "ds", names="field 'args' is an array, not an object")
+
+
+@case()
+def kineto_runtime_args_null(ws):
+    doc = doc_of(EVENT_SYNC)
+    first(doc, "cuda_runtime")["args"] = None
+    return Run([put_doc(ws / "in" / "rank0.json.gz", doc)], ws / "out" / "ds", names="runtime event #")
+
+
+@case()
+def kineto_numeric_string_past_a_double(ws):
+    doc = doc_of(EVENT_SYNC)
+    first(doc, "gpu_memset")["args"]["bytes"] = "1e400"
+    return Run([put_doc(ws / "in" / "rank0.json", doc)], ws / "out" / "ds", names="'args.bytes'")
+
+
+@case()
+def kineto_numeric_string_past_int64(ws):
+    doc = doc_of(EVENT_SYNC)
+    first(doc, "gpu_memset")["args"]["bytes"] = "1e30"
+    return Run([put_doc(ws / "in" / "rank0.json", doc)], ws / "out" / "ds", names="'args.bytes' ('1e30') is past")
+
+
+@case()
+def kineto_compute_capability_a_list(ws):
+    doc = doc_of(EVENT_SYNC)
+    doc["deviceProperties"][0]["computeMajor"] = [8, 0]
+    return Run([put_doc(ws / "in" / "rank0.json", doc)], ws / "out" / "ds", names="deviceProperties")
+
+
+@case()
+def kineto_device_limit_past_int64(ws):
+    doc = doc_of(EVENT_SYNC)
+    doc["deviceProperties"][0]["maxThreadsPerBlock"] = 2**70
+    return Run([put_doc(ws / "in" / "rank0.json", doc)], ws / "out" / "ds", names="'maxThreadsPerBlock'")
+
+
+@case()
+def kineto_lone_surrogate_in_an_ignored_event(ws):
+    """JSON with an unpaired surrogate escape is invalid wherever it is (both readers say so)."""
+    text = gzip.decompress(EVENT_SYNC.read_bytes()).decode()
+    text = text.replace('"ph": "i"', '"ph": "i\\udcff"', 1)
+    assert "udcff" in text
+    return Run([put(ws / "in" / "rank0.json", text)], ws / "out" / "ds", names="invalid JSON")
+
+
+@case(ok=True)
+def kineto_category_not_a_string(ws):
+    """An event whose cat is a list or a number is in no category ingest reads: ignored."""
+    doc = doc_of(EVENT_SYNC)
+    doc["traceEvents"] += [{"ph": "X", "cat": ["kernel"], "name": "k", "ts": 1, "dur": 1},
+                           {"ph": "X", "cat": 7, "name": "k", "ts": 1, "dur": 1, "args": [1]}]  # fmt: skip
     return Run([put_doc(ws / "in" / "rank0.json", doc)], ws / "out" / "ds")
 
 
@@ -1374,3 +1426,117 @@ def test_hostile_input(name, tmp_path):
                     os.chmod(os.path.join(dirpath, d), 0o755)
                 except OSError:
                     pass
+
+
+# --- a kept event's args must be an object: both Kineto readers alike ---------------------------------
+
+# the first complete event of each category, and the bucket word its error uses
+_ARGS_CATS = {"kernel": "GPU activity", "gpu_memset": "GPU activity", "cuda_runtime": "runtime", "cpu_op": "host",
+              "cuda_sync": "cuda_sync"}  # fmt: skip
+_NON_OBJECTS = {"array": ([1, 2, 3], "an array"), "empty_array": ([], "an array"), "string": ("{}", "a string"),
+                "number": (7, "a number"), "float": (-0.5, "a number"), "true": (True, "a boolean"),
+                "false": (False, "a boolean"), "null": (None, "null")}  # fmt: skip
+
+
+def _with_args(value, cat: str) -> tuple[bytes, int, str]:
+    """The EVENT_SYNC trace with the first complete ``cat`` event's args replaced; its index and name."""
+    doc = doc_of(EVENT_SYNC)
+    i, ev = next((i, e) for i, e in enumerate(doc["traceEvents"]) if e.get("cat") == cat and e.get("ph") == "X")
+    ev["args"] = value
+    return json.dumps(doc).encode(), i, ev["name"]
+
+
+@pytest.mark.parametrize("kind", list(_NON_OBJECTS))
+@pytest.mark.parametrize("cat", list(_ARGS_CATS))
+def test_args_not_an_object_is_refused_alike_by_both_readers(cat, kind, tmp_path):
+    from overlapviz.ingest import chrome_columns
+
+    value, said = _NON_OBJECTS[kind]
+    raw, index, name = _with_args(value, cat)
+    src = put(tmp_path / "in" / "rank0.json", raw)
+    (tmp_path / "out").mkdir()
+    want = f"Error: {shown(src)}: {_ARGS_CATS[cat]} event #{index} {name!r}: field 'args' is {said}, not an object"
+    errors = {}
+    for pure in ("1", "0"):
+        before = snapshot(tmp_path)
+        code, text, exc = invoke(Run([src], tmp_path / "out" / "ds", env={"OVERLAPVIZ_PURE_PYTHON": pure}))
+        assert (code, text.strip()) == (1, want), (pure, text, exc)
+        assert snapshot(tmp_path) == before
+        errors[pure] = text
+    assert errors["1"] == errors["0"]
+    if chrome_columns._kineto is not None:  # the scanner itself says it, it does not hand the file over
+        with pytest.raises(ValueError) as err:
+            chrome_columns._kineto.scan(raw, chrome_columns._CATS, ())
+        assert isinstance(err.value, chrome_columns._kineto.BadArgs)
+        with pytest.raises(ValueError, match=r"^" + re.escape(want.split(": ", 2)[2]) + "$"):
+            chrome_columns.scan_tables(raw)
+
+
+def test_args_error_names_the_first_bad_event_and_its_unescaped_name(tmp_path, monkeypatch):
+    from overlapviz.ingest import chrome
+
+    doc = doc_of(EVENT_SYNC)
+    kept = [i for i, e in enumerate(doc["traceEvents"]) if e.get("cat") == "cuda_runtime" and e.get("ph") == "X"]
+    doc["traceEvents"][kept[3]]["args"] = "late"
+    doc["traceEvents"][kept[1]]["args"] = None
+    name = doc["traceEvents"][kept[1]]["name"] = 'k"\u00e9\\n\U0001f600'  # escaped in the JSON
+    doc["traceEvents"][kept[0]]["ts"] = "soon"  # a worse time earlier: the args rule is checked first, by both
+    src = put(tmp_path / "rank0.json", json.dumps(doc, ensure_ascii=True))
+    messages = set()
+    for pure in ("1", "0"):
+        monkeypatch.setenv("OVERLAPVIZ_PURE_PYTHON", pure)
+        with pytest.raises(ValueError) as err:
+            chrome.ChromeReader().read(src)
+        messages.add(str(err.value))
+    assert messages == {f"{src}: runtime event #{kept[1]} {name!r}: field 'args' is null, not an object"}
+
+
+def test_args_of_events_ingest_does_not_keep_are_not_judged(tmp_path, monkeypatch):
+    """Flows, instants, metadata, python_function and unknown categories: ignored (their
+    args are never read), by both readers, and the scanner reads the file itself."""
+    from overlapviz.ingest import chrome, chrome_columns
+
+    doc = doc_of(EVENT_SYNC)
+    doc["traceEvents"] += [
+        {"ph": "X", "cat": "python_function", "name": "f", "ts": 1, "dur": 1, "args": [1]},
+        {"ph": "i", "cat": "kernel", "name": "k", "ts": 1, "args": "x"},
+        {"ph": "s", "cat": "ac2g", "id": 1, "ts": 1, "args": None},
+        {"ph": "M", "name": "process_name", "pid": 1, "args": 3},
+        {"args": [], "ph": "X", "cat": "Trace", "name": "t", "ts": 1, "dur": 1},
+        {"args": True, "name": "no category", "ts": 1, "dur": 1},
+    ]
+    src = put(tmp_path / "rank0.json", json.dumps(doc))
+    if chrome_columns._kineto is not None:
+        assert chrome_columns.scan_tables(src.read_bytes()) is not None
+    reads = []
+    for pure in ("1", "0"):
+        monkeypatch.setenv("OVERLAPVIZ_PURE_PYTHON", pure)
+        (trace,) = chrome.ChromeReader().read(src)
+        reads.append(trace)
+    assert reads[0].kernels.equals(reads[1].kernels) and reads[0].kernels.num_rows == 6
+
+
+@pytest.mark.parametrize("event", [
+    '{"cat": "python_function", "cat": "kernel", "ph": "X", "name": "k", "ts": 1, "dur": 1, "args": []}',
+    '{"ph": "i", "ph": "X", "cat": "kernel", "name": "k", "ts": 1, "dur": 1, "args": 5}',
+    '{"cat": "kernel", "ph": "X", "name": "k", "ts": 1, "dur": 1, "args": [], "args": {"stream": 3}}',
+])  # fmt: skip
+def test_duplicate_keys_read_as_json_reads_them(event, tmp_path, monkeypatch):
+    """The last value of a key counts (Python's dict): the scanner hands such events over
+    or keeps the last args, so both readers agree."""
+    from overlapviz.ingest import chrome
+
+    text = gzip.decompress(EVENT_SYNC.read_bytes()).decode()
+    src = put(tmp_path / "rank0.json", text.replace('"traceEvents": [', '"traceEvents": [' + event + ", ", 1))
+    out = []
+    for pure in ("1", "0"):
+        monkeypatch.setenv("OVERLAPVIZ_PURE_PYTHON", pure)
+        try:
+            out.append(chrome.ChromeReader().read(src)[0].kernels)
+        except ValueError as exc:
+            out.append(str(exc))
+    assert out[0] == out[1] if isinstance(out[0], str) else out[0].equals(out[1])
+    if "stream" in event:
+        assert isinstance(out[0], str) is False and 3 in out[0].column("stream").to_pylist()
+    else:
+        assert out[0] == f"{src}: GPU activity event #0 'k': field 'args' is {'an array' if '[]' in event else 'a number'}, not an object"

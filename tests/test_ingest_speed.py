@@ -1,14 +1,15 @@
-"""The Chrome reader's fast path (typed msgspec decoding) against its dict path (orjson).
+"""The Chrome reader's paths against each other: the msgspec structs it reads with when the
+C scanner is off or hands a file over (``decode_exact``, its doubles proven exact, else
+``decode_text``), and the dict path (``load_document`` + ``parse_document``).
 
-Every real Kineto trace in tests/data must take the fast path and give exactly what the
-dict path gives; a document the fast path cannot type must still read (or fail) the same.
+Every real Kineto trace in tests/data must take the msgspec path and give exactly what
+the dict path gives; a document msgspec cannot type must still read (or fail) the same.
 """
 
 import gzip
 import os
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
@@ -33,8 +34,14 @@ REAL = sorted(
 
 
 def _fast(path: Path):
-    events, meta = chrome.decode_typed(chrome.read_bytes(path))
-    return chrome._assemble(*chrome._split_typed(events, path), meta, len(events), path)
+    """What ChromeReader.read does when the scanner is off: doubles only where proven exact."""
+    events, meta = chrome.decode_exact(chrome.read_bytes(path))
+    try:
+        tables = chrome._split_typed(events, path, doubles="prove")
+    except chrome.InexactTimes:
+        events, meta = chrome.decode_text(chrome.read_bytes(path))
+        tables = chrome._split_typed(events, path, doubles="prove")
+    return chrome._assemble(*tables, meta, len(events), path)
 
 
 def _slow(path: Path):
@@ -55,39 +62,57 @@ def test_real_traces_found():
 
 @pytest.mark.parametrize("path", REAL, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_fast_path_equals_dict_path(path):
-    assert chrome.decode_typed(chrome.read_bytes(path)) is not None, "fell back to the dict path"
+    assert chrome.decode_exact(chrome.read_bytes(path)) is not None, "fell back to the dict path"
     _same(_fast(path), _slow(path))
 
 
-def test_typed_timestamps_parse_like_python_floats():
-    """msgspec's float parsing gives the float Python's does, so us_to_ns stays exact."""
+def test_msgspec_doubles_are_used_only_where_proven_exact():
+    """Kineto's three-decimal times below 2**40 µs: msgspec's doubles are Python's floats,
+    proven exact, and give the decimal rule's ns; epoch-scale µs with ns digits are not
+    proven (InexactTimes) and read from their text; integer µs stay exact ints."""
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
+    from overlapviz.ingest.chrome_events import decimal_us_to_ns
+
+    def split(raw: bytes):
+        events, _ = chrome.decode_exact(raw)
+        return events, chrome._split_typed(events, Path("t.json"), doubles="prove")[0]
+
     @settings(max_examples=200, deadline=None)
-    @given(st.lists(st.integers(min_value=0, max_value=(1 << 43) * 1000 - 1), min_size=1, max_size=50))
+    @given(st.lists(st.integers(min_value=0, max_value=(1 << 40) * 1000 - 1), min_size=1, max_size=50))
     def check(ns):
         text = [f"{n // 1000}.{n % 1000:03d}" for n in ns]
-        body = ",".join(f'{{"ph":"X","cat":"kernel","ts":{t},"dur":{t}}}' for t in text)
-        events, _ = chrome.decode_typed(f"[{body}]".encode())
+        body = ",".join(f'{{"ph":"X","cat":"kernel","name":"k","ts":{t},"dur":{t}}}' for t in text)
+        events, gpu = split(f"[{body}]".encode())
         assert [e.ts for e in events] == [float(t) for t in text]
-        assert chrome.us_to_ns(np.array([e.ts for e in events])).tolist() == ns
+        assert gpu.column("ts").to_pylist() == gpu.column("dur").to_pylist() == ns
 
     check()
-    events, _ = chrome.decode_typed(b'{"traceEvents": [{"ts": 1682725898082228, "dur": 3}]}')
-    assert events[0].ts == 1682725898082228.0 and isinstance(events[0].ts, float)
+    epoch = b'[{"ph":"X","cat":"kernel","name":"k","ts":1694128201436255.123,"dur":1.5}]'
+    assert chrome.decode_exact(epoch) is not None and type(chrome.decode_exact(epoch)[0][0].ts) is str  # text at once
+    early = b'{"ph":"X","cat":"kernel","name":"k","ts":1.5,"dur":1},' * 2000  # past the 64 KiB decode_exact looks at
+    events, _ = chrome.decode_exact(b"[" + early + b'{"ph":"X","cat":"kernel","name":"k","ts":1694128201436255.123,"dur":1}]')
+    assert type(events[-1].ts) is float
+    with pytest.raises(chrome.InexactTimes):  # the first times looked fine, a later one is not provable
+        chrome._split_typed(events, Path("t.json"), doubles="prove")
+    events, gpu = split(b'{"traceEvents": [{"ph":"X","cat":"kernel","name":"k","ts": 1682725898082228, "dur": 3}]}')
+    assert events[0].ts == 1682725898082228 and type(events[0].ts) is int
+    assert gpu.column("ts").to_pylist() == [decimal_us_to_ns("1682725898082228")]
 
 
 def test_untypable_documents_fall_back_to_the_dict_path(tmp_path):
-    # an object where a number belongs, an event that is not an object, no traceEvents
-    assert chrome.decode_typed(b'{"traceEvents": [{"ts": {"a": 1}}]}') is None
-    assert chrome.decode_typed(b'{"traceEvents": [3]}') is None
-    assert chrome.decode_typed(b'{"foo": []}') is None
-    assert chrome.decode_typed(b'{"traceEvents": [') is None
+    # an object where a number belongs, an event that is not an object, no traceEvents, args not an object
+    assert chrome.decode_exact(b'{"traceEvents": [{"ts": {"a": 1}}]}') is None
+    assert chrome.decode_exact(b'{"traceEvents": [3]}') is None
+    assert chrome.decode_exact(b'{"foo": []}') is None
+    assert chrome.decode_exact(b'{"traceEvents": [') is None
+    assert chrome.decode_exact(b'{"traceEvents": [{"cat": "kernel", "args": null}]}') is None
+    assert chrome.decode_text(b'{"traceEvents": [{"cat": "kernel", "args": [1]}]}') is None
     doc = kineto_trace(kernel_event("k", 10_000, 2_000, correlation=1), runtime_event(1, 9_000, 500))
     doc["traceEvents"].append({"ph": "i", "cat": "cpu_instant_event", "name": "odd", "ts": 1.0, "args": {"grid": "none"}})
     path = write_trace(doc, tmp_path / "rank0.json")
-    assert chrome.decode_typed(chrome.read_bytes(path)) is None
+    assert chrome.decode_exact(chrome.read_bytes(path)) is None
     (trace,) = chrome.ChromeReader().read(path)
     assert trace.kernels.column("start_ns").to_pylist() == [10_000] and trace.kernels.column("launch_ns").to_pylist() == [9_000]
 

@@ -7,7 +7,12 @@
  *
  * Anything this fast path does not handle exactly like the Python reader (invalid JSON, a
  * field of an unexpected type, an integer past int64, invalid UTF-8) raises Unsupported; the caller then reads the file with the Python reader, which
- * accepts what it can and words the errors. So this file never has to explain a bad trace.
+ * accepts what it can and words the errors. So this file never has to explain a bad trace,
+ * with one exception that needs no re-reading: a kept event whose "args" is not an object
+ * (an array, a string, a number, a boolean, null). When the whole document is otherwise
+ * read, the first such event raises BadArgs(index, bucket, name or None, first byte of
+ * the value), which chrome_columns words exactly as the Python reader words it (the
+ * Python reader reports the first such event too, before any other check).
  *
  * Numbers: "ts" and "dur" (decimal µs) become int64 ns straight from their text, never
  * through a double: integer µs * 1000 plus the first three fractional digits; more
@@ -23,7 +28,7 @@
 #include <math.h>
 #include <strings.h>
 
-static PyObject *Unsupported;
+static PyObject *Unsupported, *BadArgs;
 
 /* ---- growable buffers -------------------------------------------------------------- */
 
@@ -128,6 +133,19 @@ static int utf8_len(const unsigned char *p, const unsigned char *e) {
     return 0;
 }
 
+/* the value of four hex digits at p, -1 when they are not */
+static int hex4(const unsigned char *p, const unsigned char *e) {
+    if (e - p < 4) return -1;
+    int v = 0;
+    for (int i = 0; i < 4; i++) {
+        unsigned char c = p[i];
+        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+        if (d < 0) return -1;
+        v = v * 16 + d;
+    }
+    return v;
+}
+
 /* a string starting at s->p (on the opening quote): sets [*a, *b) to its raw contents and
  * *esc when it holds escapes; validates escapes and rejects raw control characters */
 static int str_raw(P *s, const unsigned char **a, const unsigned char **b, int *esc) {
@@ -159,11 +177,17 @@ static int str_raw(P *s, const unsigned char **a, const unsigned char **b, int *
         p++;
         if (p >= e) return fail(s, "unterminated string");
         if (*p == 'u') {
-            if (e - p < 5) return fail(s, "bad \\u escape");
-            for (int i = 1; i <= 4; i++)
-                if (!((p[i] >= '0' && p[i] <= '9') || (p[i] >= 'a' && p[i] <= 'f') || (p[i] >= 'A' && p[i] <= 'F')))
-                    return fail(s, "bad \\u escape");
+            /* a surrogate must be a high one followed by a low one, wherever the string is
+             * (the Python reader refuses the whole document otherwise) */
+            int cp = hex4(p + 1, e);
+            if (cp < 0) return fail(s, "bad \\u escape");
             p += 5;
+            if (cp >= 0xDC00 && cp <= 0xDFFF) return fail(s, "unpaired surrogate");
+            if (cp >= 0xD800 && cp <= 0xDBFF) {
+                int lo = e - p >= 2 && p[0] == '\\' && p[1] == 'u' ? hex4(p + 2, e) : -1;
+                if (lo < 0xDC00 || lo > 0xDFFF) return fail(s, "unpaired surrogate");
+                p += 6;
+            }
         } else if (*p == '"' || *p == '\\' || *p == '/' || *p == 'b' || *p == 'f' || *p == 'n' || *p == 'r' || *p == 't') {
             p++;
         } else {
@@ -534,6 +558,7 @@ typedef struct {
 typedef struct {
     Str ph, cat, name, strs[N_STRS];
     int has_pid, has_tid, has_ts, has_dur, bad_time;
+    unsigned char bad_args; /* the first byte of a non-object "args" value (0: an object or absent) */
     int64_t pid, tid;
     int64_t ts, dur; /* ns */
     int has_int[N_INTS];
@@ -733,7 +758,7 @@ static int is_complete(const Str *ph) {
  * not to be kept (its cat is not wanted or it is not complete), the rest of its values
  * are only validated as JSON: the Python reader ignores such events too. */
 static int parse_event(P *s, Ev *ev, Key *k, const Cats *cats, int *ci) {
-    int skipping = 0, seen_cat = 0;
+    int skipping = 0, seen_cat = 0, seen_ph = 0;
     memset(ev, 0, sizeof *ev);
     ev->dims_n[0] = ev->dims_n[1] = -1;
     *ci = -1;
@@ -746,11 +771,15 @@ static int parse_event(P *s, Ev *ev, Key *k, const Cats *cats, int *ci) {
         const unsigned char *a = k->a, *b = k->b;
         size_t n = (size_t)(b - a);
         int r;
+        int is_ph = n == 2 && a[0] == 'p' && a[1] == 'h', is_cat = n == 3 && memcmp(a, "cat", 3) == 0;
+        /* a key given twice: Python's dict keeps the last value, this parser may have
+         * stopped looking at the first; the Python reader decides */
+        if ((is_ph && seen_ph++) || (is_cat && seen_cat)) return fail(s, "ph or cat given twice");
         if (skipping) r = skip_value(s, 1);
-        else if (n == 2 && a[0] == 'p' && a[1] == 'h') {
+        else if (is_ph) {
             r = get_str(s, &ev->ph);
             if (r == 0 && !is_complete(&ev->ph)) skipping = 1;
-        } else if (n == 3 && memcmp(a, "cat", 3) == 0) {
+        } else if (is_cat) {
             r = get_str(s, &ev->cat);
             if (r == 0 && ev->cat.esc) return fail(s, "category with escapes");
             if (r == 0) {
@@ -765,11 +794,12 @@ static int parse_event(P *s, Ev *ev, Key *k, const Cats *cats, int *ci) {
         else if (n == 2 && a[0] == 't' && a[1] == 's') r = get_ns(s, &ev->has_ts, &ev->ts, &ev->bad_time);
         else if (n == 3 && memcmp(a, "dur", 3) == 0) r = get_ns(s, &ev->has_dur, &ev->dur, &ev->bad_time);
         else if (n == 4 && memcmp(a, "args", 4) == 0) {
-            if (s->p < s->end && *s->p == 'n') return fail(s, "args is null");
             memset(ev->has_int, 0, sizeof ev->has_int);
             ev->dims_n[0] = ev->dims_n[1] = -1;
             for (int i = 0; i < N_STRS; i++) ev->strs[i].present = 0;
-            r = parse_args(s, ev, k);
+            /* not an object: malformed if the event is kept (known at its end), else ignored */
+            ev->bad_args = s->p < s->end && *s->p != '{' ? *s->p : 0;
+            r = ev->bad_args ? skip_value(s, 1) : parse_args(s, ev, k);
         } else r = skip_value(s, 1);
         if (r < 0) return -1;
         ws(s);
@@ -778,6 +808,7 @@ static int parse_event(P *s, Ev *ev, Key *k, const Cats *cats, int *ci) {
         if (*s->p == '}') {
             s->p++;
             if (skipping || !seen_cat || !is_complete(&ev->ph)) *ci = -1;
+            if (*ci >= 0 && ev->bad_args) return 0; /* the caller notes it; its times do not matter */
             if (*ci >= 0 && ev->bad_time) return fail(s, "a time the Python reader must judge (not a number, or past int64 ns)");
             return 0;
         }
@@ -936,7 +967,15 @@ static PyObject *cols_dict(Cols *c) {
 #define MAX_CATS 64
 #define MAX_BUCKETS 4
 
-static int parse_events(P *s, const Cats *cats, Cols *cols, Py_ssize_t *n_events, Key *k) {
+/* the first kept event whose "args" is not an object (index -1: none) */
+typedef struct {
+    Py_ssize_t index;
+    int bucket;
+    Str name;
+    unsigned char kind;
+} BadEv;
+
+static int parse_events(P *s, const Cats *cats, Cols *cols, Py_ssize_t *n_events, Key *k, BadEv *bad) {
     Ev ev;
     s->p++; /* '[' */
     ws(s);
@@ -944,10 +983,12 @@ static int parse_events(P *s, const Cats *cats, Cols *cols, Py_ssize_t *n_events
     for (;;) {
         int ci;
         if (parse_event(s, &ev, k, cats, &ci) < 0) return -1;
-        (*n_events)++;
-        if (ci >= 0) {
+        if (ci >= 0 && ev.bad_args) {
+            if (bad->index < 0) *bad = (BadEv){*n_events, cats->bucket[ci], ev.name, ev.bad_args};
+        } else if (ci >= 0) {
             if (emit(s, &cols[cats->bucket[ci]], &ev, (int8_t)ci) < 0) return -1;
         }
+        (*n_events)++;
         ws(s);
         if (s->p >= s->end) return fail(s, "truncated");
         if (*s->p == ',') { s->p++; ws(s); continue; }
@@ -963,7 +1004,9 @@ PyDoc_STRVAR(scan_doc,
 "column buffers per bucket ('buckets': a list of dicts, see Cols in _kineto.c), with\n"
 "'n_events' (all events), 'top_list' (the document is a bare event list) and 'meta':\n"
 "{key: (start, end)} byte ranges of the meta_keys values present at the top level.\n"
-"Raises Unsupported for anything the Python reader must handle instead.");
+"Raises Unsupported for anything the Python reader must handle instead, and\n"
+"BadArgs((index, bucket, name, first byte)) for the first kept event whose args is\n"
+"not an object.");
 
 static PyObject *scan(PyObject *self, PyObject *args) {
     Py_buffer view;
@@ -976,6 +1019,7 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     Key key = {0};
     P s = {(const unsigned char *)view.buf, (const unsigned char *)view.buf + view.len, NULL};
     Py_ssize_t n_events = 0;
+    BadEv bad = {-1, 0, {0}, 0};
     int top_list = 0, have_events = 0;
 
     /* categories */
@@ -1004,7 +1048,7 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     if (s.p < s.end && *s.p == '[') {
         top_list = 1;
         have_events = 1;
-        if (parse_events(&s, &cats, cols, &n_events, &key) < 0) { Py_DECREF(cseq); goto fail_or_error; }
+        if (parse_events(&s, &cats, cols, &n_events, &key, &bad) < 0) { Py_DECREF(cseq); goto fail_or_error; }
     } else if (s.p < s.end && *s.p == '{') {
         s.p++;
         ws(&s);
@@ -1017,7 +1061,7 @@ static PyObject *scan(PyObject *self, PyObject *args) {
                     if (s.p >= s.end || *s.p != '[') { fail(&s, "traceEvents is not a list"); Py_DECREF(cseq); goto fail_or_error; }
                     if (have_events) { fail(&s, "two traceEvents keys"); Py_DECREF(cseq); goto fail_or_error; }
                     have_events = 1;
-                    if (parse_events(&s, &cats, cols, &n_events, &key) < 0) { Py_DECREF(cseq); goto fail_or_error; }
+                    if (parse_events(&s, &cats, cols, &n_events, &key, &bad) < 0) { Py_DECREF(cseq); goto fail_or_error; }
                 } else {
                     const unsigned char *start = s.p;
                     PyObject *name = PyUnicode_DecodeUTF8((const char *)key.a, key.b - key.a, "strict");
@@ -1051,6 +1095,20 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     ws(&s);
     if (s.p != s.end) { fail(&s, "data after the document"); goto fail_or_error; }
     if (!have_events) { fail(&s, "no traceEvents list"); goto fail_or_error; }
+    if (bad.index >= 0) { /* the document is sound but for this event: say which */
+        PyObject *name = Py_None;
+        Py_INCREF(name);
+        if (bad.name.present) {
+            key.tmp.len = 0;
+            if (unescape_into(&s, &key.tmp, bad.name.a, bad.name.b) < 0) { Py_DECREF(name); goto fail_or_error; }
+            Py_DECREF(name);
+            name = PyUnicode_DecodeUTF8(key.tmp.data ? key.tmp.data : "", (Py_ssize_t)key.tmp.len, "strict");
+            if (!name) goto done;
+        }
+        PyObject *exc = Py_BuildValue("(niNC)", bad.index, bad.bucket, name, (int)bad.kind);
+        if (exc) { PyErr_SetObject(BadArgs, exc); Py_DECREF(exc); }
+        goto done;
+    }
 
     buckets = PyList_New(nb);
     if (!buckets) goto done;
@@ -1099,5 +1157,12 @@ PyMODINIT_FUNC PyInit__kineto(void) {
         return NULL;
     }
     Py_INCREF(Unsupported);
+    BadArgs = PyErr_NewException("overlapviz.ingest._kineto.BadArgs", PyExc_ValueError, NULL);
+    if (!BadArgs || PyModule_AddObject(m, "BadArgs", BadArgs) < 0) {
+        Py_XDECREF(BadArgs);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(BadArgs);
     return m;
 }

@@ -42,10 +42,10 @@ from overlapviz.ingest.chrome_events import (
     _split_typed,
     _times,
     decode_exact,
+    args_error,
     decode_text,
-    decode_typed,  # noqa: F401  re-exported: tests compare its doubles with Python's float()
     float_text,
-    float_us_to_ns,
+    json_kind,
     sync_table,
 )
 from overlapviz.devices import amd_arch_from_name
@@ -158,26 +158,6 @@ def read_bytes(path: Path) -> bytes:
     return raw
 
 
-def us_to_ns(us: pa.Array | np.ndarray) -> np.ndarray:
-    """µs held as float64 -> int64 ns (whole µs and the fraction apart): exact for values
-    written with three decimals below 2^43 µs and integers up to 2^53. The reader does
-    not use it (it reads the decimal text); for µs that only exist as doubles.
-
-    Null entries must have been rejected before.
-
-    Raises
-    ------
-    ValueError
-        For NaN, infinities and times past int64 ns (±292 years).
-    """
-    v = np.asarray(us, dtype=np.float64)
-    try:
-        return float_us_to_ns(v)
-    except OverflowError:
-        bad = v[~(np.abs(v) < 9.2e15)][0]
-        raise ValueError(f"a time of {bad!r} us is past what int64 nanoseconds hold") from None
-
-
 def _dims(lists: pa.ChunkedArray | pa.Array, path: Path, label: str) -> list[pa.Array]:
     """Split a list<int64> column of [x, y, z] into three int64 columns (null where absent).
 
@@ -261,6 +241,7 @@ def _changed(path: Path):
 
 
 READERS = [ChromeReader()]
+_NO_ARGS = object()  # an event without an "args" key (flows, instants): legitimate
 
 
 def parse_document(doc: dict, path: Path) -> RankTrace:
@@ -271,22 +252,31 @@ def parse_document(doc: dict, path: Path) -> RankTrace:
     ``_host_stand_ins``). Only complete events count (``ph`` "X" or absent): Kineto
     writes flows, instants and metadata with other phases.
 
+    An event whose ``cat`` is not a string is in no category ingest reads, like an
+    unknown category.
+
     Raises
     ------
     ValueError
         Naming ``path`` and the field: an event without ``ts``/``dur``/``name``, a GPU
-        activity with negative duration, a field of the wrong type, a time past int64 ns.
+        activity with negative duration, a field of the wrong type, a time past int64 ns,
+        a kept event whose ``args`` is not an object (the first in document order, before
+        any other check: the C scanner reports the same one).
     """
     events = doc["traceEvents"]
     buckets: dict[str, list] = {b: [] for b in _BUCKETS}
     cats: dict[str, list] = {b: [] for b in _BUCKETS}
     route = _ROUTE
-    for e in events:
-        try:
-            r = route.get(e.get("cat"))
-        except AttributeError:
-            raise ValueError(f"{path}: traceEvents holds a {type(e).__name__}, not an event object") from None
+    for i, e in enumerate(events):
+        if type(e) is not dict:
+            raise ValueError(f"{path}: traceEvents holds a {type(e).__name__}, not an event object")
+        cat = e.get("cat")
+        r = route.get(cat) if type(cat) is str else None
         if r is not None and e.get("ph", "X") in ("X", None):
+            args = e.get("args", _NO_ARGS)
+            if args is not _NO_ARGS and type(args) is not dict:
+                what = _BUCKET_WHAT[_BUCKETS.index(r[0])]
+                raise ValueError(f"{path}: {args_error(what, i, e.get('name'), json_kind(args))}")
             buckets[r[0]].append(e)
             cats[r[0]].append(r[1])
     n_events = len(events)
@@ -438,11 +428,9 @@ def _gpu_activities(gpu: pa.Table, runtime: pa.Table, host: pa.Table, main_pid, 
 
 def _blocks(grid: pa.Array, block: pa.Array, workitems: np.ndarray) -> pa.Array:
     """Work-items -> blocks (ceil division) where ``workitems``; unchanged elsewhere."""
-    g = grid.to_numpy(zero_copy_only=False)
-    b = block.to_numpy(zero_copy_only=False)
     valid = np.asarray(grid.is_valid()) & np.asarray(block.is_valid())
-    g = np.where(valid, g, 0).astype(np.int64)
-    b = np.where(valid, b, 1).astype(np.int64)
+    g = np.where(valid, pc.fill_null(grid, 0).to_numpy(), 0).astype(np.int64)  # nulls filled: no NaN to cast
+    b = np.where(valid, pc.fill_null(block, 1).to_numpy(), 1).astype(np.int64)
     conv = workitems & valid & (b > 0)
     out = np.where(conv, -(-g // np.maximum(b, 1)), g)
     return pa.array(out, pa.int64(), mask=~valid)
@@ -641,8 +629,9 @@ def _devices(doc: dict, path: Path) -> pa.Table:
             name = str(row.get("name") or "")
             vendor = "amd" if (amd_trace or _AMD_NAME.search(name)) else "nvidia"
             row["vendor"] = vendor
-            if vendor == "nvidia" and "compute_major" in row and "compute_minor" in row:
-                row["arch"] = f"sm_{int(row['compute_major'])}{int(row['compute_minor'])}"
+            cc = (row.get("compute_major"), row.get("compute_minor"))
+            if vendor == "nvidia" and all(type(v) is int for v in cc):  # another type: conform names the field
+                row["arch"] = f"sm_{cc[0]}{cc[1]}"
             elif vendor == "amd":
                 row["arch"] = amd_arch_from_name(name)
                 if "shared_mem_per_sm" in row:
@@ -651,8 +640,18 @@ def _devices(doc: dict, path: Path) -> pa.Table:
     schema = pa.schema([f for f in DEVICES if f.name not in ("run_id", "rank")])
     if not rows:
         return schema.empty_table()
+    arrays = {}
+    for c in schema.names:
+        if any(c in r for r in rows):
+            values = [r.get(c) for r in rows]
+            try:
+                arrays[c] = pa.array(values)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError):
+                key = next(k for k, col in _DEVICE_KEYS.items() if col == c)
+                bad = next((v for v in values if isinstance(v, int) and not -(2**63) <= v < 2**63), None)
+                what = f"{bad} is past int64" if bad is not None else "values of mixed or unreadable types"
+                raise ValueError(f"{path}: deviceProperties: field {key!r}: {what}") from None
     try:
-        arrays = {c: pa.array([r.get(c) for r in rows]) for c in schema.names if any(c in r for r in rows)}
         return conform(pa.table(arrays), schema, where=f"{path}: deviceProperties")
     except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
         raise ValueError(f"{path}: deviceProperties: {exc}") from None

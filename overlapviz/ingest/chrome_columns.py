@@ -19,10 +19,13 @@ import pyarrow as pa
 
 from overlapviz.ingest.chrome_events import (
     _BUCKET_TYPES,
+    _BUCKET_WHAT,
     _BUCKETS,
+    _JSON_KIND,
     _META_KEYS,
     _ROUTE,
     _TIMES,
+    args_error,
 )
 
 try:
@@ -62,6 +65,12 @@ def scan_tables(raw: bytes) -> tuple[list[pa.Table], dict, int] | None:
         The keys of ``chrome_events._META_KEYS`` present at the top level, decoded.
     n_events
         Every event of ``traceEvents``, kept or not.
+
+    Raises
+    ------
+    ValueError
+        For a kept event whose ``args`` is not an object, worded as the Python reader
+        words it (``chrome_events.args_error``), without the file (the reader adds it).
     """
     if not available():
         return None
@@ -70,6 +79,9 @@ def scan_tables(raw: bytes) -> tuple[list[pa.Table], dict, int] | None:
         view = memoryview(raw)
         meta = {k: msgspec.json.decode(view[a:b]) for k, (a, b) in out["meta"].items()}
         tables = [_table(cols, type_) for cols, type_ in zip(out["buckets"], _BUCKET_TYPES, strict=True)]
+    except _kineto.BadArgs as exc:
+        index, bucket, name, first = exc.args
+        raise ValueError(args_error(_BUCKET_WHAT[bucket], index, name, _JSON_KIND.get(first, "a number"))) from None
     except (_kineto.Unsupported, msgspec.DecodeError, pa.ArrowInvalid):
         return None
     return tables, meta, out["n_events"]

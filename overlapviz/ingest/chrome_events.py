@@ -185,7 +185,8 @@ def ns_column(values: list, path: Path, what: str, label: str, *, doubles: str =
     other text value by value through ``decimal_us_to_ns``. A double (a float literal
     msgspec parsed) converts by ``float_us_to_ns``: with ``doubles="prove"`` only where
     that provably is the decimal rule's ns (``_provable``), else InexactTimes; with
-    ``"trust"`` (``decode_typed``'s doubles) always.
+    ``"trust"`` always (the dict path has no bare doubles: its float literals are
+    ``FloatText``).
 
     Raises
     ------
@@ -253,8 +254,9 @@ def _plain_ns(text: pa.Array) -> pa.Array:
 
 def float_us_to_ns(us: np.ndarray) -> np.ndarray:
     """Doubles of µs -> int64 ns, whole µs and the fraction apart: exact for values
-    written with three decimals below 2**43 µs and integers up to 2**53 (what
-    ``decode_typed`` gives). Raises OverflowError for NaN, infinities and past int64 ns."""
+    written with three decimals below 2**43 µs and integers up to 2**53; the reader uses
+    it only where ``_provable`` says so. Raises OverflowError for NaN, infinities and past
+    int64 ns."""
     if not (np.abs(us) < 9.2e15).all():  # NaN compares False
         raise OverflowError("past int64 ns")
     whole = np.floor(us)
@@ -359,13 +361,6 @@ class _TextEvent(_Event, gc=False):
     dur: Any = None
 
 
-class _FloatEvent(_Event, gc=False):
-    """``decode_typed``'s events: ts/dur as doubles (exact ns only below 2**43 µs)."""
-
-    ts: float | str | None = None
-    dur: float | str | None = None
-
-
 _ABSENT = msgspec.Raw(b"")
 # the top-level keys parse_document reads besides traceEvents; kept raw, decoded when present
 _META_KEYS = ("deviceProperties", "distributedInfo", "baseTimeNanoseconds", "host_name", "hip_runtime_version",
@@ -388,15 +383,10 @@ class _TextDoc(_Doc, gc=False):
     traceEvents: list[_TextEvent]
 
 
-class _FloatDoc(_Doc, gc=False):
-    traceEvents: list[_FloatEvent]
-
-
 _DECODERS = {
     "exact": (msgspec.json.Decoder(_Doc), msgspec.json.Decoder(list[_Event])),
     # float_hook=str: a float literal in ts/dur (the only fields typed Any) stays its text
     "text": (msgspec.json.Decoder(_TextDoc, float_hook=str), msgspec.json.Decoder(list[_TextEvent], float_hook=str)),
-    "float": (msgspec.json.Decoder(_FloatDoc), msgspec.json.Decoder(list[_FloatEvent])),
 }
 _ROUTE_KEYS = pa.array(list(_ROUTE), pa.string())
 _BARE_LIST = re.compile(rb"\s*\[")  # a document that is a bare event list (no copy of it)
@@ -435,12 +425,6 @@ def decode_text(raw: bytes) -> tuple[list, dict] | None:
     """``decode_exact`` with every float literal of ``ts``/``dur`` as its text: exact ns
     always, at the cost of a Python string per time (~2x the decoding)."""
     return _decode(raw, "text")
-
-
-def decode_typed(raw: bytes) -> tuple[list, dict] | None:
-    """``decode_exact`` with ``ts``/``dur`` as doubles, integers too, as msgspec and
-    Python's float() read them (exact ns only below 2**43 µs); the reader does not use it."""
-    return _decode(raw, "float")
 
 
 def _decode(raw: bytes, times: str) -> tuple[list, dict] | None:
@@ -674,13 +658,14 @@ def _lenient_column(values: list, field: pa.Field, path: Path, what: str, label:
         return pa.array(values, type=field.type)
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
         pass
+    conv = values
     if pa.types.is_integer(field.type) or pa.types.is_floating(field.type):
         conv = []
         for v in values:
             if isinstance(v, str):
                 try:
                     v = float(v) if pa.types.is_floating(field.type) else int(float(v))
-                except ValueError:
+                except (ValueError, OverflowError):  # not a number; "inf", "1e400"
                     v = None if label in ("pid", "tid") or (what, label) in _HANDLES else _bad(path, what, label, v)
             conv.append(v)
         try:
@@ -689,10 +674,51 @@ def _lenient_column(values: list, field: pa.Field, path: Path, what: str, label:
             pass
     if pa.types.is_string(field.type):
         return pa.array([None if v is None else str(v) for v in values], type=field.type)
+    # the first value that is not of the field's type, or past its range (shown as the trace wrote it)
     ok = list if pa.types.is_list(field.type) else (int, float)
-    bad = next((v for v in values if v is not None and (not isinstance(v, ok) or isinstance(v, bool))), values[0])
-    return _bad(path, what, label, bad)
+    for v, c in zip(values, conv, strict=True):
+        if c is None:
+            continue
+        if not isinstance(c, ok) or isinstance(c, bool):
+            return _bad(path, what, label, v)
+        if pa.types.is_integer(field.type) and isinstance(c, int) and not _INT64_MIN <= c <= _INT64_MAX:
+            raise ValueError(f"{path}: {what} events: field {label!r} ({v!r:.40}) is past what int64 holds")
+    return _bad(path, what, label, next((v for v in values if v is not None), values[0]))
 
 
 def _bad(path, what, label, value):
     raise ValueError(f"{path}: {what} events: field {label!r} has a value of the wrong type ({value!r:.40})")
+
+
+# --- args must be an object -----------------------------------------------------------------
+#
+# Kineto writes an event's arguments as a JSON object, or leaves the key out (flows,
+# instants). A kept event (GPU activity, runtime call, host range, cuda_sync record) whose
+# "args" is anything else (an array, a string, a number, a boolean, null) is malformed:
+# reading it as "no args" would drop its device, stream and correlation without a word.
+# Both readers refuse it with this message: the dict path here (``args_error``), the C
+# scanner through ``chrome_columns`` (``_kineto.BadArgs``).
+
+_JSON_KIND = {"[": "an array", '"': "a string", "t": "a boolean", "f": "a boolean", "n": "null"}  # else a number
+
+
+def json_kind(value) -> str:
+    """What a decoded JSON value is, in JSON's words (``"an array"``, ``"null"``, ...)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    return "an object" if isinstance(value, dict) else type(value).__name__
+
+
+def args_error(what: str, index: int, name, kind: str) -> str:
+    """The message (without the file) for the kept event ``index`` of ``traceEvents``
+    whose ``args`` is ``kind``; its name is shown when it is a string."""
+    label = f" {name!r:.60}" if isinstance(name, str) else ""
+    return f"{what} event #{index}{label}: field 'args' is {kind}, not an object"
