@@ -69,6 +69,7 @@ class NsysReader:
     """``nsys export --type sqlite`` output: a ``StringIds`` table and CUPTI activity tables."""
 
     name = SOURCE_FORMAT
+    per_process = True  # one trace per process: the driver splits one driving several GPUs (NCCL's -g N)
 
     def sniff(self, path: Path, head: bytes) -> bool:
         tables = sniff_tables(path, head)
@@ -76,6 +77,11 @@ class NsysReader:
 
     def read(self, path: Path) -> list[RankTrace]:
         return read_nsys(path)
+
+    def companions(self, path: Path) -> list[Path]:
+        """The report this export was made from, beside it (``nsys export`` writes ``r.sqlite``
+        next to ``r.nsys-rep``): read once, from the export."""
+        return [p for p in (path.with_suffix(s) for s in (".nsys-rep", ".qdrep")) if p.is_file()]
 
 
 READERS = [NsysReader()]

@@ -13,8 +13,10 @@ from overlapviz.ingest.files import head_bytes
 __all__ = ["detect", "reader_named", "readers"]
 
 # the most specific formats first: the SQLite formats (Nsight Systems, rocpd; their sniff returns
-# at once on anything that is not SQLite), then rocprof's CSV/JSON before Chrome's JSON
-READER_MODULES = ("overlapviz.ingest.nsys", "overlapviz.ingest.rocpd", "overlapviz.ingest.rocprof", "overlapviz.ingest.chrome")
+# at once on anything that is not SQLite), then rocprof's CSV/JSON before Chrome's JSON; last
+# Nsight Systems reports, claimed by their name where no format claims the content
+READER_MODULES = ("overlapviz.ingest.nsys", "overlapviz.ingest.rocpd", "overlapviz.ingest.rocprof", "overlapviz.ingest.chrome",
+                  "overlapviz.ingest.nsys_report")
 
 
 def readers() -> list[Reader]:

@@ -72,6 +72,7 @@ class RocpdReader:
     """
 
     name = SOURCE_FORMAT
+    per_process = True  # one trace per process, like rocprof's: a process driving several GPUs is split
 
     def sniff(self, path: Path, head: bytes) -> bool:
         tables = sniff_tables(path, head)
