@@ -545,3 +545,55 @@ def test_serve_scheduler_error_in_one_line(dataset):
 
     res = CliRunner().invoke(main, ["serve", str(dataset), "--scheduler", "nonsense here", "--get", "/"])
     assert res.exit_code == 1 and res.output.strip().count("\n") == 0 and "neither a Dask scheduler" in res.output, res.output
+
+
+def _logical_lines(text: str) -> list[str]:
+    return [line.strip() for line in text.replace("\\\n", " ").splitlines() if line.strip() and not line.strip().startswith("#")]
+
+
+def test_run_slurm_is_valid_bash_with_real_options(tmp_path):
+    """collectors/run.slurm: bash -n (and shellcheck where installed); every overlapviz command line parses with the
+    CLI's own parser, and every option given to `dask scheduler` / `dask worker` is one they list."""
+    import shlex
+    import shutil
+
+    import click
+
+    from overlapviz.cli import main
+
+    script = ROOT / "collectors" / "run.slurm"
+    assert subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True).returncode == 0
+    if shutil.which("shellcheck"):
+        out = subprocess.run(["shellcheck", "-S", "warning", str(script)], capture_output=True, text=True)
+        assert out.returncode == 0, out.stdout
+    lines = _logical_lines(script.read_text())
+    out = tmp_path / "out"  # $OUT: its runs and its dataset exist (the CLI checks its arguments' paths)
+    (out / "runs").mkdir(parents=True)
+    write_trace(generate_trace(50, rank=0, world_size=1, seed=1), out / "runs" / "rank0.json.gz")
+    ingest([out / "runs"], out / "dataset", progress=False)
+    commands = []
+    for line in lines:
+        line = line.replace('"${NO_INGEST[@]}"', "--no-ingest").replace("$OUT", str(out))
+        words = shlex.split(re.sub(r"\$\{?(\w+)[^}\s\"]*\}?", r"\1", line))
+        if words and words[0] == "overlapviz":
+            words = words[: words.index(">")] if ">" in words else words
+            words = [w for w in words if w != "--no-ingest" or "collect" in words]
+            commands.append([w for w in words[1:] if w != "$@"])  # the job's own arguments
+    names = [c[0] for c in commands]
+    assert names == ["collect", "ingest", "analyze", "explain"], names
+    for args in commands:
+        cmd = main.get_command(click.Context(main), args[0])
+        if args[0] == "collect":  # its sweep file is read by the command: only the options are checked here
+            args = [a if not a.endswith("SWEEP") else str(tmp_path) for a in args]
+        try:
+            cmd.make_context(args[0], args[1:])
+        except (click.NoSuchOption, click.BadOptionUsage, click.UsageError) as exc:
+            # a placeholder path may be refused (it exists nowhere); an option never
+            assert isinstance(exc, click.BadParameter) and isinstance(exc.param, click.Argument), (args, exc)
+    assert "OVERLAPVIZ_SCHEDULER" in script.read_text() and any(p.envvar == "OVERLAPVIZ_SCHEDULER" for p in
+                                                               main.get_command(click.Context(main), "ingest").params)  # fmt: skip
+    dask = Path(sys.executable).with_name("dask")
+    for which in ("scheduler", "worker"):
+        used = {o for line in lines if f"dask {which} " in line for o in re.findall(r"(?<=\s)--[\w-]+", line.split(f"dask {which} ", 1)[1])}
+        listed = subprocess.run([str(dask), which, "--help"], capture_output=True, text=True).stdout
+        assert used and all(re.search(rf"{o}\b", listed) for o in used), (which, used)
