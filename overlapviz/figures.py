@@ -171,77 +171,88 @@ def _pad_label(values: pd.Series) -> pd.Series:
 
 
 def config_grid(table: pd.DataFrame) -> pd.DataFrame:
-    """``config_table`` rows with the axis labels the heatmap uses: ``shaping`` (x), ``priority``, ``facet``
-    (workload · setup · GEMM · carve-out) and ``row`` (facet · priority, the y axis), with sort keys."""
+    """``config_table`` rows with the axis labels the heatmap uses: ``shaping`` (x); ``facet``, the group of runs of one
+    workload and GEMM (implementation, dtype, size, tile); ``row``, what varies inside a group (setup, stream priority and
+    the SM-partitioning controls: SM carve-out, green-context SMs, work queues, launch order, shared-memory carve-out);
+    ``label`` (the y axis: ``facet │ row``, without the workload when only one is shown, with ``#2``, ``#3``... for
+    repeated recordings, so no two runs share a cell); and the sort keys (``facet_sort`` first: groups stay together)."""
     prio = pd.to_numeric(table.get("comm_priority_effective", table.get("comm_priority")), errors="coerce")
     if "comm_priority" in table:
         prio = prio.fillna(pd.to_numeric(table["comm_priority"], errors="coerce"))
     priority = prio.map(lambda p: "prio 0" if pd.isna(p) or p == 0 else f"prio {int(p)}")
-    facet = _facet(table)
-    setup = table["setup"].map(_SETUP_ORDER).fillna(9) if "setup" in table else 0
+    workload = _col(table, "workload").astype(object).where(_col(table, "workload").notna(), "imported").astype(str)
+    gemm = _gemm_label(table)
+    facet = workload + np.where(gemm != "", " · " + gemm, "")
+    setup = _col(table, "setup").astype(object).where(_col(table, "setup").notna(), "?").astype(str)
+    controls = _controls_label(table)
+    row = setup + " · " + priority + np.where(controls != "", " · " + controls, "")
     grid = table.assign(
         shaping=_pad_label(table["smem_pad_bytes"]) if "smem_pad_bytes" in table else "n/a",
         # CUDA and HIP: a lower number is a higher stream priority; 0 is the default
-        priority=priority, facet=facet, row=facet + " · " + priority,
+        priority=priority, facet=facet, row=row, controls=controls,
         pad_sort=pd.to_numeric(table["smem_pad_bytes"], errors="coerce").fillna(-1) if "smem_pad_bytes" in table else 0,
-        prio_sort=prio.fillna(0), setup_sort=setup,
+        prio_sort=prio.fillna(0), setup_sort=setup.map(_SETUP_ORDER).fillna(9),
+        facet_sort=pd.Series(pd.factorize(pd.Series(list(zip(workload, gemm == "", gemm)), index=table.index).map(str), sort=True)[0], index=table.index),
     )  # fmt: skip
-    grid = grid.assign(row=grid["row"] + _repeats(grid))
-    workloads = grid["workload"].dropna().unique() if "workload" in grid else []
-    # one workload shown: its name in the title, not on every row
-    label = grid["row"].str.replace(f"^{workloads[0]} · ", "", regex=True) if len(workloads) == 1 else grid["row"]
-    return grid.assign(label=label)
+    one = workload.nunique() == 1
+    inner = np.where(gemm != "", gemm + " │ " + row, row) if one else facet + " │ " + row
+    grid = grid.assign(label=pd.Series(inner, index=table.index, dtype=object))
+    grid = grid.assign(row=grid["row"] + (rep := _repeats(grid.assign(row=grid["label"]))), label=grid["label"] + rep)
+    return grid
 
 
 def _col(table: pd.DataFrame, name: str) -> pd.Series:
     return table[name] if name in table else pd.Series(pd.NA, index=table.index, dtype=object)
 
 
+_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "float64": "fp64", "float8_e4m3fn": "fp8"}
+
+
+def _gemm_label(table: pd.DataFrame) -> pd.Series:
+    """The GEMM of each run in words, every known part named on every row: ``tiled fp32 2048³ tile 64×64×32``,
+    ``vendor bf16 8192³`` (implementation, dtype, M×N×K, tile); empty when none is known (imported traces)."""
+    num = {c: pd.to_numeric(_col(table, c), errors="coerce") for c in ("gemm_m", "gemm_n", "gemm_k", "tile_m", "tile_n", "tile_k")}
+    out = []
+    for i, (impl, dtype) in enumerate(zip(_col(table, "compute_impl"), _col(table, "dtype"))):
+        parts = [] if _null(impl) else [str(impl)]
+        if not _null(dtype):
+            parts.append(_DTYPES.get(str(dtype), str(dtype)))
+        m, n, k = (num[c].iloc[i] for c in ("gemm_m", "gemm_n", "gemm_k"))
+        if not pd.isna(m):
+            parts.append(f"{int(m)}³" if m == n == k else f"{int(m)}×{int(n)}×{int(k)}")
+        tm, tn, tk = (num[c].iloc[i] for c in ("tile_m", "tile_n", "tile_k"))
+        if not pd.isna(tm):
+            parts.append(f"tile {int(tm)}×{int(tn)}×{int(tk)}")
+        out.append(" ".join(parts))
+    return pd.Series(out, index=table.index, dtype=object)
+
+
+# the SM-partitioning controls beside shaping and priority, as row-label parts (named where set)
+_CONTROLS = [
+    ("sm_carveout", lambda v: f"carve-out {int(v)} SMs" if v > 0 else None),
+    ("green_ctx_sms", lambda v: f"green ctx {int(v)} SMs"),
+    ("cuda_max_connections", lambda v: f"{int(v)} connection{'s' if v != 1 else ''}"),
+    ("smem_carveout_percent", lambda v: f"smem carve-out {int(v)} %"),
+]
+
+
+def _controls_label(table: pd.DataFrame) -> pd.Series:
+    """The controls set on each run (``carve-out 16 SMs · green ctx 112 SMs · 1 connection · comm first``), else ''."""
+    cols = [(_num_text(_col(table, c), f)) for c, f in _CONTROLS]
+    order = _col(table, "launch_order")
+    out = []
+    for i in range(len(table)):
+        parts = [c.iloc[i] for c in cols if not _null(c.iloc[i])]
+        o = order.iloc[i]
+        if not _null(o) and str(o) != "compute-first":  # the collectors' default order is not a control
+            parts.append(str(o).replace("-", " "))
+        out.append(" · ".join(parts))
+    return pd.Series(out, index=table.index, dtype=object)
+
+
 def _num_text(values: pd.Series, fmt) -> pd.Series:
     v = pd.to_numeric(values, errors="coerce")
     return pd.Series([None if pd.isna(x) else fmt(x) for x in v], index=values.index, dtype=object)
-
-
-# configuration fields that tell runs of one workload, setup and GEMM implementation apart, as row-label parts
-_VARIANTS = [
-    ("gemm", lambda t: pd.Series([None if pd.isna(m) else (f"{int(m)}³" if m == n == k else f"{int(m)}×{int(n)}×{int(k)}")
-                                  for m, n, k in zip(pd.to_numeric(_col(t, "gemm_m"), errors="coerce"),
-                                                     pd.to_numeric(_col(t, "gemm_n"), errors="coerce"),
-                                                     pd.to_numeric(_col(t, "gemm_k"), errors="coerce"))], index=t.index, dtype=object)),
-    ("tile", lambda t: pd.Series([None if pd.isna(m) else f"tile {int(m)}×{int(n)}×{int(k)}"
-                                  for m, n, k in zip(pd.to_numeric(_col(t, "tile_m"), errors="coerce"),
-                                                     pd.to_numeric(_col(t, "tile_n"), errors="coerce"),
-                                                     pd.to_numeric(_col(t, "tile_k"), errors="coerce"))], index=t.index, dtype=object)),
-    ("dtype", lambda t: _col(t, "dtype").astype(object).where(_col(t, "dtype").notna(), None)),
-    ("collective", lambda t: _col(t, "collective").astype(object).where(_col(t, "collective").notna(), None)),
-    ("message", lambda t: _num_text(_col(t, "message_bytes"), fmt_bytes)),
-    ("sm_carveout", lambda t: _num_text(_col(t, "sm_carveout"), lambda v: f"carve-out {int(v)} SMs" if v > 0 else None)),
-    ("green", lambda t: _num_text(_col(t, "green_ctx_sms"), lambda v: f"green ctx {int(v)} SMs")),
-    ("conn", lambda t: _num_text(_col(t, "cuda_max_connections"), lambda v: f"{int(v)} connection{'s' if v != 1 else ''}")),
-    ("order", lambda t: _col(t, "launch_order").astype(object).where(_col(t, "launch_order").notna(), None)),
-    ("smem_carve", lambda t: _num_text(_col(t, "smem_carveout_percent"), lambda v: f"smem carve-out {int(v)} %")),
-]  # fmt: skip
-
-
-def _facet(table: pd.DataFrame) -> pd.Series:
-    """Row group per run: workload · setup · GEMM implementation, then what sets the run apart from the others of
-    its group (tile, GEMM size, dtype, SM carve-out, ...: only values other than the group's usual one), and a
-    ``#2``, ``#3``... for repeated recordings of one configuration; runs never share a cell."""
-
-    def col(name: str, default: str = "") -> pd.Series:
-        return table[name].astype(object).where(table[name].notna(), default) if name in table else pd.Series(default, index=table.index)
-
-    base = col("workload", "imported").astype(str) + " · " + col("setup", "?").astype(str)
-    impl = col("compute_impl").astype(str)
-    base = base + np.where(impl != "", " · " + impl, "")
-    group = col("workload", "imported").astype(str) + " · " + impl  # the usual value is the workload's and GEMM's, across setups
-    facet = base.copy()
-    for _name, make in _VARIANTS:
-        key = pd.Series(["" if _null(v) else str(v) for v in make(table)], index=table.index, dtype=object)
-        usual = key.groupby(group).transform(lambda v: v.value_counts(dropna=False).index[0])
-        odd = (key != usual) & (key != "")
-        facet = facet + np.where(odd, " · " + key, "")
-    return facet
 
 
 def _repeats(grid: pd.DataFrame) -> pd.Series:
@@ -298,7 +309,8 @@ def heatmap(table: pd.DataFrame, *, value: str = "time_ratio", width: int = 1100
 
     cmap = process_cmap(cmap_name, ncolors=256)
     grid = grid.assign(text=text, text_color=_text_colors(vals.to_numpy(np.float64), cmap, clim))
-    grid = grid.sort_values(["setup_sort", "facet", "prio_sort", "pad_sort"], ascending=[True, True, False, True], kind="stable")
+    grid = grid.sort_values(["facet_sort", "setup_sort", "prio_sort", "label", "pad_sort"], ascending=[True, True, False, True, True],
+                            kind="stable")  # fmt: skip
     rows = list(dict.fromkeys(grid["label"]))
     cols = list(dict.fromkeys(grid.sort_values("pad_sort", kind="stable")["shaping"]))
     stand_in = bool(grid.get("stand_in", pd.Series(False, index=grid.index)).fillna(False).astype(bool).any())
@@ -338,7 +350,8 @@ def speedup_bars(table: pd.DataFrame, *, width: int = 900, height: int | None = 
     """
     grid = config_grid(table)
     grid = grid.assign(speedup=pd.to_numeric(grid["speedup"], errors="coerce")).loc[lambda g: g["speedup"].notna()]
-    grid = grid.sort_values(["setup_sort", "facet", "prio_sort", "pad_sort"], ascending=[True, True, False, True], kind="stable")
+    grid = grid.sort_values(["facet_sort", "setup_sort", "prio_sort", "label", "pad_sort"], ascending=[True, True, False, True, True],
+                            kind="stable")  # fmt: skip
     label = grid["label"] + " · pad " + grid["shaping"]
     frame = pd.DataFrame({"configuration": label.to_numpy(object), "speedup": grid["speedup"].to_numpy(np.float64),
                           "run_id": grid["run_id"].astype(str).to_numpy(object)})  # fmt: skip

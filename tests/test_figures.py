@@ -178,9 +178,36 @@ def test_heatmap_gives_every_run_its_own_cell():
     t.loc[:3, "tile_k"] = 32
     grid = figures.config_grid(t)
     assert not grid.duplicated(["label", "shaping"]).any()
-    assert grid.loc[grid["run_id"] == "e", "label"].item() == "optimized · tile 64×64×64 · prio 0"
+    assert grid.loc[grid["run_id"] == "e", "label"].item() == "tile 64×64×64 │ optimized · prio 0"
     again = figures.config_grid(pd.concat([config_table(), config_table().assign(run_id=["e", "f", "g", "h"])], ignore_index=True))
     assert not again.duplicated(["label", "shaping"]).any() and again["label"].str.endswith(" · #2").sum() == 4
+
+
+def test_heatmap_groups_and_names_every_run_by_workload_gemm_dtype_and_control():
+    # was: rows named only what set a run apart from its group's usual value (a bf16 cuBLAS row did not say bf16, the
+    # usual tile went unnamed), and the rows of every workload were interleaved by setup
+    base = dict(setup="optimized", compute_impl="vendor", dtype="bfloat16", gemm_m=8192, gemm_n=8192, gemm_k=8192, smem_pad_bytes=0,
+                comm_priority=-3, time_ratio=0.9, stand_in=True)  # fmt: skip
+    rows = [dict(base, run_id="seq", setup="sequential", comm_priority=0, time_ratio=1.0),
+            dict(base, run_id="opt"), dict(base, run_id="green", green_ctx_sms=112), dict(base, run_id="carve", sm_carveout=16),
+            dict(base, run_id="conn", cuda_max_connections=1), dict(base, run_id="first", cuda_max_connections=1, launch_order="comm-first"),
+            dict(base, run_id="fp32", dtype="float32"), dict(base, run_id="mb", workload="mb-ar"),
+            dict(base, run_id="tiled", compute_impl="tiled", dtype="float32", gemm_m=2048, gemm_n=2048, gemm_k=2048, tile_m=64,
+                 tile_n=64, tile_k=32, smem_pad_bytes=65536)]  # fmt: skip
+    t = pd.DataFrame(rows).assign(workload=lambda f: f.get("workload").fillna("cb-ar"))
+    grid = figures.config_grid(t).set_index("run_id")
+    label = grid["label"]
+    assert label["opt"] == "cb-ar · vendor bf16 8192³ │ optimized · prio -3"
+    assert label["green"].endswith("│ optimized · prio -3 · green ctx 112 SMs") and label["carve"].endswith("carve-out 16 SMs")
+    assert label["conn"].endswith("· 1 connection") and label["first"].endswith("· 1 connection · comm first")
+    assert label["fp32"].startswith("cb-ar · vendor fp32 8192³ │") and label["mb"].startswith("mb-ar · vendor bf16 8192³ │")
+    assert label["tiled"] == "cb-ar · tiled fp32 2048³ tile 64×64×32 │ optimized · prio -3"
+    assert not grid.reset_index().duplicated(["label", "shaping"]).any()
+    # a workload's GEMM group is one block of rows on the y axis
+    hm = figures.heatmap(t).get(0)
+    order = [v for v in hm.kdims[1].values[::-1]]
+    facets = [grid.loc[grid["label"] == v, "facet"].iloc[0] for v in order]
+    assert all(facets.index(f) == i or facets[i - 1] == f for i, f in enumerate(facets)), facets
 
 
 def test_heatmap_numbers_read_on_their_cells():
