@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from overlapviz.rules import COMM_PATTERN, Rule, RuleSet, default_rules, parse_rule
+from overlapviz.rules import Rule, RuleSet, default_rules, parse_rule
 
 
 def build_rules(rule_texts: tuple[str, ...], comm_patterns: tuple[str, ...], rules_file: str | None) -> RuleSet | None:
@@ -60,7 +60,7 @@ def build_rules(rule_texts: tuple[str, ...], comm_patterns: tuple[str, ...], rul
     "comm_patterns",
     multiple=True,
     metavar="REGEX",
-    help=f"Extra regex for comm kernels, beside the default {COMM_PATTERN!r} (repeatable).",
+    help="Extra regex for comm kernels, beside the default communication vocabulary (docs/ingest.md) (repeatable).",
 )
 @click.option("--rules-file", type=click.Path(path_type=str), default=None, help="JSON rule set replacing the defaults.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar and no summary line.")
