@@ -77,6 +77,7 @@ def check_promise(name: str, data: bytes, *, extra: dict[str, bytes] | None = No
         lines = text.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("Error: "), text
         assert shown(src) in lines[0] or shown(ws / "in") in lines[0], lines[0]
+        assert "internal error" not in lines[0], lines[0]  # the problem named, not a bug to report
         assert snapshot(ws) == before, "a refused input changed the workspace"
     finally:
         shutil.rmtree(ws, ignore_errors=True)

@@ -8,6 +8,7 @@ the dict path gives; a document msgspec cannot type must still read (or fail) th
 
 import gzip
 import os
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -216,3 +217,62 @@ def test_failed_file_stops_the_worker_before_the_directory_goes(tmp_path, monkey
     with pytest.raises(ValueError, match=r"rank1\.json\.gz: truncated gzip"):
         ingest([src], tmp_path / "ds", workers=2, progress=False)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["gen", "reads.log"]  # nothing a worker wrote is left
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, which a container's init may never reap, does not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+_HANGING_READER = """
+import os, sys, time
+from pathlib import Path
+from overlapviz.ingest import pool
+
+def work(path):  # a reader that never finishes: says its pid, then waits
+    Path(f"{path}.pid{os.getpid()}").write_text("")
+    time.sleep(120)
+
+pool.POOL_MIN_BYTES = 0
+files = sys.argv[1:]
+for _ in pool.ordered_map(work, [(f, (f,)) for f in files], n_workers=3):
+    pass
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_forked_readers_die_with_a_parent_killed_alone(tmp_path):
+    """SIGKILL to the ingesting process alone (not its group): its forked readers go too."""
+    import signal
+    import subprocess
+    import time
+
+    files = [tmp_path / f"t{i}.json" for i in range(4)]
+    for f in files:
+        f.write_text("[]")
+    parent = subprocess.Popen([sys.executable, "-c", _HANGING_READER, *map(str, files)], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while len(pids := {int(p.suffix[4:]) for p in tmp_path.glob("*.pid*")}) < 3:  # the parent and 2 workers
+            assert time.monotonic() < deadline and parent.poll() is None, "the readers never started"
+            time.sleep(0.05)
+        workers = pids - {parent.pid}
+        assert len(workers) == 2 and all(_alive(w) for w in workers)
+        os.kill(parent.pid, signal.SIGKILL)  # the parent only: the workers are in its group, not signalled
+        parent.wait()
+        deadline = time.monotonic() + 10  # they would sleep 120 s
+        while any(_alive(w) for w in workers) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not [w for w in workers if _alive(w)], "a forked reader outlived its parent"
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+        for w in {int(p.suffix[4:]) for p in tmp_path.glob("*.pid*")} - {parent.pid}:
+            try:
+                os.kill(w, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
