@@ -132,8 +132,8 @@ def test_probe_reaches_every_sm_on_an_ordinary_stream(ext):
 def _small(**changes):
     from overlapviz.collectors.config import cb_ar_standin
 
-    return cb_ar_standin().replace(gemm_m=1024, gemm_n=1024, gemm_k=1024, message_bytes=8 << 20, iterations=6,
-                                   trace_iterations=2, **changes)
+    small = dict(gemm_m=1024, gemm_n=1024, gemm_k=1024, message_bytes=8 << 20, iterations=6, trace_iterations=2)
+    return cb_ar_standin().replace(**(small | changes))
 
 
 @pytest.mark.parametrize("impl", ["tiled", "vendor"])
