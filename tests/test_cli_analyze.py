@@ -109,10 +109,14 @@ def test_csv(dataset):
 
 def test_table_is_aligned(dataset):
     lines = run(dataset).rstrip("\n").split("\n")
-    assert lines[0].split()[:3] == ["run_id", "rank", "comm_us"]
-    assert len(lines) == 5 and len({len(line) for line in lines}) == 1
-    hand0 = next(line for line in lines if line.startswith("hand ") and line.split()[1] == "0")
-    assert "50.0%" in hand0 and "200.0" in hand0
+    assert lines[0].split()[:3] == ["rank", "comm_us", "compute_us"]
+    assert [line for line in lines if line.startswith("run ")] == ["run big", "run hand"]  # each run's id above its rows
+    rows = [line for line in lines[1:] if not line.startswith("run ")]
+    assert len(rows) == 4 and len({len(line) for line in rows}) == 1  # right-aligned numbers
+    hand0 = lines[lines.index("run hand") + 1]
+    assert hand0.split()[0] == "0" and "50.0%" in hand0 and "200.0" in hand0
+    wide = run(dataset, "--wide").rstrip("\n").split("\n")
+    assert wide[0].split()[:3] == ["run_id", "rank", "comm_us"] and "busy_us" in wide[0] and len(wide) == 5
 
 
 def test_run_filter_repeatable(dataset):
@@ -153,9 +157,9 @@ def test_unknown_run_is_one_line(dataset):
 
 def test_table_per_step_has_step_column(dataset):
     lines = run(dataset, "--per", "step", "--run", "hand").rstrip("\n").split("\n")
-    assert lines[0].split()[:3] == ["run_id", "rank", "step"]
-    assert [line.split()[2] for line in lines[1:]] == ["0", "1"]
-    assert lines[2].split()[6] == "-"  # step 1 has no comm: overlap is null
+    assert lines[0].split()[:3] == ["rank", "step", "comm_us"] and lines[1] == "run hand"
+    assert [line.split()[1] for line in lines[2:]] == ["0", "1"]
+    assert lines[3].split()[5] == "-"  # step 1 has no comm: overlap is null
 
 
 def test_empty_selection_prints_no_rows(tmp_path):

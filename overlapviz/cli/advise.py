@@ -7,10 +7,10 @@ import click
 from overlapviz.analysis import advise as advise_lib
 from overlapviz.analysis import residency
 from overlapviz.devices import device_limits
-from overlapviz.cli.residency import FORMATS, render
+from overlapviz.cli._table import FORMATS, render_output, wide_option
 
-TABLE_COLUMNS = ["lever", "setting", "compute_blocks_per_sm", "compute_limiter", "compute_occupancy", "compute_sms", "compute_waves",
-                 "comm_blocks_fit_per_sm", "fit_limiter", "meets_target", "residency_cost_blocks", "recommended"]
+# the compact table's columns (--wide: all; JSON and CSV carry every column)
+TABLE_COLUMNS = ["lever", "setting", "compute_blocks_per_sm", "comm_blocks_fit_per_sm", "meets_target", "recommended"]
 
 
 def _shape(spec: str | None, flag: str) -> advise_lib.Footprint | None:
@@ -50,7 +50,8 @@ def _carveout_of(dataset, run_id, compute) -> int | None:
 @click.option("--device-name", help="Device product name without DATASET (fills the SM count), e.g. 'NVIDIA H200'.")
 @click.option("-k", "k", type=click.IntRange(min=1), default=1, show_default=True, help="Communication blocks wanted per SM.")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True, help="Output format.")
-def advise(dataset, compute_re, comm_re, run_id, compute_shape, comm_shape, arch, device_name, k, fmt) -> None:
+@wide_option
+def advise(dataset, compute_re, comm_re, run_id, compute_shape, comm_shape, arch, device_name, k, fmt, wide) -> None:
     """What lets K communication blocks fit beside a computation kernel on one SM.
 
     Footprints come from DATASET (kernels picked by --compute / --comm name regexes;
@@ -85,8 +86,9 @@ def advise(dataset, compute_re, comm_re, run_id, compute_shape, comm_shape, arch
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
     if fmt == "table":
-        click.echo(f"computation: {compute.name or 'given'} ({compute.describe()}); communication: {comm.name or 'given'} ({comm.describe()}); k={k}")
-    click.echo(render(frame, fmt, columns=TABLE_COLUMNS), nl=fmt != "csv")
+        click.echo(f"computation:   {compute.name or 'given'} ({compute.describe()})\n"
+                   f"communication: {comm.name or 'given'} ({comm.describe()}); k={k}")
+    click.echo(render_output(frame, fmt, columns=TABLE_COLUMNS, wide=wide), nl=fmt != "csv")
     if fmt == "table" and not frame["meets_target"].any():
         alone = frame.loc[0]
         click.echo(

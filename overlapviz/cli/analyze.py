@@ -14,8 +14,12 @@ import pyarrow as pa
 
 from overlapviz.analysis import metrics
 from overlapviz.cli._dataset import DATASET
+from overlapviz.cli._table import FORMATS, wide_option
+from overlapviz.cli._table import render as render_table
 
-FORMATS = ("table", "json", "csv")
+# the compact table's columns (--wide: all; JSON and CSV carry every column)
+TABLE_COLUMNS = ["run_id", "rank", "step", "comm_us", "compute_us", "overlap_us", "overlap_fraction", "exposed_comm_us",
+                 "span_us", "n_kernels", "n_comm_kernels"]
 
 
 @click.command()
@@ -32,7 +36,8 @@ FORMATS = ("table", "json", "csv")
 @click.option("--scheduler", envvar="OVERLAPVIZ_SCHEDULER", metavar="ADDRESS", default=None,
               help="Compute on a Dask cluster: tcp://host:8786, a scheduler file, or local / local:N (pip install "
                    "'overlapviz[dask]'; docs/dask.md). Same results as without.")
-def analyze(dataset: str, per: str, fmt: str, runs: tuple[str, ...], scheduler: str | None) -> None:
+@wide_option
+def analyze(dataset: str, per: str, fmt: str, runs: tuple[str, ...], scheduler: str | None, wide: bool) -> None:
     """Computation-communication overlap of each run x rank (or step) in DATASET.
 
     Columns (µs, from exact int64 ns): comm_us, compute_us, overlap_us,
@@ -49,10 +54,10 @@ def analyze(dataset: str, per: str, fmt: str, runs: tuple[str, ...], scheduler: 
             table = metrics.analyze_table(dataset, per=per, run_ids=list(runs) or None)
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
-    click.echo(render(table, fmt), nl=fmt != "csv")
+    click.echo(render(table, fmt, wide=wide), nl=fmt != "csv")
 
 
-def render(table: pa.Table, fmt: str) -> str:
+def render(table: pa.Table, fmt: str, *, wide: bool = False) -> str:
     """The metrics table as ``table`` (aligned text), ``json`` (one array) or ``csv`` text.
 
     JSON and CSV spell numbers as Python does (shortest round-trip floats), nulls as
@@ -67,26 +72,7 @@ def render(table: pa.Table, fmt: str) -> str:
         writer.writerow(table.column_names)
         writer.writerows([row[c] for c in table.column_names] for row in rows)
         return out.getvalue()
-    return _table(table.column_names, rows)
-
-
-def _table(columns: list[str], rows: list[dict]) -> str:
     if not rows:
         return "(no kernels)"
-    cells = {}
-    for c in columns:
-        values = [row[c] for row in rows]
-        if c == "overlap_fraction":
-            cells[c] = ["-" if v is None else f"{v:.1%}" for v in values]
-        elif c.endswith("_us"):
-            cells[c] = ["-" if v is None else f"{v:,.1f}" for v in values]
-        else:
-            cells[c] = ["-" if v is None else str(v) for v in values]
-    headers = {c: ("overlap" if c == "overlap_fraction" else c) for c in columns}
-    widths = {c: max(len(headers[c]), *(len(s) for s in cells[c])) for c in columns}
-
-    def line(texts: dict) -> str:
-        return "  ".join(texts[c].ljust(widths[c]) if c == "run_id" else texts[c].rjust(widths[c]) for c in columns)
-
-    lines = [line({c: cells[c][i] for c in columns}) for i in range(len(rows))]
-    return "\n".join([line(headers)] + lines)
+    columns = table.column_names if wide else [c for c in TABLE_COLUMNS if c in table.column_names]
+    return render_table(columns, {c: table.column(c).to_pylist() for c in columns}, wide=wide)

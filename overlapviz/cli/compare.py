@@ -6,11 +6,12 @@ import click
 
 from overlapviz.analysis import speedup, statistics
 from overlapviz.cli._dataset import DATASET
-from overlapviz.cli.residency import FORMATS, render
+from overlapviz.cli._table import FORMATS, render_output, unit, wide_option
 
-TABLE_COLUMNS = ["run_id", "workload", "setup", "smem_pad_bytes", "comm_priority", "n_iterations", "median_ms",
-                 "ci_low_ms", "ci_high_ms", "time_ratio", "time_ratio_ci_low", "time_ratio_ci_high", "speedup",
-                 "speedup_ci_low", "speedup_ci_high", "overlap_fraction", "compute_slowdown"]
+# the compact table's columns (--wide: all, the intervals included; JSON and CSV carry every column)
+TABLE_COLUMNS = ["run_id", "workload", "setup", "n_iterations", "median_ms", "time_ratio", "speedup", "overlap_fraction",
+                 "compute_slowdown"]
+PAIR_COLUMNS = ["section", "item", "a", "b", "delta", "ratio"]
 
 
 @click.command()
@@ -23,8 +24,9 @@ TABLE_COLUMNS = ["run_id", "workload", "setup", "smem_pad_bytes", "comm_priority
 @click.option("--resamples", type=click.IntRange(min=100), default=statistics.DEFAULT_RESAMPLES, show_default=True, help="Bootstrap resamples.")
 @click.option("--seed", type=int, default=statistics.DEFAULT_SEED, show_default=True, help="Bootstrap seed.")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True, help="Output format.")
+@wide_option
 def compare(dataset: str, run_a: str | None, run_b: str | None, runs: tuple[str, ...], level: float, resamples: int, seed: int,
-            fmt: str) -> None:
+            fmt: str, wide: bool) -> None:
     """Compare configurations in DATASET.
 
     With no runs: one record per run, best first: median iteration time with its
@@ -41,12 +43,20 @@ def compare(dataset: str, run_a: str | None, run_b: str | None, runs: tuple[str,
         run_a, run_b = runs
     if (run_a is None) != (run_b is None):
         raise click.ClickException("give two runs (--run A --run B) to compare, or none for the table of all runs")
+    row_units = None
     try:
         if run_a is None:
             frame, cols = speedup.config_table(dataset, level=level, n_resamples=resamples, seed=seed), TABLE_COLUMNS
         else:
-            frame = speedup.compare(dataset, run_a, run_b, level=level, n_resamples=resamples, seed=seed)
-            cols = ["section", "item", "a", "b", "delta", "delta_ci_low", "delta_ci_high", "ratio"]
+            frame, cols = speedup.compare(dataset, run_a, run_b, level=level, n_resamples=resamples, seed=seed), PAIR_COLUMNS
+            if fmt == "table":
+                # each row is its own quantity: a, b, delta and its interval in the item's unit, ratio as a ratio;
+                # the item is renamed as its values are shown (median_ms -> median_us)
+                units = [unit(str(i)) for i in frame["item"]]
+                row_units = {c: units for c in ("a", "b", "delta", "delta_ci_low", "delta_ci_high")}
+                frame = frame.assign(item=[f"{i[:-3]}_us" if str(i).endswith("_ms") else i for i in frame["item"]])
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
-    click.echo(render(frame, fmt, columns=cols), nl=fmt != "csv")
+    if run_a is not None and fmt == "table":
+        click.echo(f"A  {run_a}\nB  {run_b}")
+    click.echo(render_output(frame, fmt, columns=cols, wide=wide, row_units=row_units), nl=fmt != "csv")

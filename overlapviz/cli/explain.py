@@ -7,15 +7,15 @@ import click
 from overlapviz.analysis import explain as explain_lib
 from overlapviz.analysis import peers
 from overlapviz.cli._dataset import DATASET
-from overlapviz.cli.residency import FORMATS, render
+from overlapviz.cli._table import FORMATS, render_output, wide_option
 
-# what the table view shows (JSON and CSV carry every column)
+# the compact table's columns (--wide: all; JSON and CSV carry every column). kernel is
+# RANK:START_NS, what `export --figure budget --kernel` takes
 TABLE_COLUMNS = {
-    "kernels": ["run_id", "rank", "stream", "correlation", "kind", "name", "start_delay_us", "ready_from", "dependency_source",
-                "cause", "blocking_resource", "blocker", "comm_blocks_fit_per_sm", "free_sms", "peer_wait_us"],
-    "summary": None,
-    "instances": ["run_id", "instance", "collective", "n_ranks", "arrival_skew_us", "slowest_rank", "time_us",
-                  "max_peer_wait_us", "algbw_gbps", "busbw_gbps"],
+    "kernels": ["run_id", "kernel", "name", "start_delay_us", "cause", "blocker"],
+    "summary": ["run_id", "rank", "n_comm_kernels", "stream_order_us", "dependency_us", "sm_resources_us", "launch_latency_us",
+                "unknown_us", "peer_wait_us"],
+    "instances": ["run_id", "instance", "n_ranks", "arrival_skew_us", "slowest_rank", "time_us", "busbw_gbps"],
 }  # fmt: skip
 
 
@@ -28,11 +28,12 @@ TABLE_COLUMNS = {
 @click.option("--device-name", metavar="GPU", help="The GPU the traces ran on, for traces that do not say (a product name "
               "such as 'NVIDIA A100-SXM4-80GB', or an architecture such as sm_80 or gfx942).")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True, help="Output format.")
+@wide_option
 @click.option("--scheduler", envvar="OVERLAPVIZ_SCHEDULER", metavar="ADDRESS", default=None,
               help="Compute on a Dask cluster: tcp://host:8786, a scheduler file, or local / local:N (pip install "
                    "'overlapviz[dask]'; docs/dask.md). Same results as without.")
 def explain(dataset: str, runs: tuple[str, ...], summary: bool, instances: bool, all_kernels: bool, device_name: str | None,
-            fmt: str, scheduler: str | None) -> None:
+            fmt: str, wide: bool, scheduler: str | None) -> None:
     """Why each communication kernel in DATASET started when it did.
 
     ready_ns = the latest of its launch call, the end of the previous activity on its
@@ -60,4 +61,14 @@ def explain(dataset: str, runs: tuple[str, ...], summary: bool, instances: bool,
         frame, view = explain_lib.summarize(frame), "summary"
     elif instances:
         frame, view = peers.collective_instances(frame), "instances"
-    click.echo(render(frame, fmt, columns=TABLE_COLUMNS[view]), nl=fmt != "csv")
+    if view == "kernels" and fmt == "table" and not wide:
+        frame = with_kernel_id(frame)
+    click.echo(render_output(frame, fmt, columns=TABLE_COLUMNS[view], wide=wide), nl=fmt != "csv")
+
+
+def with_kernel_id(frame):
+    """``frame`` with ``kernel`` = ``RANK:START_NS`` (exact int64 ns), the id ``export --kernel`` takes."""
+    if not {"rank", "start_ns"} <= set(frame.columns):
+        return frame
+    ids = [f"{r}:{s}" for r, s in zip(frame["rank"].tolist(), frame["start_ns"].tolist())]
+    return frame.assign(kernel=ids)

@@ -1,0 +1,223 @@
+"""The text tables every command prints with ``--format table``: one number format, ids whole, compact by default.
+
+Rules (docs/cli.md): a compact table shows a command's key columns and ``--wide`` every
+column; neither ever cuts an id (run ids, ranks, start times: what a command takes back): a
+compact table is narrowed by choosing columns, and by printing each run's id once, on its
+own line above its rows, instead of in a column. Kernel names, which no command takes as
+an id, are shown in a compact table as their function name (``void ns::f<...>(...)`` ->
+``ns::f``), and past ``NAME_MAX`` characters (ROCm's Tensile names run to 1,700) cut with
+``…``; ``--wide``, JSON and CSV give them whole. Notes (why a number is missing) become
+footnotes under a compact table.
+
+Numbers: times in µs with one decimal (``*_ms`` columns are shown in µs, the header saying
+``*_us``); fractions and occupancies as percentages with one decimal; dimensionless ratios
+with three decimals; counts, bytes and ns as integers; no thousands separators and no
+exponents anywhere; nulls as ``-``. JSON and CSV are untouched by all of this.
+"""
+
+from __future__ import annotations
+
+import math
+import textwrap
+
+NULL = "-"
+# columns that are shortened to a kernel's function name in a compact table
+NAME_COLUMNS = ("name", "blocker", "producer", "comm", "resident", "instance")
+NAME_MAX = 40  # 30 where a table shows two names
+WRAP = 118  # footnotes are wrapped to fit 120 columns
+_RATIO = ("time_ratio", "speedup", "compute_slowdown", "ratio", "waves", "compute_waves")
+_INT_NAMES = ("rank", "stream", "correlation", "step", "device", "slowest_rank", "free_sms", "num_sms", "iteration",
+              "instance_seq", "comm_seq", "blocks_per_sm", "comm_priority")  # fmt: skip
+
+
+def is_null(v) -> bool:
+    if v is None:
+        return True
+    if isinstance(v, float):
+        return math.isnan(v)
+    return type(v).__name__ in ("NAType", "NaTType")
+
+
+def unit(column: str) -> str:
+    """How a column's numbers are written: us, ms, pct, ratio, gbps, int or num."""
+    base = column
+    for suffix in ("_ci_low", "_ci_high"):
+        if base.endswith(suffix):
+            base = base[: -len(suffix)]
+    if base.endswith("_us"):
+        return "us"
+    if base.endswith("_ms"):
+        return "ms"
+    if base.endswith("_fraction") or "occupancy" in base or base == "overlap":
+        return "pct"
+    if base.startswith(_RATIO) or base.endswith("_ratio"):
+        return "ratio"
+    if base.endswith("_gbps"):
+        return "gbps"
+    if base.endswith(("_ns", "_bytes")) or base.startswith("n_") or base in _INT_NAMES or base.endswith("_blocks_per_sm") \
+            or base.endswith(("_sms", "_blocks", "_fit_per_sm")):  # fmt: skip
+        return "int"
+    return "num"
+
+
+def header(column: str) -> str:
+    """The table's header of ``column``: its name, with ``*_ms`` shown as ``*_us``."""
+    return column[:-3] + "_us" if column.endswith("_ms") else column
+
+
+def cell(column_unit: str, v) -> str:
+    """One value in a column of ``column_unit`` (see ``unit``)."""
+    if is_null(v):
+        return NULL
+    if hasattr(v, "item") and not isinstance(v, str):
+        v = v.item()  # a numpy scalar
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if not isinstance(v, (int, float)):
+        return str(v)
+    if isinstance(v, int) and column_unit in ("int", "num"):
+        return str(v)
+    v = float(v)
+    if not math.isfinite(v):
+        return str(v)
+    if column_unit == "us":
+        return f"{v:.1f}"
+    if column_unit == "ms":
+        return f"{v * 1000.0:.1f}"
+    if column_unit == "pct":
+        return f"{v:.1%}"
+    if column_unit == "ratio":
+        return f"{v:.3f}"
+    if column_unit == "gbps":
+        return f"{v:.1f}"
+    if v.is_integer() and abs(v) < 2**63:
+        return str(int(v))
+    return f"{v:.3f}"
+
+
+def short_name(name: str, limit: int | None = NAME_MAX) -> str:
+    """A kernel's function name: without the return type, template arguments and parameter list,
+    then cut to ``limit`` characters (the last one ``…``).
+
+    ``void at::native::vectorized_elementwise_kernel<4, ...>(int, ...)`` ->
+    ``at::native::vectorized_elementwise_kernel``; short plain names are unchanged. A
+    collective instance (``pos:GROUP:NAME#SEQ``) keeps its prefix and sequence number.
+    """
+    if name.startswith("pos:") and "#" in name:
+        head, _, rest = name.partition(":")
+        group, _, rest = rest.partition(":")
+        body, _, seq = rest.rpartition("#")
+        return f"{head}:{group}:{short_name(body, None)}#{seq}" if limit is None else \
+            _cut(f"{head}:{group}:{short_name(body, None)}", limit - len(seq) - 1) + f"#{seq}"  # fmt: skip
+    s = name.strip()
+    if s.startswith("void "):
+        s = s[5:]
+    s = s.replace("(anonymous namespace)", "{anonymous}")
+    out, depth = [], 0
+    for ch in s:
+        if ch in "<(":
+            depth += 1
+        elif ch in ">)" and depth:
+            depth -= 1
+        elif depth == 0:
+            out.append(ch)
+    short = "".join(out).strip() or name
+    return short if limit is None else _cut(short, limit)
+
+
+def _cut(s: str, limit: int) -> str:
+    return s if len(s) <= limit else s[: max(1, limit - 1)] + "…"
+
+
+def render(columns: list[str], data: dict[str, list], *, wide: bool, text: set[str] | None = None,
+           row_units: dict[str, list[str]] | None = None, notes: tuple[str, ...] = ("residency_note",)) -> str:
+    """An aligned text table of ``columns`` (each a list of values in ``data``).
+
+    Compact (``wide`` False): kernel names shortened to their function name, and where a
+    ``run_id`` column is given its values are printed once per run, on a line of their own
+    (``run ID``) above the run's consecutive rows, never cut. Wide: every value as is, the
+    run id in its column. ``row_units``: a unit per row for the named columns (a table whose
+    rows are different quantities), instead of the column's own. ``notes``: prose columns that a compact table shows as
+    ``[N]``, with each distinct text once under the table.
+    """
+    n = len(data[columns[0]]) if columns else 0
+    if not n:
+        return "(nothing to show)"
+    grouped = not wide and "run_id" in columns
+    shown = [c for c in columns if not (grouped and c == "run_id")]
+    cells = {}
+    footnotes: dict[str, int] = {}
+    name_max = NAME_MAX if sum(c in NAME_COLUMNS for c in shown) < 2 else 30
+    for c in shown:
+        u = unit(c)
+        values = data[c]
+        if not wide and c in notes:
+            cells[c] = [NULL if is_null(v) else f"[{footnotes.setdefault(str(v), len(footnotes) + 1)}]" for v in values]
+        elif not wide and c in NAME_COLUMNS:
+            cells[c] = [NULL if is_null(v) else short_name(str(v), name_max) for v in values]
+        elif row_units and c in row_units:
+            cells[c] = [cell(ru, v) for ru, v in zip(row_units[c], values)]
+        else:
+            cells[c] = [cell(u, v) for v in values]
+    left = set(text or ()) | {c for c in shown if any(isinstance(v, str) for v in data[c])}
+    heads = {c: "note" if not wide and c in notes else header(c) for c in shown}
+    widths = {c: max(len(heads[c]), *(len(s) for s in cells[c])) for c in shown}
+
+    def line(texts) -> str:
+        return "  ".join(t.ljust(widths[c]) if c in left else t.rjust(widths[c]) for c, t in zip(shown, texts)).rstrip()
+
+    lines = [line([heads[c] for c in shown])]
+    previous = object()
+    for i in range(n):
+        if grouped:
+            rid = data["run_id"][i]
+            if rid != previous:
+                lines.append(f"run {NULL if is_null(rid) else rid}")
+                previous = rid
+        lines.append(line([cells[c][i] for c in shown]))
+    for note, number in footnotes.items():
+        lines.extend(textwrap.wrap(note, WRAP, initial_indent=f"[{number}] ", subsequent_indent=" " * (len(str(number)) + 3),
+                                   break_on_hyphens=False))  # fmt: skip
+    return "\n".join(lines)
+
+
+FORMATS = ("table", "json", "csv")
+
+
+def json_value(v):
+    """A JSON-ready scalar: None for every kind of null, Python numbers for numpy ones."""
+    if is_null(v):
+        return None
+    if hasattr(v, "item") and not isinstance(v, str):
+        v = v.item()
+    if isinstance(v, float) and math.isnan(v):
+        return None
+    return v
+
+
+def render_output(frame, fmt: str, *, columns: list[str] | None = None, wide: bool = False,
+                  row_units: dict[str, list[str]] | None = None) -> str:  # fmt: skip
+    """A pandas ``frame`` as ``json`` (one array of objects, every column, nulls as null), ``csv``
+    (every column) or a ``table`` (``columns`` compact, every column with ``wide``)."""
+    if fmt == "json":
+        import orjson
+
+        cols = list(frame.columns)
+        return orjson.dumps([{c: json_value(v) for c, v in zip(cols, row)} for row in frame.itertuples(index=False, name=None)]).decode()
+    if fmt == "csv":
+        return frame.to_csv(index=False, lineterminator="\n")
+    cols = list(frame.columns) if wide or columns is None else [c for c in columns if c in frame.columns]
+    if not len(frame) or not cols:
+        return "(nothing to show)"
+    data = {c: frame[c].tolist() for c in cols}
+    text = {c for c in cols if frame[c].dtype == object or str(frame[c].dtype) in ("string", "str", "category")}
+    return render(cols, data, wide=wide, text=text, row_units=row_units)
+
+
+def wide_option(f):
+    """``--wide``: every column in a ``--format table`` output (JSON and CSV always carry them all)."""
+    import click
+
+    return click.option("--wide", is_flag=True,
+                        help="Table: every column, run ids in a column (default: the key columns, "
+                             "each run's id on a line above its rows).")(f)  # fmt: skip
