@@ -93,7 +93,7 @@ def test_times_are_exact_ns_and_launch_joined_by_correlation(real):
          exact_ns(runtime[e["args"]["correlation"]]["ts"]) if e["args"]["correlation"] in runtime else None)
         for e in ev if e.get("cat") in GPU_CATS
     )
-    k = kernels_of(real, run_id="hta_nccl_parser_config").sort_values(["start_ns", "end_ns", "correlation"])
+    k = kernels_of(real, run_id="nccl_data").sort_values(["start_ns", "end_ns", "correlation"])
     got = [(int(a), int(b), int(c), None if pd.isna(d) else int(d))
            for a, b, c, d in zip(k.start_ns, k.end_ns, k.correlation, k.launch_ns)]
     assert got == expected
@@ -101,14 +101,14 @@ def test_times_are_exact_ns_and_launch_joined_by_correlation(real):
 
 
 def test_nccl_parser_config_steps_devices_collectives(real):
-    steps = schema.read_frame(real, "steps").query("run_id == 'hta_nccl_parser_config'")
+    steps = schema.read_frame(real, "steps").query("run_id == 'nccl_data'")
     assert list(steps["step"]) == [4, 5, 6]
     assert set(steps["source"]) == {"profiler_step"}
     ev = raw_events(NCCL)
     ranges = sorted((int(e["name"].split("#")[1]), exact_ns(e["ts"]), exact_ns(e["ts"]) + exact_ns(e["dur"]))
                     for e in ev if str(e.get("name", "")).startswith("ProfilerStep#"))
     assert [tuple(r) for r in steps[["step", "start_ns", "end_ns"]].itertuples(index=False)] == ranges
-    k = kernels_of(real, run_id="hta_nccl_parser_config")
+    k = kernels_of(real, run_id="nccl_data")
     comm = k[k.kind == "comm"]
     assert len(comm) == 21
     assert comm["collective"].value_counts().to_dict() == {"all_reduce": 15, "broadcast": 6}
@@ -116,26 +116,26 @@ def test_nccl_parser_config_steps_devices_collectives(real):
     for row in k.sample(300, random_state=0).itertuples():
         inside = [s for s, a, b in ranges if a <= row.launch_ns < b]
         assert (row.step if not pd.isna(row.step) else None) == (inside[-1] if inside else None)
-    dev = schema.read_frame(real, "devices").query("run_id == 'hta_nccl_parser_config'")
+    dev = schema.read_frame(real, "devices").query("run_id == 'nccl_data'")
     assert len(dev) == 8 and set(dev["arch"]) == {"sm_80"} and set(dev["vendor"]) == {"nvidia"}
     d0 = dev.set_index("device").loc[0]
     assert (d0.num_sms, d0.shared_mem_per_sm, d0.shared_mem_per_block_optin, d0.regs_per_sm) == (108, 167936, 166912, 65536)
-    ranks = schema.read_frame(real, "ranks").query("run_id == 'hta_nccl_parser_config'")
+    ranks = schema.read_frame(real, "ranks").query("run_id == 'nccl_data'")
     assert list(ranks["base_time_ns"]) == [1711964646000000000]
     assert json.loads(ranks["distributed_info"].iloc[0])["nccl_version"] == "2.17.1"
     runs = schema.read_frame(real, "runs").set_index("run_id")
-    assert runs.loc["hta_nccl_parser_config", "nccl_version"] == "2.17.1"
-    assert runs.loc["hta_nccl_parser_config", "device_name"] == "NVIDIA A100-PG509-200"
+    assert runs.loc["nccl_data", "nccl_version"] == "2.17.1"
+    assert runs.loc["nccl_data", "device_name"] == "NVIDIA A100-PG509-200"
 
 
 def test_rocm_resnet_amd_devices_grid_from_launch_call(real):
     path = ROCM / "resnet_act_checkpoint.json.gz"
     ev = raw_events(path)
-    k = kernels_of(real, run_id="torch_rocm")
+    k = kernels_of(real, run_id="resnet_act_checkpoint")
     assert len(k) == sum(e.get("cat") in GPU_CATS for e in ev)
     comm = k[k.kind == "comm"]
     assert len(comm) == 17 and set(comm["stream"]) == {4}
-    dev = schema.read_frame(real, "devices").query("run_id == 'torch_rocm'")
+    dev = schema.read_frame(real, "devices").query("run_id == 'resnet_act_checkpoint'")
     assert len(dev) == 8 and set(dev["vendor"]) == {"amd"} and set(dev["arch"]) == {"gfx942"}
     assert set(dev["warp_size"]) == {64}
     runtime = {e["args"]["correlation"]: e for e in ev if e.get("cat") == "cuda_runtime"}

@@ -119,9 +119,11 @@ def test_zero_duration_is_an_activity(tmp_path):
 
 
 def test_duplicate_ranks_name_both_files(tmp_path):
+    """Named one run by the user (--run-id), two files with one rank are an error naming both
+    (without it they are two unrelated traces: tests/test_ingest_runs.py)."""
     a = write_trace(good_doc(rank=0, world_size=2), tmp_path / "job" / "a.json")
     b = write_trace(good_doc(rank=0, world_size=2), tmp_path / "job" / "b.json")
-    msg = assert_failed(*run_cli(tmp_path, str(tmp_path / "job")), "rank 0")
+    msg = assert_failed(*run_cli(tmp_path, str(tmp_path / "job"), "--run-id", "job"), "rank 0")
     assert str(a) in msg and str(b) in msg
 
 

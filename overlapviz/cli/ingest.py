@@ -45,8 +45,13 @@ def build_rules(rule_texts: tuple[str, ...], comm_patterns: tuple[str, ...], rul
 @click.command("ingest")
 @click.argument("sources", nargs=-1, required=True, type=click.Path(path_type=str))
 @click.option("-o", "--output", "out", required=True, type=click.Path(path_type=str), help="Dataset directory to create.")
-@click.option("--run-id", default=None, help="Run id, when the sources make one run (default: the directory name).")
-@click.option("--overwrite", is_flag=True, help="Replace an existing overlapviz dataset at --output (never anything else; see docs/robustness.md).")
+@click.option("--run-id", default=None, help="Run id, when the sources make one run (default: the directory's or the lone file's name).")
+@click.option("--overwrite", is_flag=True, help="Replace an existing overlapviz dataset at --output (never anything else; see docs/robustness.md); "
+              "with --append: replace its runs whose ids the sources give again.")
+@click.option("--append", is_flag=True, help="Add the runs to the existing dataset at --output (built beside it and swapped in: "
+              "on any error it stays as it was). A run id it already has is an error (see --overwrite).")
+@click.option("--skip-bad", is_flag=True, help="Go on past sources that cannot be read (missing, not a trace, corrupt), then list "
+              "them on stderr. Exit status 0 when at least one run was ingested, 1 when none.")
 @click.option("--workers", type=click.IntRange(min=1), default=None, help="Processes reading traces at once, this one included (default: min(2, CPUs); one when the traces hold under 32 MiB in all).")
 @click.option(
     "--rule",
@@ -67,24 +72,33 @@ def build_rules(rule_texts: tuple[str, ...], comm_patterns: tuple[str, ...], rul
 @click.option("--scheduler", envvar="OVERLAPVIZ_SCHEDULER", metavar="ADDRESS", default=None,
               help="Read the traces on a Dask cluster: tcp://host:8786, a scheduler file, or local / local:N for a "
                    "LocalCluster started and stopped here (pip install 'overlapviz[dask]'; docs/dask.md).")
-def ingest(sources, out, run_id, overwrite, workers, rule_texts, comm_patterns, rules_file, quiet, scheduler) -> None:
+def ingest(sources, out, run_id, overwrite, append, skip_bad, workers, rule_texts, comm_patterns, rules_file, quiet,
+           scheduler) -> None:  # fmt: skip
     """Ingest PyTorch-profiler (Kineto) Chrome traces and rocprof output into a Parquet dataset.
 
     SOURCES are trace files (.json, .json.gz), directories of per-rank files (one run,
     named after the directory), collected run directories (manifest.json) or sweep
     directories of runs. Loose files form one run per parent directory, named
-    after it (one run in all with --run-id).
+    after it (one run in all with --run-id); a file named alone from its directory is
+    a run named after the file (worker0.pt.trace.json.gz -> worker0). Files of one
+    directory that are not the ranks of one job (two give the same rank, their world
+    sizes differ, or one says its world is 1 process) are a run each, named after the
+    file (docs/ingest.md).
     """
     from overlapviz import schema
     from overlapviz.ingest import ingest as run_ingest
     from overlapviz.ingest.files import display, printable
 
+    skipped: list[tuple[str, str]] = []
+    before = _runs_of(out) if append else set()
     try:
         with _terminate_as_interrupt():
             rules = build_rules(rule_texts, comm_patterns, rules_file)
             if scheduler:
                 if workers is not None:
                     raise ValueError("--workers and --scheduler are two engines: give one")
+                if append or skip_bad:
+                    raise ValueError("--append and --skip-bad are not yet passed to the cluster: run without --scheduler")
                 from overlapviz.distributed import client_for, ingest_on
 
                 with client_for(scheduler) as client:
@@ -99,10 +113,14 @@ def ingest(sources, out, run_id, overwrite, workers, rule_texts, comm_patterns, 
                     overwrite=overwrite,
                     workers=workers,
                     progress=None if not quiet else False,
+                    skip_bad=skip_bad,
+                    skipped=skipped,
+                    append=append,
                 )
         meta = schema.read_metadata(path)
         n_ranks = _rows(path / "ranks.parquet")
     except ValueError as exc:
+        _print_skipped(skipped)
         raise click.ClickException(printable(exc)) from None
     except KeyboardInterrupt:
         raise click.ClickException("interrupted") from None
@@ -113,9 +131,36 @@ def ingest(sources, out, run_id, overwrite, workers, rule_texts, comm_patterns, 
         raise click.ClickException(printable(
             f"internal error ({type(exc).__name__}: {first}); nothing was written; "
             f"please report it (set {DEBUG_ENV}=1 for the traceback)")) from None  # fmt: skip
+    _print_skipped(skipped)
     if not quiet:
         n_runs = len(meta.get("runs", []))
-        click.echo(f"ingested {n_runs} run{'s' * (n_runs != 1)}, {n_ranks} rank{'s' * (n_ranks != 1)}, {meta.get('n_kernels', 0)} kernels into {display(path)}")
+        what = f"{n_runs} run{'s' * (n_runs != 1)}, {n_ranks} rank{'s' * (n_ranks != 1)}, {meta.get('n_kernels', 0)} kernels"
+        if append:
+            added = [r for r in meta.get("runs", []) if r not in before]
+            click.echo(f"appended to {display(path)} ({len(added)} new run{'s' * (len(added) != 1)}): it now holds {what}")
+        else:
+            click.echo(f"ingested {what} into {display(path)}")
+
+
+def _runs_of(path: str) -> set[str]:
+    """The run ids of the dataset at ``path`` (none where it is not one: ingest says why)."""
+    from overlapviz import schema
+
+    try:
+        return set(schema.read_metadata(path).get("runs") or [])
+    except ValueError:
+        return set()
+
+
+def _print_skipped(skipped: list[tuple[str, str]]) -> None:
+    """--skip-bad's summary on stderr: each source left out and why, one line each."""
+    from overlapviz.ingest.files import printable
+
+    if not skipped:
+        return
+    click.echo(f"skipped {len(skipped)} source{'s' * (len(skipped) != 1)} (--skip-bad):", err=True)
+    for path, why in skipped:
+        click.echo("  " + printable(f"{path}: {why}"), err=True)
 
 
 DEBUG_ENV = "OVERLAPVIZ_DEBUG"

@@ -4,17 +4,29 @@ How sources become runs (first match wins for each source):
 
 * a directory with ``manifest.json``: one collected run (``overlapviz-run/1``), its id from
   the manifest (else the directory name);
-* a directory holding trace files: one run named after the directory;
+* a directory holding trace files: one run named after the directory (the ranks of one job);
 * a directory holding neither: a sweep; each subdirectory (``runs/<run_id>/`` included)
   that is a run by the two rules above becomes one;
-* trace files named on the command line: one run per parent directory, named after it.
+* trace files named on the command line: one run per parent directory, named after it; a
+  file that is the only one named from its directory is a run named after the file
+  (``file_run_name``: ``worker0.pt.trace.json.gz`` -> ``worker0``).
 
 ``run_id`` names the run when the sources make exactly one; loose files given with it
 form one run whatever their directories.
 
 A file's rank is ``distributedInfo.rank``; else the number in its name (``rank3``,
 ``rank-3``, ``trace_rank3``; never a bare number); else its position among the run's files
-sorted by name. Two files with one rank in one run are an error.
+sorted by name.
+
+Ranks of one job or unrelated traces: files grouped by directory (not by a manifest or
+``run_id``) are the ranks of one job only while what they say agrees; ingest reads them and,
+when two files give the same rank, or their ``distributedInfo.world_size`` differ, or a
+file says its world is 1 process, makes each file a run of its own named after the file
+(``split_by_file``). Files that say nothing (no rank anywhere) stay ranks of one job in name
+order. With a manifest or ``run_id`` the grouping is the user's: a rank twice is an error.
+
+``skipped``: where given, a source that is missing, not a trace, or a run directory that
+cannot be read is recorded there as ``(path, why)`` and left out instead of raising.
 """
 
 from __future__ import annotations
@@ -32,7 +44,8 @@ from overlapviz.ingest.base import companions
 from overlapviz.ingest.files import display, head_bytes, read_regular, regular_file_problem
 from overlapviz.ingest.registry import detect, reader_named
 
-__all__ = ["MANIFEST", "MANIFEST_FORMAT", "RunSource", "discover", "input_paths"]
+__all__ = ["MANIFEST", "MANIFEST_FORMAT", "RunSource", "check_unique", "discover", "file_run_name", "input_paths",
+           "split_by_file"]
 
 MANIFEST = "manifest.json"
 MANIFEST_FORMAT = "overlapviz-run/1"
@@ -53,15 +66,49 @@ class RunSource:
     manifest: dict | None = None
     directory: Path | None = None
     timings: list[Path] = field(default_factory=list)
+    grouped: bool = False  # files grouped by their directory only: may be unrelated traces (split_by_file)
 
 
-def discover(sources: Sequence[str | os.PathLike], *, run_id: str | None = None) -> list[RunSource]:
+# endings dropped from a file's name to name its run (repeatedly: x.pt.trace.json.gz -> x)
+_RUN_NAME_SUFFIXES = (".gz", ".json", ".pt.trace", ".trace", ".sqlite", ".sqlite3", ".db", ".csv", ".txt", ".rocpd")
+
+
+def file_run_name(path: Path) -> str:
+    """The run id of a trace file that is a run by itself: its name without the trace endings."""
+    name = path.name
+    changed = True
+    while changed:
+        changed = False
+        for suffix in _RUN_NAME_SUFFIXES:
+            if name.lower().endswith(suffix) and len(name) > len(suffix):
+                name, changed = name[: -len(suffix)], True
+    return display(name)
+
+
+def split_by_file(run: RunSource) -> list[RunSource]:
+    """``run``'s files as runs of their own, each named after its file."""
+    return [RunSource(file_run_name(path), [(path, reader)]) for path, reader in run.files]
+
+
+def check_unique(runs: list[RunSource]) -> None:
+    """Raise ValueError naming a run id two runs share."""
+    seen: dict[str, RunSource] = {}
+    for r in runs:
+        if r.run_id in seen:
+            where = r.directory or (r.files[0][0] if r.files else r.run_id)
+            raise ValueError(f"{display(where)}: run id {r.run_id!r} appears twice (use --run-id or rename)")
+        seen[r.run_id] = r
+
+
+def discover(sources: Sequence[str | os.PathLike], *, run_id: str | None = None,
+             skipped: list[tuple[str, str]] | None = None) -> list[RunSource]:
     """Group ``sources`` into runs (see the module docstring for the rules).
 
     Raises
     ------
     ValueError
-        A source that does not exist, is not a trace, or holds no traces; a run id used twice.
+        A source that does not exist, is not a trace, or holds no traces (without
+        ``skipped``); a run id used twice.
     """
     if not sources:
         raise ValueError("no sources given")
@@ -69,47 +116,61 @@ def discover(sources: Sequence[str | os.PathLike], *, run_id: str | None = None)
     loose: list[tuple[Path, str]] = []
     unknown: list[Path] = []
     for src in map(Path, sources):
-        mode = _source_mode(src)
-        if stat.S_ISDIR(mode):
-            found = _discover_dir(src, depth=0)
-            if not found:
-                raise ValueError(f"{display(src)}: no traces found in this directory")
-            runs.extend(found)
-        else:
-            problem = regular_file_problem(mode)
-            if problem:
-                raise ValueError(f"{display(src)}: {problem}, not a trace file")
-            reader = detect(src)
-            if reader is None:
-                unknown.append(src)
+        try:
+            mode = _source_mode(src)
+            if stat.S_ISDIR(mode):
+                found = _discover_dir(src, depth=0, skipped=skipped)
+                if not found:
+                    raise ValueError(f"{display(src)}: no traces found in this directory")
+                runs.extend(found)
             else:
-                loose.append((src, reader.name))
+                problem = regular_file_problem(mode)
+                if problem:
+                    raise ValueError(f"{display(src)}: {problem}, not a trace file")
+                reader = detect(src)
+                if reader is None:
+                    unknown.append(src)
+                else:
+                    loose.append((src, reader.name))
+        except ValueError as exc:
+            if skipped is None:
+                raise
+            skipped.append((display(src), _why(exc, src)))
     # a file another file's reader reads along with it (rocprof's per-process CSVs) is not
     # a source of its own: `ingest out/*.csv` names them all
     claimed = _claimed(loose)
     loose = [f for f in loose if f[0].resolve() not in claimed]
     for src in unknown:
         if src.resolve() not in claimed:
-            raise ValueError(f"{display(src)}: not a recognised trace format ({_describe(src)})")
+            why = f"not a recognised trace format ({_describe(src)})"
+            if skipped is None:
+                raise ValueError(f"{display(src)}: {why}")
+            skipped.append((display(src), why))
     if loose:
         # files named together: one run per parent directory, named after it (one run in
-        # all when --run-id names it)
+        # all when --run-id names it); the only file named from its directory: a run named after it
         groups: dict[Path, list] = {}
         for f in loose:
             groups.setdefault(Path("") if run_id is not None else f[0].resolve().parent, []).append(f)
-        runs[:0] = [RunSource(run_id=display(parent.name) or "run", files=sorted(files, key=lambda f: f[0].name))
-                    for parent, files in groups.items()]
+        runs[:0] = [RunSource(run_id=(file_run_name(files[0][0]) if len(files) == 1 else display(parent.name)) or "run",
+                              files=sorted(files, key=lambda f: f[0].name), grouped=run_id is None and len(files) > 1)
+                    for parent, files in groups.items()]  # fmt: skip
     if run_id is not None:
         if len(runs) != 1:
             raise ValueError(f"--run-id names one run but the sources hold {len(runs)} runs")
         runs[0].run_id = display(run_id)
-    seen: dict[str, RunSource] = {}
-    for r in runs:
-        if r.run_id in seen:
-            where = r.directory or (r.files[0][0] if r.files else r.run_id)
-            raise ValueError(f"{display(where)}: run id {r.run_id!r} appears twice (use --run-id or rename)")
-        seen[r.run_id] = r
+        runs[0].grouped = False
+    check_unique(runs)
     return runs
+
+
+def _why(exc: ValueError, path: Path) -> str:
+    """An error's message without the path it starts with (the summary names the path)."""
+    text = str(exc)
+    for shown in (display(path), str(path)):
+        if text.startswith(shown + ": "):
+            return text[len(shown) + 2:]
+    return text
 
 
 def _claimed(files: list[tuple[Path, str]]) -> set[Path]:
@@ -172,7 +233,7 @@ def _directory_identity(p: Path) -> tuple[int, int] | None:
     return (st.st_dev, st.st_ino) if stat.S_ISDIR(st.st_mode) else None
 
 
-def _discover_dir(d: Path, depth: int, visited: set | None = None) -> list[RunSource]:
+def _discover_dir(d: Path, depth: int, visited: set | None = None, skipped: list | None = None) -> list[RunSource]:
     # a directory reached twice (a symbolic link to it, or to a directory above it) is read once
     visited = set() if visited is None else visited
     ident = _directory_identity(d)
@@ -206,13 +267,18 @@ def _discover_dir(d: Path, depth: int, visited: set | None = None) -> list[RunSo
             raise ValueError(f"{display(d)}: manifest says the run succeeded but there are no traces in it")
         return [RunSource(rid, traces, manifest, d, timings)]
     if traces:
-        return [RunSource(display(d.resolve().name), traces, None, d)]
+        return [RunSource(display(d.resolve().name), traces, None, d, grouped=len(traces) > 1)]
     if depth >= 3:
         return []
     found: list[RunSource] = []
     for sub in entries:
         if _directory_identity(sub) is not None:
-            found.extend(_discover_dir(sub, depth + 1, visited))
+            try:
+                found.extend(_discover_dir(sub, depth + 1, visited, skipped))
+            except ValueError as exc:
+                if skipped is None:
+                    raise
+                skipped.append((display(sub), _why(exc, sub)))
     return found
 
 

@@ -19,7 +19,7 @@ from overlapviz import schema
 from overlapviz.ingest import pool
 from overlapviz.ingest.base import RankTrace, rank_from_name
 from overlapviz.ingest.classify import finish_kernels, set_column, split_multi_gpu
-from overlapviz.ingest.discover import _TIMINGS_RE, MANIFEST, RunSource, discover, input_paths
+from overlapviz.ingest.discover import _TIMINGS_RE, MANIFEST, RunSource, check_unique, discover, input_paths, split_by_file
 from overlapviz.ingest.files import display, input_bytes, read_regular
 from overlapviz.ingest.ranges import check_ranges, check_value
 from overlapviz.ingest.registry import reader_named
@@ -89,6 +89,32 @@ def _ingest_file(path: str, reader_name: str, rules_json: str, file_index: int, 
 
 class _WriteError(Exception):
     """Writing into the dataset's temporary directory failed (disk full, read-only, removed)."""
+
+
+@dataclass
+class _Skipped:
+    """A file ``--skip-bad`` left out: why (one line)."""
+
+    why: str
+
+
+def _ingest_file_or_skip(*args) -> list[_RankPart] | _Skipped:
+    """``_ingest_file``, a file it cannot read coming back as ``_Skipped`` (``--skip-bad``);
+    the dataset's own write errors still raise."""
+    try:
+        return _ingest_file(*args)
+    except ValueError as exc:
+        if str(exc).startswith("cannot write the dataset"):
+            raise
+        return _Skipped(str(exc))
+
+
+class _Disagree(Exception):
+    """The files of a directory-grouped run are not the ranks of one job (``discover.split_by_file``)."""
+
+    def __init__(self, index: int):
+        super().__init__(index)
+        self.index = index
 
 
 def _naming(message: str, path: str) -> str:
@@ -179,6 +205,9 @@ def ingest(
     overwrite: bool = False,
     workers: int | None = None,
     progress: bool | None = None,
+    skip_bad: bool = False,
+    skipped: list[tuple[str, str]] | None = None,
+    append: bool = False,
 ) -> Path:
     """Ingest traces into the dataset directory ``out`` and return its path.
 
@@ -196,13 +225,23 @@ def ingest(
     run_id
         The run's id when the sources make exactly one run.
     overwrite
-        Replace an existing non-empty ``out``.
+        Replace an existing non-empty ``out``; with ``append``, replace the runs of ``out``
+        whose ids the sources give again.
     workers
         Processes reading traces at once, this one included (default ``min(2, cpu
         count)``); each holds one trace in memory at a time. Below ``POOL_MIN_BYTES`` of
         trace content in all, this process reads every file alone.
     progress
         Show a progress bar on stderr; None: only when stderr is a terminal.
+    skip_bad
+        Leave out what cannot be read (a missing source, a file that is no trace or fails to
+        read, a run directory with a bad manifest) instead of stopping; each is appended to
+        ``skipped`` as ``(path, why)``. A run left with no file is left out; none left: error.
+    append
+        Add the runs to the existing dataset ``out`` (kept byte for byte if this fails): a
+        new dataset of its runs and the new ones is built beside it and swapped in. A run id
+        already in ``out`` is an error unless ``overwrite``. Each run keeps the kind rules
+        it was classified by (``runs.kind_rules``).
 
     Raises
     ------
@@ -212,7 +251,43 @@ def ingest(
     """
     if isinstance(sources, (str, os.PathLike)):
         sources = [sources]
-    runs = discover(sources, run_id=run_id)
+    skipped = [] if skipped is None else skipped
+    existing = _existing(out) if append else None
+    runs = discover(sources, run_id=run_id, skipped=skipped if skip_bad else None)
+    if not runs:
+        raise ValueError(f"nothing to ingest: {len(skipped)} source(s) skipped")
+    n_discover = len(skipped)
+    while True:
+        # files grouped by directory that turn out not to be one job's ranks are ingested
+        # again as a run per file (discover's module docstring); only then are they read twice
+        del skipped[n_discover:]
+        try:
+            return _ingest_runs(sources, runs, out, rules=rules, overwrite=overwrite or append, workers=workers,
+                                progress=progress, skipped=skipped if skip_bad else None, existing=existing,
+                                replace=overwrite)  # fmt: skip
+        except _Disagree as d:
+            runs = runs[: d.index] + split_by_file(runs[d.index]) + runs[d.index + 1:]
+            check_unique(runs)
+
+
+def _existing(out) -> dict:
+    """What ``--append`` keeps of the dataset ``out``: its metadata and tables (one-line errors)."""
+    path = Path(out)
+    if not path.exists():
+        raise ValueError(f"{display(path)}: no such dataset to append to (drop --append to create it)")
+    if not (path / schema.METADATA_FILE).is_file():
+        raise ValueError(f"{display(path)}: not an overlapviz dataset (no {schema.METADATA_FILE}): nothing to append to")
+    meta = schema.read_metadata(path)
+    tables = {name: schema.read_table(path, name) for name in schema.TABLES}
+    return {"path": path, "meta": meta, "tables": tables}
+
+
+def _ingest_runs(sources, runs: list[RunSource], out, *, rules, overwrite, workers, progress, skipped, existing,
+                 replace) -> Path:  # fmt: skip
+    old_ids: list[str] = [] if existing is None else list(existing["tables"]["runs"].column("run_id").to_pylist())
+    clash = [r.run_id for r in runs if r.run_id in old_ids]
+    if clash and not replace:
+        raise ValueError(f"{display(out)}: already has run {clash[0]!r} (give --run-id, or --overwrite to replace it)")
     run_rules = {r.run_id: _run_rules(r, rules) for r in runs}
     # dataset.json records the rules every run shares (each run's own are in runs.kind_rules)
     shared = {rs.to_json() for rs in run_rules.values()}
@@ -223,24 +298,87 @@ def ingest(
     tasks = [(ri, fi, path, reader) for ri, r in enumerate(runs) for fi, (path, reader) in enumerate(r.files)]
 
     inputs = input_paths(sources, runs)
+    if existing is not None:
+        kept_rules = {rs for rid, rs in zip(old_ids, existing["tables"]["runs"].column("kind_rules").to_pylist())
+                      if rid not in clash and rs}  # fmt: skip
+        if len(kept_rules | shared) > 1:  # dataset.json keeps the rules only when every run shares them
+            default_set = rules or default_rules()
     with schema.DatasetWriter(out, overwrite=overwrite, rules=default_set.to_dict(), inputs=inputs) as writer:
+        kept = [] if existing is None else _keep_existing(writer, existing, set(clash))
         state = [_RunState() for _ in runs]
         bar = pool.progress_bar(len(tasks), progress)
         rules_json = {rid: rs.to_json() for rid, rs in run_rules.items()}
         jobs = [(t, (str(t[2]), t[3], rules_json[runs[t[0]].run_id], t[1], runs[t[0]].run_id, str(writer.directory)))
                 for t in tasks]
+        work = _ingest_file if skipped is None else _ingest_file_or_skip
         # closing: on an error the worker is stopped before the writer removes its directory
-        with contextlib.closing(pool.ordered_map(_ingest_file, jobs, n_workers)) as results:
+        with contextlib.closing(pool.ordered_map(work, jobs, n_workers)) as results:
             try:
                 for (ri, fi, path, _), parts in results:
-                    _add_parts(writer, runs[ri], state[ri], path, parts)
+                    if isinstance(parts, _Skipped):
+                        skipped.append((display(path), _without_path(parts.why, path)))
+                    else:
+                        _add_parts(writer, runs[ri], state[ri], path, parts, ri)
                     bar.update(1)
             finally:
                 bar.close()
-        for r, st in zip(runs, state):
+        done = [(r, st) for r, st in zip(runs, state) if st.ranks or not r.files]
+        if skipped is not None:
+            _remove_unlisted_kernels(writer.directory, {part for st in state for part in st.files})
+            if not done:
+                raise ValueError(f"nothing ingested: every trace was skipped ({len(skipped)})")
+        for r, st in done:
             _add_run(writer, r, st, run_rules[r.run_id])
-        meta = {"runs": [r.run_id for r in runs], "ingested_from": [display(s) for s in sources]}
+        old_from = [] if existing is None else list(existing["meta"].get("ingested_from") or [])
+        meta = {"runs": kept + [r.run_id for r, _ in done], "ingested_from": old_from + [display(s) for s in sources]}
         return writer.commit(meta)
+
+
+def _without_path(message: str, path) -> str:
+    for shown in (display(path), str(path)):
+        if message.startswith(shown + ": "):
+            return message[len(shown) + 2:]
+    return message
+
+
+def _remove_unlisted_kernels(directory: Path, listed: set[str]) -> None:
+    """Kernels files a file that was then skipped wrote before failing (its other ranks): not the dataset's."""
+    for path in (directory / "kernels").glob("*/*.parquet"):
+        if path.relative_to(directory).as_posix() not in listed:
+            path.unlink()
+
+
+def _keep_existing(writer, existing: dict, replaced: set[str]) -> list[str]:
+    """Put the runs of the dataset being appended to (less ``replaced``) into ``writer``: kernels
+    files hard-linked (copied where links are not possible), small tables as they are."""
+    import shutil
+
+    import pyarrow.parquet as pq
+
+    src: Path = existing["path"]
+    ranks = existing["tables"]["ranks"]
+    owner = {schema.kernels_file(r, k): (r, k) for r, k in zip(ranks.column("run_id").to_pylist(), ranks.column("rank").to_pylist())}
+    for rel in existing["meta"].get("kernel_files") or []:
+        if rel not in owner:
+            raise ValueError(f"{display(src)}: {rel} belongs to no run x rank of ranks.parquet: not a dataset to append to")
+        run_id, rank = owner[rel]
+        if run_id in replaced:
+            continue
+        target = writer.directory / rel
+        target.parent.mkdir(exist_ok=True)
+        try:
+            os.link(src / rel, target)
+        except OSError:
+            shutil.copyfile(src / rel, target)
+        with open(target, "rb") as fh:
+            writer.add_kernels_file(rel, pq.ParquetFile(fh).metadata.num_rows, run_id, rank)
+    for name, table in existing["tables"].items():
+        if table.num_rows and "run_id" in table.column_names:
+            keep = pc.invert(pc.is_in(table.column("run_id"), pa.array(sorted(replaced), pa.string())))
+            table = table.filter(keep)
+        if table.num_rows:
+            writer.add(name, table)
+    return [r for r in existing["tables"]["runs"].column("run_id").to_pylist() if r not in replaced]
 
 
 def _run_rules(run: RunSource, explicit: RuleSet | None) -> RuleSet:
@@ -261,14 +399,30 @@ class _RunState:
     infos: list = field(default_factory=list)
     devices: list = field(default_factory=list)  # device names seen, most used first per rank
     n_kernels: int = 0
+    files: set = field(default_factory=set)  # kernels files (relative) the run's ranks have
+    world: int | None = None  # the world size its files state
 
 
-def _add_parts(writer, run: RunSource, st: _RunState, path: Path, parts: list[_RankPart]) -> None:
+def _add_parts(writer, run: RunSource, st: _RunState, path: Path, parts: list[_RankPart], index: int) -> None:
     """Count one file's ranks (kernels files already written) and add their small tables."""
+    if run.grouped:
+        _check_one_job(run, st, path, parts, index)
     try:
         _add_file_parts(writer, run, st, path, parts)
     except (ValueError, pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError) as exc:
         raise ValueError(_naming(str(exc), str(path))) from None
+
+
+def _check_one_job(run: RunSource, st: _RunState, path: Path, parts: list[_RankPart], index: int) -> None:
+    """Raise _Disagree when ``path``'s ranks show that ``run``'s files are not the ranks of one job."""
+    for part in parts:
+        world = part.info.get("world_size")
+        world = int(world) if isinstance(world, (int, np.integer)) and not isinstance(world, bool) else None
+        if world is not None and not 0 <= part.rank < world:
+            world = None  # a rank outside the world it states: the world size says nothing
+        if part.rank in st.ranks or world == 1 or (world is not None and st.world is not None and world != st.world):
+            raise _Disagree(index)
+        st.world = st.world if world is None else world
 
 
 def _add_file_parts(writer, run: RunSource, st: _RunState, path: Path, parts: list[_RankPart]) -> None:
@@ -277,6 +431,7 @@ def _add_file_parts(writer, run: RunSource, st: _RunState, path: Path, parts: li
         if rank in st.ranks:
             raise ValueError(f"{display(path)}: rank {rank} of run {run.run_id!r} also comes from {display(st.ranks[rank])}")
         st.ranks[rank] = path
+        st.files.add(part.kernels_file)
         writer.add_kernels_file(part.kernels_file, part.n_kernels, run.run_id, rank)
         st.n_kernels += part.n_kernels
         ident = {"run_id": run.run_id, "rank": rank}
