@@ -106,3 +106,65 @@ def test_every_figure_exports(dataset, tmp_path):
         assert result.exit_code == 0, (figure, result.output)
         img = Image.open(io.BytesIO(out.read_bytes())).convert("RGB")
         assert len(img.getcolors(maxcolors=1 << 20)) > 20, figure
+
+
+# --- the budget figure from the CLI (#14): --kernel RANK:START_NS, --what-if SETTING -----------------
+
+
+@pytest.fixture(scope="module")
+def standin(tmp_path_factory):
+    from pathlib import Path
+
+    from overlapviz.ingest import ingest
+
+    root = Path(__file__).resolve().parent.parent / "sample_traces" / "h200_standin_sweep"
+    return ingest([root], tmp_path_factory.mktemp("standin") / "ds", progress=False)
+
+
+def test_budget_kernel_and_what_if(standin, tmp_path):
+    import orjson
+
+    from overlapviz import schema
+
+    records = orjson.loads(CliRunner().invoke(main, ["explain", str(standin), "--format", "json"]).output)
+    blocked = next(r for r in records if r["cause"] == "sm_resources")
+    run_id, kernel = blocked["run_id"], f"{blocked['rank']}:{blocked['start_ns']}"
+    base = run(standin, "--figure", "budget", "--run", run_id, "--kernel", kernel, "-o", tmp_path / "a.html")
+    assert base.exit_code == 0, base.output
+    pad = run(standin, "--figure", "budget", "--run", run_id, "--kernel", kernel, "--what-if", "+29312 B", "-o", tmp_path / "b.html")
+    assert pad.exit_code == 0, pad.output
+    assert "+29312 B" in (tmp_path / "b.html").read_text() and "+29312 B" not in (tmp_path / "a.html").read_text()
+    # a computation kernel, no kernel there, a malformed id, an unknown setting: one line each, saying how to find one
+    k = schema.read_kernels(standin, run_ids=[run_id]).to_pandas()
+    gemm = k.loc[k["kind"] == "compute"].iloc[0]
+    cases = [(f"{gemm['rank']}:{gemm['start_ns']}", [], "not a communication kernel"),
+             (f"{blocked['rank']}:1", [], "no kernel starting at 1 ns"), ("zero", [], "not RANK:START_NS"),
+             (kernel, ["--what-if", "nope"], "the options: 'as is'")]  # fmt: skip
+    for bad, extra, message in cases:
+        res = run(standin, "--figure", "budget", "--run", run_id, "--kernel", bad, *extra, "-o", tmp_path / "x.html")
+        assert res.exit_code == 1 and message in res.output and res.output.count("\n") == 1, res.output
+        if not extra:
+            assert "overlapviz explain" in res.output
+    assert not (tmp_path / "x.html").exists()
+    wrong = run(standin, "--figure", "why", "--kernel", kernel, "-o", tmp_path / "x.html")
+    assert wrong.exit_code == 2 and "--figure budget" in wrong.output
+
+
+# --- no spurious warnings (#15 item 8): what a user's terminal shows ---------------------------------
+
+
+@pytest.mark.browser
+@needs_chromium
+def test_exports_and_serve_get_print_nothing_on_stderr(standin, tmp_path):
+    import subprocess
+    import sys
+
+    for fmt in ("png", "svg", "pdf", "html"):
+        out = tmp_path / f"why.{fmt}"
+        proc = subprocess.run([sys.executable, "-m", "overlapviz", "export", str(standin), "--figure", "why", "-o", str(out)],
+                              capture_output=True, text=True, timeout=240)  # fmt: skip
+        assert proc.returncode == 0 and out.stat().st_size > 0, proc.stderr
+        assert proc.stderr == "", (fmt, proc.stderr)
+    proc = subprocess.run([sys.executable, "-m", "overlapviz", "serve", str(standin), "--get", "/"], capture_output=True,
+                          text=True, timeout=240)  # fmt: skip
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
