@@ -87,3 +87,35 @@ def test_every_compare_and_residency_column_is_documented(tmp_path):
     words = set(re.findall(r"[a-z_]+", doc))
     missing = sorted({c for f in frames for c in f.columns if c not in words})
     assert not missing, missing
+
+
+def test_notebook_runs_cell_by_cell(tmp_path, monkeypatch):
+    """docs/notebook.ipynb: every code cell in order in one namespace, as a kernel would run them;
+    each cell's last expression is what Jupyter would display. No nbclient/ipykernel: the cells
+    are plain Python, and running them here checks the same thing without a kernel process."""
+    import ast
+    import json
+
+    import holoviews as hv
+    import pandas as pd
+
+    monkeypatch.setenv("OVERLAPVIZ_CACHE_DIR", str(tmp_path / "cache"))
+    nb = json.loads((DOCS / "notebook.ipynb").read_text())
+    assert nb["nbformat"] == 4
+    namespace: dict = {"__name__": "__main__"}
+    shown = []
+    for cell in nb["cells"]:
+        if cell["cell_type"] != "code":
+            continue
+        assert not cell.get("outputs"), "the notebook is kept without outputs"
+        tree = ast.parse("".join(cell["source"]))
+        last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
+        exec(compile(tree, "notebook", "exec"), namespace)  # noqa: S102
+        shown.append(eval(compile(ast.Expression(last.value), "notebook", "eval"), namespace) if last else None)  # noqa: S307
+    ds, overlap, why, shapes, pair, fig = shown
+    assert repr(ds).startswith("<overlapviz.Dataset") and len(namespace["ds"].runs) > 1
+    assert isinstance(overlap, pd.DataFrame) and len(overlap) and overlap["overlap_fraction"].between(0, 1).all()
+    assert len(why) and (why["sm_resources_us"] >= 0).all()
+    assert len(shapes) and shapes["occupancy"].dropna().between(0, 1).all()
+    assert "median_ms" in set(pair["item"])
+    assert isinstance(fig, hv.core.Dimensioned) and hv.render(fig, backend="bokeh") is not None
