@@ -31,6 +31,7 @@ from overlapviz import distributed as ovd
 from overlapviz import schema
 from overlapviz.analysis import explain as explain_lib
 from overlapviz.analysis import metrics
+from overlapviz.analysis import residency as residency_lib
 from overlapviz.distributed import cluster, partitions, timeline
 from overlapviz.ingest import discover, ingest
 from overlapviz.testing import generate_trace, write_trace
@@ -378,6 +379,95 @@ def test_cli_explain_device_name_with_scheduler(client, no_device):
         got = runner.invoke(main, ["explain", str(no_device), *args, "--format", "json", "--scheduler", address])
         assert (got.exit_code, got.output) == (want.exit_code, want.output), args
     assert want.exit_code == 1 and "--device-name 'no such gpu'" in want.output
+
+
+# --- residency -------------------------------------------------------------------------------
+
+
+def test_residency_same_table(client, dataset, batch_files):
+    local = residency_lib.kernel_residency(dataset)
+    assert len(local) > 50 and local["blocks_per_sm"].notna().any()
+    pdt.assert_frame_equal(ovd.residency_on(client, dataset), local)
+    for runs in (["job4", "gloo_cpu"], ["gloo_cpu"], ["nope"]):  # gloo: host activities only, no row
+        pdt.assert_frame_equal(ovd.residency_on(client, dataset, run_ids=runs), residency_lib.kernel_residency(dataset, run_ids=runs))
+
+
+def test_residency_merge_over_ranks_is_exercised(dataset):
+    """The test above can fail: job4's ranks give the same launch shapes different median grids (an even number of
+    ranks: the median of medians is the mean of the two middle ones), so the merge over ranks is not trivial."""
+    k = schema.read_frame(dataset, "kernels", columns=residency_lib.KERNEL_COLUMNS, run_ids=["job4"])
+    shapes = residency_lib.rank_shapes(k, residency_lib.device_table(dataset), residency_lib.run_carveouts(dataset))
+    spread = shapes.groupby(residency_lib.MERGE_KEYS, dropna=False)["grid_blocks_median"].agg(["nunique", "count"])
+    assert ((spread["nunique"] > 2) & (spread["count"] % 2 == 0)).any()
+
+
+def test_median_of_counts_is_pandas_groupby_median():
+    from overlapviz.distributed.residency import median_of_counts
+
+    rng = np.random.default_rng(5)
+    for _ in range(20):
+        n = int(rng.integers(1, 300))
+        row = rng.integers(0, 12, n)
+        value = rng.choice(np.concatenate([rng.normal(1e6, 1e5, 5), [0.1, 1 / 3, 2.5e15 + 1, 7.0]]), n)
+        want = pd.DataFrame({"row": row, "value": pd.array(value, dtype="Float64")}).groupby("row")["value"].median()
+        counts = pd.DataFrame({"row": row, "value": value, "count": 1}).groupby(["row", "value"])["count"].sum().reset_index()
+        got = median_of_counts(counts["row"].to_numpy(), counts["value"].to_numpy(), counts["count"].to_numpy(), 12)
+        assert np.isnan(got[np.setdiff1d(np.arange(12), row)]).all()
+        assert got[want.index.to_numpy()].tolist() == want.to_numpy(np.float64).tolist()  # bit for bit
+
+
+@pytest.mark.parametrize("device", [None, "NVIDIA H200", "sm_90"])
+def test_residency_device_name_as_local(client, no_device, device):
+    local = residency_lib.kernel_residency(no_device, device=device)
+    if device is None:  # ranks 2 and 3 say nothing of their GPU: their shapes have no residency, and say why
+        assert local["residency_note"].fillna("").str.contains("--device-name").any()
+    else:
+        assert set(local["device_name"]) == {"NVIDIA A100-SXM4-80GB", device}  # ranks 0-1 keep theirs: rows per device
+    pdt.assert_frame_equal(ovd.residency_on(client, no_device, device=device), local)
+
+
+def test_residency_errors_as_local(client, no_device, tmp_path):
+    with pytest.raises(ValueError) as local_err:
+        residency_lib.kernel_residency(no_device, device="no such gpu")
+    with pytest.raises(ValueError) as dask_err:
+        ovd.residency_on(client, no_device, device="no such gpu")
+    assert str(dask_err.value) == str(local_err.value)
+    # kernels files cut short: the same error as the local read's (pyarrow's; it does not name the file)
+    import shutil
+
+    broken = tmp_path / "broken"
+    shutil.copytree(no_device, broken)
+    rels = schema.read_metadata(broken)["kernel_files"]
+    for rel in (rels[1], rels[3]):
+        data = (broken / rel).read_bytes()
+        (broken / rel).write_bytes(data[: len(data) // 2])
+    with pytest.raises(ValueError) as local_err:
+        residency_lib.kernel_residency(broken)
+    with pytest.raises(ValueError) as dask_err:
+        ovd.residency_on(client, broken)
+    assert str(dask_err.value) == str(local_err.value) and "Parquet" in str(local_err.value)
+
+
+def test_cli_residency_with_scheduler(client, no_device, dataset):
+    """`residency --scheduler` (and OVERLAPVIZ_SCHEDULER) prints what `residency` prints, in every view and format."""
+    from click.testing import CliRunner
+
+    from overlapviz.cli import main
+
+    runner = CliRunner()
+    address = client.scheduler.address
+    cases = [(no_device, []), (no_device, ["--device-name", "NVIDIA H200"]), (no_device, ["--device-name", "sm_90", "--kind", "comm"]),
+             (no_device, ["--delays", "--device-name", "sm_90"]), (no_device, ["--device-name", "no such gpu"]),
+             (dataset, ["--run", "job4", "--run", "scenario-dependency_sync-events-on"]), (dataset, ["--kind", "compute", "--wide"])]  # fmt: skip
+    for ds, args in cases:
+        for fmt in ("json", "table", "csv"):
+            want = runner.invoke(main, ["residency", str(ds), *args, "--format", fmt], env={"OVERLAPVIZ_SCHEDULER": ""})
+            got = runner.invoke(main, ["residency", str(ds), *args, "--format", fmt, "--scheduler", address])
+            env = runner.invoke(main, ["residency", str(ds), *args, "--format", fmt], env={"OVERLAPVIZ_SCHEDULER": address})
+            assert (got.exit_code, got.output) == (want.exit_code, want.output) == (env.exit_code, env.output), (args, fmt)
+    assert want.exit_code == 0 and want.output.count("\n") > 10
+    bad = runner.invoke(main, ["residency", str(no_device), "--device-name", "no such gpu", "--scheduler", address])
+    assert bad.exit_code == 1 and "--device-name 'no such gpu'" in bad.output and bad.output.strip().count("\n") == 0
 
 
 # --- the timeline --------------------------------------------------------------------------

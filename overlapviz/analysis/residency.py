@@ -155,6 +155,91 @@ def attach_occupancy(kernels: pd.DataFrame, dev_limits: dict, *, prefix: str = "
     )
 
 
+# what kernel_residency reads of the kernels table
+KERNEL_COLUMNS = ["run_id", "rank", "device", "name", "kind", "is_host", "start_ns", "end_ns", "grid_x", "grid_y", "grid_z",
+                  "block_x", "block_y", "block_z", "regs_per_thread", "shared_mem_bytes", "sgprs", "accum_vgprs"]  # fmt: skip
+# one residency row merges the ranks of a run whose kernel shows this launch shape on a device of this name and arch
+MERGE_KEYS = ["run_id", "device_name", "arch", "name", "kind", "threads_per_block", "regs_per_thread", "shared_mem_bytes"]
+# per merged row, the first non-null value over its ranks (in dataset order) of each
+MERGE_FIRST = ["blocks_per_sm", "limiter", "occupancy", "smem_config_bytes", "num_sms", "residency_note"]
+
+
+def rank_shapes(kernels: pd.DataFrame, dev_limits: dict, carveouts: dict) -> pd.DataFrame:
+    """Per ``(run_id, rank, device)`` x name x kind x launch shape of ``kernels``: the occupancy of that rank's device.
+
+    The part of :func:`kernel_residency` that looks at kernels: each row depends only on the kernels of
+    one run x rank x device, that rank's own limits in ``dev_limits`` (:func:`device_table`; with
+    ``ANY_RANK`` for ``--device-name``) and its run's carve-out (:func:`run_carveouts`), so it can be
+    computed one rank at a time (``overlapviz.distributed.residency_on``): the rows of several ranks
+    concatenated in dataset order are the rows of all of them at once.
+
+    Returns
+    -------
+    pandas.DataFrame
+        ``run_id, rank, device, name, kind, threads_per_block, regs_per_thread, shared_mem_bytes,
+        sgprs, accum_vgprs, n_launches, total_ns, grid_blocks_median``, the occupancy columns of
+        :func:`attach_occupancy` and ``device_name, arch, num_sms``; groups in order of first
+        appearance. Host activities and memcpy/memset are left out.
+    """
+    k = kernels[(~kernels["is_host"].fillna(False)) & kernels["kind"].isin(["compute", "comm", "other"])]
+    k = kernel_shapes(k)
+    keys = ["run_id", "rank", "device", "name", "kind", "threads_per_block", "regs_per_thread", "shared_mem_bytes", "sgprs", "accum_vgprs"]
+    g = (
+        k.assign(dur_ns=k["end_ns"] - k["start_ns"])
+        .groupby(keys, dropna=False, sort=False)
+        .agg(n_launches=("dur_ns", "size"), total_ns=("dur_ns", "sum"), grid_blocks_median=("grid_blocks", "median"))
+        .reset_index()
+    )
+    g = attach_occupancy(g, dev_limits, carveouts=carveouts)
+    names, archs, sms = [], [], []
+    for rec in g[["run_id", "rank", "device"]].itertuples(index=False):  # per distinct shape
+        lim = limits_for(dev_limits, rec.run_id, int(rec.rank), None if pd.isna(rec.device) else int(rec.device))
+        ok = isinstance(lim, dict)
+        names.append(lim.get("name") if ok else None)
+        archs.append(lim.get("arch") if ok else None)
+        sms.append(lim.get("num_sms") if ok else None)
+    return g.assign(device_name=names, arch=archs, num_sms=pd.array(sms, dtype="Int64"))
+
+
+def merge_shapes(shapes: pd.DataFrame) -> pd.DataFrame:
+    """:func:`rank_shapes` rows merged over the ranks of each run (``MERGE_KEYS``): the one step that crosses ranks.
+
+    Launches and time add up; ``MERGE_FIRST`` takes the first rank's non-null value; the median grid
+    is the median of the ranks' medians.
+    """
+    return (
+        shapes.groupby(MERGE_KEYS, dropna=False, sort=False)
+        .agg(
+            blocks_per_sm=("blocks_per_sm", "first"),
+            limiter=("limiter", "first"),
+            occupancy=("occupancy", "first"),
+            smem_config_bytes=("smem_config_bytes", "first"),
+            n_launches=("n_launches", "sum"),
+            total_ns=("total_ns", "sum"),
+            grid_blocks_median=("grid_blocks_median", "median"),
+            num_sms=("num_sms", "first"),
+            residency_note=("residency_note", "first"),
+        )
+        .reset_index()
+    )
+
+
+RESIDENCY_COLUMNS = ["run_id", "device_name", "arch", "name", "kind", "threads_per_block", "regs_per_thread", "shared_mem_bytes",
+                     "blocks_per_sm", "limiter", "occupancy", "n_launches", "total_us", "grid_blocks_median", "waves",
+                     "smem_config_bytes", "carveout_note", "residency_note"]  # fmt: skip
+
+
+def finish_shapes(out: pd.DataFrame, carveouts: dict) -> pd.DataFrame:
+    """:func:`merge_shapes`' rows as :func:`kernel_residency` returns them: waves, carve-out note, µs, sorted."""
+    denom = out["blocks_per_sm"].astype("Float64") * out["num_sms"].astype("Float64")
+    waves = out["grid_blocks_median"].astype("Float64") / denom.where(denom > 0)
+    vendor_nv = out["arch"].astype(str).str.startswith("sm_").to_numpy()
+    notes = out["run_id"].map({r: v[1] for r, v in carveouts.items()}).fillna(UNKNOWN_CARVEOUT_NOTE)
+    carve_note = np.where(vendor_nv, notes.to_numpy(object), None)
+    out = out.assign(total_us=out["total_ns"] / 1000.0, waves=waves, carveout_note=carve_note).drop(columns=["total_ns", "num_sms"])
+    return out[RESIDENCY_COLUMNS].sort_values(["run_id", "total_us"], ascending=[True, False], kind="stable").reset_index(drop=True)
+
+
 def kernel_residency(dataset_path, *, run_ids=None, device: str | None = None) -> pd.DataFrame:
     """One row per distinct kernel launch shape in a dataset, with its residency.
 
@@ -178,54 +263,11 @@ def kernel_residency(dataset_path, *, run_ids=None, device: str | None = None) -
         no carve-out) and ``residency_note``, sorted by ``total_us`` descending. Host activities and
         memcpy/memset are left out. ``blocks_per_sm`` is null where the trace lacks the
         launch shape or the device's limits (``residency_note`` says which).
+
+    Only :func:`merge_shapes` looks across ranks; ``overlapviz.distributed.residency_on`` computes
+    :func:`rank_shapes` per rank on a Dask cluster and merges them there, with this result.
     """
-    cols = ["run_id", "rank", "device", "name", "kind", "is_host", "start_ns", "end_ns", "grid_x", "grid_y", "grid_z",
-            "block_x", "block_y", "block_z", "regs_per_thread", "shared_mem_bytes", "sgprs", "accum_vgprs"]
-    k = schema.read_frame(dataset_path, "kernels", columns=cols, run_ids=run_ids)
-    k = k[(~k["is_host"].fillna(False)) & k["kind"].isin(["compute", "comm", "other"])]
-    k = kernel_shapes(k)
+    k = schema.read_frame(dataset_path, "kernels", columns=KERNEL_COLUMNS, run_ids=run_ids)
     dev_limits = device_table(dataset_path, device)
-    keys = ["run_id", "rank", "device", "name", "kind", "threads_per_block", "regs_per_thread", "shared_mem_bytes", "sgprs", "accum_vgprs"]
-    g = (
-        k.assign(dur_ns=k["end_ns"] - k["start_ns"])
-        .groupby(keys, dropna=False, sort=False)
-        .agg(n_launches=("dur_ns", "size"), total_ns=("dur_ns", "sum"), grid_blocks_median=("grid_blocks", "median"))
-        .reset_index()
-    )
     carveouts = run_carveouts(dataset_path)
-    g = attach_occupancy(g, dev_limits, carveouts=carveouts)
-    names, archs, sms = [], [], []
-    for rec in g[["run_id", "rank", "device"]].itertuples(index=False):  # per distinct shape
-        lim = limits_for(dev_limits, rec.run_id, int(rec.rank), None if pd.isna(rec.device) else int(rec.device))
-        ok = isinstance(lim, dict)
-        names.append(lim.get("name") if ok else None)
-        archs.append(lim.get("arch") if ok else None)
-        sms.append(lim.get("num_sms") if ok else None)
-    g = g.assign(device_name=names, arch=archs, num_sms=pd.array(sms, dtype="Int64"))
-    # shapes repeat across ranks of a run: merge them
-    keys2 = ["run_id", "device_name", "arch", "name", "kind", "threads_per_block", "regs_per_thread", "shared_mem_bytes"]
-    out = (
-        g.groupby(keys2, dropna=False, sort=False)
-        .agg(
-            blocks_per_sm=("blocks_per_sm", "first"),
-            limiter=("limiter", "first"),
-            occupancy=("occupancy", "first"),
-            smem_config_bytes=("smem_config_bytes", "first"),
-            n_launches=("n_launches", "sum"),
-            total_ns=("total_ns", "sum"),
-            grid_blocks_median=("grid_blocks_median", "median"),
-            num_sms=("num_sms", "first"),
-            residency_note=("residency_note", "first"),
-        )
-        .reset_index()
-    )
-    denom = out["blocks_per_sm"].astype("Float64") * out["num_sms"].astype("Float64")
-    waves = out["grid_blocks_median"].astype("Float64") / denom.where(denom > 0)
-    vendor_nv = out["arch"].astype(str).str.startswith("sm_").to_numpy()
-    notes = out["run_id"].map({r: v[1] for r, v in carveouts.items()}).fillna(UNKNOWN_CARVEOUT_NOTE)
-    carve_note = np.where(vendor_nv, notes.to_numpy(object), None)
-    out = out.assign(total_us=out["total_ns"] / 1000.0, waves=waves, carveout_note=carve_note).drop(columns=["total_ns", "num_sms"])
-    order = ["run_id", "device_name", "arch", "name", "kind", "threads_per_block", "regs_per_thread", "shared_mem_bytes",
-             "blocks_per_sm", "limiter", "occupancy", "n_launches", "total_us", "grid_blocks_median", "waves",
-             "smem_config_bytes", "carveout_note", "residency_note"]
-    return out[order].sort_values(["run_id", "total_us"], ascending=[True, False], kind="stable").reset_index(drop=True)
+    return finish_shapes(merge_shapes(rank_shapes(k, dev_limits, carveouts)), carveouts)

@@ -29,7 +29,11 @@ TABLE_COLUMNS = {
               "such as 'NVIDIA A100-SXM4-80GB', or an architecture such as sm_80 or gfx942).")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True, help="Output format.")
 @wide_option
-def residency(dataset: str, runs: tuple[str, ...], kind: str, delays: bool, device_name: str | None, fmt: str, wide: bool) -> None:
+@click.option("--scheduler", envvar="OVERLAPVIZ_SCHEDULER", metavar="ADDRESS", default=None,
+              help="Compute on a Dask cluster: tcp://host:8786, a scheduler file, or local / local:N (pip install "
+                   "'overlapviz[dask]'; docs/dask.md). Same results as without.")
+def residency(dataset: str, runs: tuple[str, ...], kind: str, delays: bool, device_name: str | None, fmt: str, wide: bool,
+              scheduler: str | None) -> None:  # fmt: skip
     """Occupancy of every distinct kernel launch shape in DATASET, or (--delays) why each collective started when it did.
 
     Shapes: blocks_per_sm (resident blocks per SM/CU by the device's occupancy rules),
@@ -39,12 +43,18 @@ def residency(dataset: str, runs: tuple[str, ...], kind: str, delays: bool, devi
     the cause).
     """
     try:
-        if delays:
+        if scheduler:
+            from overlapviz.distributed import client_for, explain_on, residency_on
+
+            with client_for(scheduler) as client:
+                on = explain_on if delays else residency_on
+                frame = on(client, dataset, run_ids=list(runs) or None, device=device_name)
+        elif delays:
             frame = explain.explain(dataset, run_ids=list(runs) or None, device=device_name)
         else:
             frame = residency_lib.kernel_residency(dataset, run_ids=list(runs) or None, device=device_name)
-            if kind != "all":
-                frame = frame[frame["kind"] == kind].reset_index(drop=True)
+        if not delays and kind != "all":
+            frame = frame[frame["kind"] == kind].reset_index(drop=True)
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
     columns = TABLE_COLUMNS["delays" if delays else "shapes"]

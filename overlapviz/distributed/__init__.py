@@ -18,11 +18,14 @@ functions take it. What runs where:
   is reduced over the batches as a tree, then each batch adds the peer wait
   (``peers.attach_peer_wait``'s arithmetic); the client receives the records or, with
   ``summary``, one row per rank.
+* ``residency_on``: one task per batch computes ``residency.rank_shapes`` of its ranks (residency
+  depends only on a rank's own kernels and limits); the merge over a run's ranks is reduced over
+  the batches as a tree on the workers; the client gets one row per merged launch shape.
 * ``timeline_counts_on`` / ``timeline_window_on``: per-rank raster counts summed on the
   client (zoomed out), or the kernels of a time window read from each rank's file (zoomed in).
 
 The modules: ``cluster`` (addresses, the client, tasks in order), ``ingest``,
-``partitions`` (kernels files in batches), ``analysis`` (analyze, explain), ``timeline``.
+``partitions`` (kernels files in batches), ``analysis`` (analyze, explain), ``residency``, ``timeline``.
 Dask is an optional extra (``pip install 'overlapviz[dask]'``): importing this package
 needs none of it (``client_for`` names the extra when it is missing), and the local path
 never imports it. docs/dask.md is the user's page.
@@ -33,7 +36,8 @@ from __future__ import annotations
 from overlapviz.distributed.analysis import analyze_on, explain_on
 from overlapviz.distributed.cluster import EXTRA, SCHEDULER_ENV, SCHEDULER_HELP, client_for, require_dask
 from overlapviz.distributed.ingest import ingest_on
+from overlapviz.distributed.residency import residency_on
 from overlapviz.distributed.timeline import KINDS, timeline_counts_on, timeline_window_on
 
 __all__ = ["EXTRA", "KINDS", "SCHEDULER_ENV", "SCHEDULER_HELP", "analyze_on", "client_for", "explain_on", "ingest_on",
-           "require_dask", "timeline_counts_on", "timeline_window_on"]  # fmt: skip
+           "require_dask", "residency_on", "timeline_counts_on", "timeline_window_on"]  # fmt: skip

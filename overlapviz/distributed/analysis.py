@@ -131,10 +131,7 @@ def _explain_batch(root: str, kinds: tuple, where: str, items: list[tuple]) -> l
         k = _read_file(root, rel, explain._READ, explain._DICTIONARY, where)
         if not k.num_rows:
             continue
-        got = (k.column("run_id")[0].as_py(), k.column("rank")[0].as_py())
-        if got != (run_id, rank):
-            raise ValueError(f"{display(os.path.join(where, rel))}: holds run {got[0]!r} rank {got[1]}, "
-                             f"not run {run_id!r} rank {rank}")  # fmt: skip
+        _check_rank(k, rel, run_id, rank, where)
         part = explain._explain_rank(k, _rank_syncs(root, run_id, rank), dev_limits, carveouts, kinds)
         if part is not None:
             out.append((run_id, rank, part, *_comm_instances(part)))
@@ -217,6 +214,42 @@ def _with_peers(parts: list[tuple], instances, summary: bool) -> list:
     return out
 
 
+def _rank_items(dataset_path, files: list[str], device: str | None) -> list[tuple]:
+    """``(file, run_id, rank, that rank's device limits, its run's carve-out)`` of each kernels file: what a task needs
+    to compute per-rank occupancy (``occupancy.limits_for`` looks only at the rank's own limits and ``--device-name``'s).
+
+    Raises
+    ------
+    ValueError
+        ``device`` names no GPU (before any task); a file belongs to no run of the runs table.
+    """
+    from overlapviz.analysis.residency import ANY_RANK, device_table, run_carveouts
+
+    dev_limits = device_table(dataset_path, device)  # a device name no GPU has: its ValueError, before any task
+    given = {ANY_RANK: dev_limits.pop(ANY_RANK)} if ANY_RANK in dev_limits else {}
+    carveouts = run_carveouts(dataset_path)
+    by_rank: dict = {}
+    for key, limits in dev_limits.items():
+        by_rank.setdefault(key[:2], {})[key] = limits
+    run_of_key = {schema.run_key(r): r for r in carveouts}
+    items = []
+    for rel in files:
+        run_id = run_of_key.get(Path(rel).parent.name)
+        rank = _rank_of_file(rel)
+        if run_id is None or rank < 0:
+            raise ValueError(f"{dataset_path}: kernels file {rel} belongs to no run of the runs table")
+        items.append((rel, run_id, rank, by_rank.get((run_id, rank), {}) | given, {run_id: carveouts[run_id]}))
+    return items
+
+
+def _check_rank(table: pa.Table, rel: str, run_id: str, rank: int, where: str) -> None:
+    """A kernels file holds the run x rank its path names (its rows get that rank's limits)."""
+    got = (table.column("run_id")[0].as_py(), table.column("rank")[0].as_py())
+    if got != (run_id, rank):
+        raise ValueError(f"{display(os.path.join(where, rel))}: holds run {got[0]!r} rank {got[1]}, "
+                         f"not run {run_id!r} rank {rank}")  # fmt: skip
+
+
 def explain_on(client, dataset_path: str | os.PathLike, *, run_ids=None, kinds: tuple[str, ...] = ("comm",),
                device: str | None = None, summary: bool = False, progress: bool | None = False):  # fmt: skip
     """``explain.explain`` (``summary``: ``explain.summarize`` of it) on the cluster; the same frame.
@@ -234,23 +267,8 @@ def explain_on(client, dataset_path: str | os.PathLike, *, run_ids=None, kinds: 
     import pandas as pd
 
     from overlapviz.analysis import explain, peers
-    from overlapviz.analysis.residency import ANY_RANK, device_table, run_carveouts
 
-    files = _kernel_files(dataset_path, run_ids)
-    dev_limits = device_table(dataset_path, device)  # a device name no GPU has: its ValueError, before any task
-    given = {ANY_RANK: dev_limits.pop(ANY_RANK)} if ANY_RANK in dev_limits else {}
-    carveouts = run_carveouts(dataset_path)
-    by_rank: dict = {}
-    for key, limits in dev_limits.items():
-        by_rank.setdefault(key[:2], {})[key] = limits  # occupancy.limits_for looks only at the rank's own
-    run_of_key = {schema.run_key(r): r for r in carveouts}
-    items = []
-    for rel in files:
-        run_id = run_of_key.get(Path(rel).parent.name)
-        rank = _rank_of_file(rel)
-        if run_id is None or rank < 0:
-            raise ValueError(f"{dataset_path}: kernels file {rel} belongs to no run of the runs table")
-        items.append((rel, run_id, rank, by_rank.get((run_id, rank), {}) | given, {run_id: carveouts[run_id]}))
+    items = _rank_items(dataset_path, _kernel_files(dataset_path, run_ids), device)
     results = []
     if items:
         root = os.path.abspath(dataset_path)
