@@ -54,7 +54,10 @@ MARKERS = {
     "Overview": ["TimeRatio", "no grid to show", " · "],  # (the previous Overview titled each heatmap "workload · setup")
     "Timeline": ["Timeline of"],
     "Compare": ["A: ", "Compare needs two", "Needs two runs"],
-    "Residency": ["Late-start time by cause", "Residency per kernel", "No residency", "no communication kernels"],
+    "Why late": ["Late-start time by cause", "no communication kernels"],
+    "Collectives": ["Communication per rank"],
+    # (the previous Residency page was the why page with the residency plot at its bottom; the previous Ranks is Collectives)
+    "Residency": ["Resident blocks per SM", "Residency per kernel", "No residency"],
     "Ranks": ["Communication per rank"],
 }
 
@@ -105,7 +108,9 @@ class Session:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
         env = dict(os.environ, OVERLAPVIZ_TOKEN=TOKEN)
-        self.proc = subprocess.Popen([sys.executable, "-c", "from overlapviz.cli import main; main()", "serve", str(dataset),
+        # -P: the server imports the checkout on PYTHONPATH (another one's, for the side-by-side figures), not the current
+        # directory's (run from a clone's root, `-c` would put it first)
+        self.proc = subprocess.Popen([sys.executable, "-P", "-c", "from overlapviz.cli import main; main()", "serve", str(dataset),
                                       "--port", str(self.port), "--no-show"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                      env=env)  # fmt: skip
         browser, driver_path = find_chromium()

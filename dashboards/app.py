@@ -1,4 +1,4 @@
-"""The overlapviz dashboard: five pages over one dataset, served by Panel on 127.0.0.1 behind a per-launch token, offline."""
+"""The overlapviz dashboard: six pages over one dataset, served by Panel on 127.0.0.1 behind a per-launch token, offline."""
 
 from __future__ import annotations
 
@@ -21,10 +21,12 @@ from panel.viewable import Viewer
 
 from overlapviz import figures
 from overlapviz.dashboards import security
-from overlapviz.dashboards.pages import ComparePage, OverviewPage, RanksPage, ResidencyPage, TimelinePage
+from overlapviz.dashboards.pages import CollectivesPage, ComparePage, OverviewPage, ResidencyPage, TimelinePage, WhyPage
 from overlapviz.dashboards.store import DataStore
 
-PAGES = ("Overview", "Timeline", "Compare", "Residency", "Ranks")
+# the tabs, named after what they show: the grid, one run's kernels, why its collectives started late (with one SM's
+# budget), the collectives across ranks, residency per launch shape, two runs side by side
+PAGES = ("Overview", "Timeline", "Why late", "Collectives", "Residency", "Compare")
 TUNNEL_PORT = 5006  # the local end of the SSH tunnel the banner of a --unix-socket server proposes
 DATASET_ENV = "OVERLAPVIZ_DATASET"  # how `panel serve dashboards/app.py` finds its dataset
 
@@ -56,9 +58,10 @@ class Dashboard(Viewer):
         self.pages = [
             OverviewPage(self.store, on_open=self.open_timeline),
             TimelinePage(self.store),
-            ComparePage(self.store),
+            WhyPage(self.store),
+            CollectivesPage(self.store),
             ResidencyPage(self.store),
-            RanksPage(self.store),
+            ComparePage(self.store),
         ]
         # pages are built on first visit: Panel's own Tabs(dynamic=True) left switched-to tabs
         # empty in the browser (Panel 1.9), and building every page up front slows the first render

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import re
 import tempfile
 import traceback
 from pathlib import Path
@@ -95,6 +96,30 @@ def export_buttons(store: DataStore, *items) -> pn.Column:
 
     fmt.param.watch(_fmt, "value")
     return pn.Column(pn.Row(fmt, *buttons.values(), align="end"), message, margin=0)
+
+
+def perfetto_button(store: DataStore) -> pn.Column:
+    """Download the shown run's trace for Perfetto (``<run>.perfetto.json.gz``): exactly what
+    ``overlapviz export DATASET --format perfetto --run RUN`` writes (``overlapviz.perfetto.write_perfetto``: kernels per
+    rank and stream, each collective's wait with its cause, blocker and fit, flow arrows, overlap counters)."""
+    message = pn.pane.Alert("", alert_type="danger", visible=False, sizing_mode="stretch_width", margin=(0, 5))
+
+    def _make():
+        from overlapviz.perfetto import write_perfetto
+
+        run_id = store.run_id
+        if run_id is None:
+            raise ValueError("no run chosen")
+        with tempfile.TemporaryDirectory(prefix="ovz-perfetto-") as tmp:
+            data = write_perfetto(store.path, run_id, Path(tmp) / "trace.json.gz").read_bytes()
+        button.filename = f"{re.sub(r'[^A-Za-z0-9._-]', '_', str(run_id))}.perfetto.json.gz"
+        return io.BytesIO(data)
+
+    button = ExportButton(message, callback=_make, filename="trace.perfetto.json.gz", label="Perfetto trace", width=150,
+                          embed=False, color="primary", variant="outline", align="end",
+                          description="The run's kernels and the why (waits by cause, blockers, arrows) as a trace for "
+                                      "ui.perfetto.dev")  # fmt: skip
+    return pn.Column(button, message, margin=0, align="end")
 
 
 def export_button(store: DataStore, figure: str, options, *, label: str = "Export figure") -> pn.Column:

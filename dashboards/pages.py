@@ -2,8 +2,8 @@
 
 Overview (the configuration grid), Timeline (kernels, each collective's wait by cause, arrows
 from producers and blockers), Compare (two runs on linked time axes); the why-pages
-(``ResidencyPage``: late starts by cause, blockers, one SM's budget, residency;
-``RanksPage``: collectives across ranks) live in ``pages_why``.
+(``WhyPage``: late starts by cause, blockers, one SM's budget; ``CollectivesPage``: collectives
+across ranks; ``ResidencyPage``: residency per launch shape) live in ``pages_why``.
 """
 
 from __future__ import annotations
@@ -17,11 +17,12 @@ import param
 from overlapviz import figures
 from overlapviz import figures_timeline as ftl
 from overlapviz.analysis import ranks as ranks_analysis
-from overlapviz.dashboards.common import PLOT_WIDTH, Page, plot, export_button, export_buttons, hidden, notice, table, unavailable
-from overlapviz.dashboards.pages_why import RanksPage, ResidencyPage
+from overlapviz.dashboards.common import (PLOT_WIDTH, Page, export_button, export_buttons, hidden, notice, perfetto_button, plot,
+                                          table, unavailable)  # fmt: skip
+from overlapviz.dashboards.pages_why import CollectivesPage, ResidencyPage, WhyPage
 from overlapviz.dashboards.store import DataStore, Unavailable, busy
 
-__all__ = ["ComparePage", "OverviewPage", "RanksPage", "ResidencyPage", "TimelinePage"]
+__all__ = ["CollectivesPage", "ComparePage", "OverviewPage", "ResidencyPage", "TimelinePage", "WhyPage"]
 
 _METRICS = {"TimeRatio": "time_ratio", "Speedup": "speedup", "Overlap fraction": "overlap_fraction"}
 
@@ -52,6 +53,9 @@ class OverviewPage(Page):
             self.workload = workloads[0]
 
     def _configured(self, workload: str = "all") -> pd.DataFrame | None:
+        runs = self.store.runs
+        if "setup" not in runs or not runs["setup"].notna().any():
+            return None  # imported traces: no grid, and no configuration table to wait for (analyze over every kernel)
         table_ = self.store.config_table()
         configured = table_.get("setup", pd.Series(dtype=object)).notna()
         if workload != "all" and "workload" in table_:
@@ -96,7 +100,7 @@ class OverviewPage(Page):
         if table_ is None:
             return notice("These runs are imported traces without an experiment configuration (workload, setup, "
                           "shaping, priority): there is no grid to show. Open them on the **Timeline**, "
-                          "**Residency** (why late, SM budget) and **Ranks** (collectives) pages.", "info")  # fmt: skip
+                          "**Why late** (with the SM budget), **Collectives** and **Residency** pages.", "info")  # fmt: skip
         dmap = hv.DynamicMap(self._frame, streams=[hv.streams.Params(self, ["value", "workload"])])
         tap = hv.streams.Tap(source=dmap)
         tap.add_subscriber(lambda x, y: self._open(x, y))
@@ -164,6 +168,7 @@ class TimelinePage(Page):
         self._drawn = None  # (run_id, ranks) of the last frame: a new one resets the zoom
         self._window = None  # a window asked for (focus on a kernel), applied once
         self._applied = None
+        self._last = None  # (what was drawn, the frame): the frame asked again for the same view is not drawn again
 
     def _current(self) -> dict:
         return {"run_id": self.store.run_id, "ranks": sorted(int(r) for r in self.store.ranks), "max_glyphs": self.max_glyphs,
@@ -218,10 +223,16 @@ class TimelinePage(Page):
             self._range.update(x_range=None)  # a later budget change must not bring the old zoom back
         if window is not None and window != self._applied:
             x_range = self._applied = window
+        key = (run_id, tuple(ranks), max_glyphs, waits, None if x_range is None else tuple(x_range))
+        if self._last is not None and self._last[0] == key:
+            # the same view asked again: HoloViews re-asks once after the first draw, with the drawn range in the stream
+            return self._last[1]
         frame = ftl.timeline_view(data, x_range, steps=self.store.steps(run_id), max_glyphs=max_glyphs, waits=waits,
                                   title=figures._title(f"Timeline of {run_id}", self.store.is_stand_in(run_id)), width=PLOT_WIDTH)  # fmt: skip
         # framewise: each frame sets the axes (another run has another extent, lanes and zoom)
-        return frame.opts(hv.opts.RGB(framewise=True), hv.opts.Rectangles(framewise=True), hv.opts.Overlay(shared_axes=False))
+        frame = frame.opts(hv.opts.RGB(framewise=True), hv.opts.Rectangles(framewise=True), hv.opts.Overlay(shared_axes=False))
+        self._last = (key if x_range is not None else key[:-1] + (tuple(data.x_extent),), frame)
+        return frame
 
     def live_pane(self) -> pn.pane.HoloViews:
         """The page's one timeline pane (built on first use with the current selection)."""
@@ -258,6 +269,7 @@ class TimelinePage(Page):
             pn.widgets.Checkbox.from_param(self.param.waits, align="center"),
             export_button(self.store, "timeline", lambda: {"runs": [self.store.run_id], "ranks": self.store.ranks or None,
                                                            "window_ms": self.window()}, label="Export timeline"),
+            perfetto_button(self.store),
         )  # fmt: skip
         legend = pn.pane.Markdown(
             "Wheel: zoom time · drag: pan · Under each collective its wait from launch to start, by cause "
@@ -313,9 +325,15 @@ class ComparePage(Page):
                     self._drawn["range"] = (run_a, run_b)
                     self._range.update(x_range=None)
                 x_range = None
+            key = (run, None if x_range is None else tuple(x_range))
+            last = self._drawn.get(("frame", which))
+            if last is not None and last[0] == key:  # asked again for the same view (HoloViews does after the first draw)
+                return last[1]
             label = figures._title(f"{which.upper()}: {run}", self.store.is_stand_in(run))
             ov = ftl.timeline_view(data, x_range, title=label, width=PLOT_WIDTH, steps=self.store.steps(run))
-            return ftl.own_lanes(ov, which).opts(hv.opts.RGB(framewise=True), hv.opts.Rectangles(framewise=True))
+            frame = ftl.own_lanes(ov, which).opts(hv.opts.RGB(framewise=True), hv.opts.Rectangles(framewise=True))
+            self._drawn[("frame", which)] = (key if x_range is not None else (run, tuple(data.x_extent)), frame)
+            return frame
 
         return frame
 

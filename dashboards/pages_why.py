@@ -1,7 +1,8 @@
-"""The why-pages. ``ResidencyPage``: why collectives started late (time by cause per rank, the blockers, every
-collective with its cause, one SM's budget with the advisor's what-ifs, residency per launch shape).
-``RanksPage``: collectives across ranks (arrival, peer wait, the slowest rank, bus bandwidth) and per-rank
-overlap. Both draw what the store keeps (``overlapviz.analysis.explain``/``budget``/``peers``)."""
+"""The why-pages. ``WhyPage`` ("Why late"): why collectives started late (time by cause per rank, the blockers,
+every collective with its cause, one SM's budget with the advisor's what-ifs). ``CollectivesPage``: collectives
+across ranks (arrival, peer wait, the slowest rank, bus bandwidth) and per-rank overlap. ``ResidencyPage``:
+resident blocks per SM of each kernel launch shape. All draw what the store keeps
+(``overlapviz.analysis.explain``/``budget``/``peers``/``residency``) and compute nothing before their tab opens."""
 
 from __future__ import annotations
 
@@ -39,9 +40,9 @@ def _missing_device_fields(devices: pd.DataFrame) -> list[str]:
     return [c for c in _DEVICE_FIELDS if c not in devices or devices[c].isna().all()]
 
 
-class ResidencyPage(Page):
+class WhyPage(Page):
     """Why collectives started late: time by cause per rank, top blockers, every collective (click one for its
-    SM budget and the advisor's what-ifs, or to open it on the Timeline), and residency per launch shape."""
+    SM budget and the advisor's what-ifs, or to open it on the Timeline)."""
 
     cause = param.Selector(default="all", objects=_CAUSES, label="Cause")
     rank = param.Selector(default="all", objects=["all"], label="Rank")
@@ -49,7 +50,8 @@ class ResidencyPage(Page):
     what_if = param.Selector(default="as recorded", objects=["as recorded"], label="What if")
 
     def __init__(self, store: DataStore, **params):
-        self._options = pd.DataFrame()  # before the Page's init: the run's first collective fills it there
+        self._options = pd.DataFrame()
+        self._run = None  # the run whose collectives the filters and the chosen record belong to
         super().__init__(store=store, **params)
         self._table = None
 
@@ -64,8 +66,12 @@ class ResidencyPage(Page):
         late = pd.to_numeric(e["start_minus_launch_ns"], errors="coerce").astype("Float64")
         return e.assign(_late=late.fillna(-1)).sort_values("_late", ascending=False, kind="stable")
 
-    @param.depends("store.run_id", watch=True, on_init=True)
+    @param.depends("store.run_id", "shown", watch=True, on_init=True)
     def _new_run(self) -> None:
+        """A new run's filters and its worst collective, once the tab is open (explain is not waited for before)."""
+        if not self.shown or self._run == self.store.run_id:
+            return
+        self._run = self.store.run_id
         try:
             e = self.store.explained()
         except Unavailable:
@@ -202,15 +208,44 @@ class ResidencyPage(Page):
             sizing_mode="stretch_width",
         )
 
+    def __panel__(self):
+        store = self.store
+        controls = pn.Row(
+            self.run_select(),
+            export_buttons(store, ("why", lambda: {"runs": [store.run_id]}, "Export summary"),
+                           ("budget", lambda: {"runs": [store.run_id], "record": self.record, "what_if": self._chosen_option()},
+                            "Export SM budget")),
+        )  # fmt: skip
+        intro = pn.pane.Markdown(
+            "### Why did the collectives start late?\nEach collective's **start − launch** split by cause "
+            "(`overlapviz explain`: stream order, event dependency, SM resources, launch latency), the computation "
+            "kernels that held the SMs, and for one collective the **SM budget**: what one SM had, what the "
+            "resident computation held and what one communication block needed.", margin=(0, 10))  # fmt: skip
+        filters = pn.Row(pn.widgets.Select.from_param(self.param.cause, width=200), pn.widgets.Select.from_param(self.param.rank, width=120),
+                         pn.widgets.Button(label="Show the chosen collective on the Timeline", color="primary",
+                                           on_click=self._show_on_timeline, align="end"))  # fmt: skip
+        what = pn.widgets.Select.from_param(self.param.what_if, width=640)
+        return pn.Column(controls, intro, self._summary, filters, self._kernels, what, self._budget,
+                         sizing_mode="stretch_width", name="Why late")  # fmt: skip
+
+    def _chosen_option(self) -> dict | None:
+        if self.what_if == "as recorded" or not len(self._options):
+            return None
+        return self._options.loc[int(self.what_if)].to_dict()
+
+
+class ResidencyPage(Page):
+    """Resident blocks per SM of the run's busiest kernel launch shapes, coloured by the limiting resource, and every
+    shape in a table; without device limits, which fields are missing and how to give them."""
+
     @param.depends("store.run_id", "shown")
     def _residency(self):
         if (spacer := self.visit("residency", (self.store.run_id,))) is not None:
             return spacer
         try:
-            t = self.store.kernel_residency()
+            t = self.store.run_residency()
         except Unavailable as exc:
             return unavailable("Residency", exc)
-        t = t.loc[t["run_id"] == self.store.run_id] if "run_id" in t else t
         missing = _missing_device_fields(self.store.devices())
         if missing:
             what = "no devices row" if len(missing) == len(_DEVICE_FIELDS) else "devices row without"
@@ -235,30 +270,12 @@ class ResidencyPage(Page):
 
     def __panel__(self):
         store = self.store
-        controls = pn.Row(
-            self.run_select(),
-            export_buttons(store, ("why", lambda: {"runs": [store.run_id]}, "Export summary"),
-                           ("budget", lambda: {"runs": [store.run_id], "record": self.record, "what_if": self._chosen_option()},
-                            "Export SM budget"),
-                           ("residency", lambda: {"runs": [store.run_id]}, "Export residency")),
-        )  # fmt: skip
+        controls = pn.Row(self.run_select(), export_buttons(store, ("residency", lambda: {"runs": [store.run_id]}, "Export residency")))
         intro = pn.pane.Markdown(
-            "### Why did the collectives start late?\nEach collective's **start − launch** split by cause "
-            "(`overlapviz explain`: stream order, event dependency, SM resources, launch latency), the computation "
-            "kernels that held the SMs, and for one collective the **SM budget**: what one SM had, what the "
-            "resident computation held and what one communication block needed.", margin=(0, 10))  # fmt: skip
-        filters = pn.Row(pn.widgets.Select.from_param(self.param.cause, width=200), pn.widgets.Select.from_param(self.param.rank, width=120),
-                         pn.widgets.Button(label="Show the chosen collective on the Timeline", color="primary",
-                                           on_click=self._show_on_timeline, align="end"))  # fmt: skip
-        what = pn.widgets.Select.from_param(self.param.what_if, width=640)
-        res = pn.Card(self._residency, title="Residency per kernel launch shape", collapsed=False, sizing_mode="stretch_width")
-        return pn.Column(controls, intro, self._summary, filters, self._kernels, what, self._budget, res,
-                         sizing_mode="stretch_width", name="Residency")  # fmt: skip
-
-    def _chosen_option(self) -> dict | None:
-        if self.what_if == "as recorded" or not len(self._options):
-            return None
-        return self._options.loc[int(self.what_if)].to_dict()
+            "### Residency per kernel launch shape\nHow many blocks of each launch shape one SM holds at once (registers, "
+            "shared memory, threads and block slots of the run's GPU) and which resource limits it: what is left on an "
+            "SM for a collective's blocks while the computation runs.", margin=(0, 10))  # fmt: skip
+        return pn.Column(controls, intro, self._residency, sizing_mode="stretch_width", name="Residency")
 
 
 _INSTANCE_TITLES = {
@@ -267,7 +284,7 @@ _INSTANCE_TITLES = {
 }  # fmt: skip
 
 
-class RanksPage(Page):
+class CollectivesPage(Page):
     """Collectives across ranks (instance x rank: arrival and peer wait, skew and the slowest rank, bus bandwidth)
     and per-rank overlapped vs exposed communication with stragglers."""
 
@@ -356,7 +373,7 @@ class RanksPage(Page):
             "### Collectives across ranks\nOne instance of a collective, matched across ranks by process group and sequence "
             "number (else by position): when each rank was ready, how long each waited for its peers (peer wait, assuming "
             "comparable clocks), which rank was last, and the bus bandwidth (nccl-tests' convention).", margin=(0, 10))  # fmt: skip
-        return pn.Column(controls, intro, self._collectives, self._ranks, sizing_mode="stretch_width", name="Ranks")
+        return pn.Column(controls, intro, self._collectives, self._ranks, sizing_mode="stretch_width", name="Collectives")
 
 
-__all__ = ["RanksPage", "ResidencyPage"]
+__all__ = ["CollectivesPage", "ResidencyPage", "WhyPage"]

@@ -28,7 +28,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-PAGES = ("Overview", "Timeline", "Compare", "Residency", "Ranks")
+PAGES = ("Overview", "Timeline", "Why late", "Collectives", "Residency", "Compare")  # as dashboards.app (not imported: no Panel here)
 EXPIRY_WAIT_S = 50  # Bokeh drops a closed session after 15 s unused, checked every 17 s
 
 

@@ -87,6 +87,11 @@ class _Memo:
             raise value[1]
         return value[1]
 
+    def has(self, key) -> bool:
+        """Whether ``key``'s value is at hand (computed, not being computed)."""
+        with self._lock:
+            return key in self._values
+
     def clear(self) -> None:
         with self._lock:
             self._values.clear()
@@ -142,10 +147,15 @@ def _prune(root: Path) -> None:
         d.rmdir()
 
 
+def _disk_file(path: str, stamp: str, name: str) -> Path | None:
+    where = _disk_dir(path, stamp)
+    return None if where is None else where / f"{hashlib.sha256(name.encode()).hexdigest()[:16]}.pickle"
+
+
 def _on_disk(path: str, stamp: str, name: str, compute):
     """``compute()`` once per dataset across server processes: read from the table cache, else computed and written."""
-    where = _disk_dir(path, stamp)
-    file = None if where is None else where / f"{hashlib.sha256(name.encode()).hexdigest()[:16]}.pickle"
+    file = _disk_file(path, stamp, name)
+    where = None if file is None else file.parent
     if file is not None and file.exists() and _private(where) and _private(file):
         try:
             with open(file, "rb") as fh:
@@ -208,11 +218,43 @@ def load_analysis(path: str, stamp: str, name: str, *args, **kwargs) -> pd.DataF
     return _TABLES.get(key, value)
 
 
-def _derived(path: str, stamp: str, name: str):
-    """Tables derived from explain's records by the analysis layer, once per dataset."""
+def _at_hand(path: str, stamp: str, key: tuple, disk_name: str) -> bool:
+    """Whether a table is computed already: in this process, or in the table cache on disk."""
+    if _TABLES.has(key):
+        return True
+    file = _disk_file(path, stamp, disk_name)
+    return file is not None and file.exists() and _private(file)
+
+
+def _whole_at_hand(path: str, stamp: str, name: str) -> bool:
+    """Whether the whole dataset's ``name`` (an analysis without arguments, or a derived table) is computed already."""
+    if name in ANALYSES:
+        key = (path, stamp, "analysis", name, (), ())
+        return _at_hand(path, stamp, key, repr(key[2:]))
+    return _at_hand(path, stamp, (path, stamp, "derived", name), f"derived:{name}")
+
+
+def run_analysis(path: str, stamp: str, name: str, run_id: str) -> pd.DataFrame:
+    """The rows of one run of ``name`` (an analysis taking ``run_ids``, or a table derived from explain): cut from the
+    whole dataset's table when that is computed (or the dataset has one run), else computed for this run alone, once.
+
+    A page shows one run: on a dataset of many runs its first visit never waits for every run's explain (3 s for the
+    144 sample runs, 20 ms for one), which the warm-up computes meanwhile for the pages that show them all.
+    """
+    runs = load_runs(path, stamp)
+    if len(runs) <= 1 or _whole_at_hand(path, stamp, name):
+        t = load_analysis(path, stamp, name) if name in ANALYSES else _derived(path, stamp, name)
+        return t.loc[t["run_id"] == run_id] if len(t) else t
+    if name in ANALYSES:
+        return load_analysis(path, stamp, name, run_ids=(run_id,))
+    return _derived(path, stamp, name, run_id)
+
+
+def _derived(path: str, stamp: str, name: str, run_id: str | None = None):
+    """Tables derived from explain's records by the analysis layer, once per dataset (or per run)."""
 
     def compute():
-        explained = load_analysis(path, stamp, "explain")
+        explained = load_analysis(path, stamp, "explain") if run_id is None else run_analysis(path, stamp, "explain", run_id)
         if name == "summary":
             return explain.summarize(explained)
         if name == "blockers":
@@ -221,12 +263,14 @@ def _derived(path: str, stamp: str, name: str):
             sizes = budget.message_bytes(explained, load_runs(path, stamp))
             return peers.collective_instances(explained, sizes)
         if name == "cells":
-            return budget.instance_ranks(explained, _derived(path, stamp, "instances"))
+            return budget.instance_ranks(explained, _derived(path, stamp, "instances", run_id))
         if name == "delays":
             return budget.start_delay_table(explained)
         raise KeyError(name)
 
-    return _TABLES.get((path, stamp, "derived", name), lambda: _on_disk(path, stamp, f"derived:{name}", compute))
+    if run_id is None:
+        return _TABLES.get((path, stamp, "derived", name), lambda: _on_disk(path, stamp, f"derived:{name}", compute))
+    return _TABLES.get((path, stamp, "derived", name, run_id), lambda: _on_disk(path, stamp, f"derived:{name}:{run_id}", compute))
 
 
 def _read_kernels(path: str, run_id: str) -> pd.DataFrame:
@@ -244,13 +288,12 @@ def load_timeline(path: str, stamp: str, run_id: str, ranks: tuple[int, ...] | N
     def whole():
         kernels = _read_kernels(path, run_id)
         try:
-            res = load_analysis(path, stamp, "kernel_residency")
+            res = run_analysis(path, stamp, "kernel_residency", run_id)
         except Unavailable:  # the hover's residency is optional: a timeline without it beats no timeline
             res = None
         why = waits = None
         try:
-            explained = load_analysis(path, stamp, "explain")
-            why = explained.loc[explained["run_id"] == run_id]
+            why = run_analysis(path, stamp, "explain", run_id)
             why = pd.concat([why, budget.blocker_positions(why, kernels)], axis=1)
             waits = budget.wait_segments(why)
         except Unavailable:
@@ -294,28 +337,36 @@ def warm(path: str, stamp: str, run_id: str | None, pair: tuple[str, str] | None
         _WARMED.add((path, stamp))
 
     def work():
-        try:  # the pages a user is looking at come first: this thread yields the CPU to the server's
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
-        except (AttributeError, OSError):
-            pass
         runs = load_runs(path, stamp)
         configured = "setup" in runs and runs["setup"].notna().any()
-        # what the first pages a user opens need, first: the grid (when there is one), the why, then the default run
+        two = pair is not None and pair[0] != pair[1]
+        # what the first pages a user opens need, first: the grid (when there is one), the default run's timeline and why
+        # (that run alone when the dataset has several), the Compare pair; then every run's tables
         steps = [
             (lambda: load_analysis(path, stamp, "config_table")) if configured else None,
+            (lambda: load_timeline(path, stamp, run_id, None)) if run_id else None,
+            "nice",
+            *[(lambda n=n: run_analysis(path, stamp, n, run_id)) if run_id else None for n in ("summary", "blockers", "cells")],
+            (lambda: load_timeline(path, stamp, pair[1], None)) if two else None,
+            (lambda: load_analysis(path, stamp, "compare", *pair)) if two else None,
             lambda: load_analysis(path, stamp, "explain"),
             lambda: load_analysis(path, stamp, "kernel_residency"),
-            lambda: load_timeline(path, stamp, run_id, None) if run_id else None,
             lambda: _derived(path, stamp, "summary"),
             lambda: _derived(path, stamp, "blockers"),
             lambda: _derived(path, stamp, "cells"),
             lambda: load_analysis(path, stamp, "analyze", per="rank"),
-            (lambda: load_timeline(path, stamp, pair[1], None)) if pair and pair[0] != pair[1] else None,
-            (lambda: load_analysis(path, stamp, "compare", *pair)) if pair and pair[0] != pair[1] else None,
             lambda: _derived(path, stamp, "delays"),
             None if configured else (lambda: load_analysis(path, stamp, "config_table")),
         ]
         for i, step in enumerate(steps):
+            if step == "nice":
+                # what a page waits for came first at the server's priority (a page waiting on a niced thread waits
+                # longer on a busy machine); the rest yields the CPU to the sessions
+                try:
+                    os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
+                except (AttributeError, OSError):
+                    pass
+                continue
             if step is None:
                 continue
             if i:
@@ -437,13 +488,17 @@ class DataStore(param.Parameterized):
 
     def explained(self, run_id: str | None = None) -> pd.DataFrame:
         """explain's records (one per comm kernel) of the run (all runs when ``run_id`` is "*")."""
-        e = load_analysis(self.path, self.stamp, "explain")
         run_id = self.run_id if run_id is None else run_id
-        return e if run_id == "*" else e.loc[e["run_id"] == run_id]
+        if run_id == "*":
+            return load_analysis(self.path, self.stamp, "explain")
+        return run_analysis(self.path, self.stamp, "explain", run_id)
+
+    def run_residency(self, run_id: str | None = None) -> pd.DataFrame:
+        """``kernel_residency`` rows of the run."""
+        return run_analysis(self.path, self.stamp, "kernel_residency", self.run_id if run_id is None else run_id)
 
     def _of_run(self, name: str, run_id: str | None) -> pd.DataFrame:
-        t = _derived(self.path, self.stamp, name)
-        return t.loc[t["run_id"] == (self.run_id if run_id is None else run_id)] if len(t) else t
+        return run_analysis(self.path, self.stamp, name, self.run_id if run_id is None else run_id)
 
     def summary(self, run_id: str | None = None) -> pd.DataFrame:
         """``explain.summarize`` rows of the run (per rank: time by cause, peer wait, top blockers)."""

@@ -36,8 +36,8 @@ SCREENSHOTS_ENV = os.environ.get("OVERLAPVIZ_SCREENSHOTS")
 SAMPLES = os.environ.get("OVERLAPVIZ_BROWSER_DATASET") == "samples"
 TOKEN = "overlapviz-browser-test-token-0123456789"
 # a plot title each page must show once drawn
-PAGE_TITLES = {"Overview": "TimeRatio", "Timeline": "Timeline of", "Compare": "A: ", "Residency": "Late-start time by cause",
-               "Ranks": "Communication per rank"}  # fmt: skip
+PAGE_TITLES = {"Overview": "TimeRatio", "Timeline": "Timeline of", "Why late": "Late-start time by cause",
+               "Collectives": "Communication per rank", "Residency": "Resident blocks per SM", "Compare": "A: "}  # fmt: skip
 LOCAL_HOSTS = {"127.0.0.1", "localhost"}
 
 # every <canvas>, through Bokeh's shadow roots, with its size and the number of distinct colours sampled
@@ -306,9 +306,10 @@ def test_every_page_draws_and_stays_on_localhost(loaded, tmp_path, server_log):
         height = driver.execute_script("return document.documentElement.scrollHeight")
         driver.set_window_size(1400, min(max(height, 1100), 4000))
         time.sleep(0.8)
-        driver.save_screenshot(str(shots / f"{name.lower()}.png"))
+        shot = shots / f"{name.lower().replace(' ', '_')}.png"
+        driver.save_screenshot(str(shot))
         driver.set_window_size(1400, 1100)
-        assert (shots / f"{name.lower()}.png").stat().st_size > 10_000
+        assert shot.stat().st_size > 10_000
     urls = requested_urls(driver)
     assert any("bokeh" in u for u in urls)  # the log works: BokehJS itself was requested, from the server
     assert not off_host(urls), off_host(urls)
@@ -492,8 +493,9 @@ def test_every_export_button_downloads_its_file(loaded, downloads, server_log):
     cases = {
         "Overview": [("Export heatmap", "heatmap", "png"), ("Export forest plot", "speedup", "html")],
         "Compare": [("Export comparison", "compare", "html")],
-        "Residency": [("Export summary", "why", "png"), ("Export SM budget", "budget", "svg"), ("Export residency", "residency", "html")],
-        "Ranks": [("Export collectives", "collectives", "html"), ("Export ranks", "ranks", "pdf")],
+        "Why late": [("Export summary", "why", "png"), ("Export SM budget", "budget", "svg")],
+        "Collectives": [("Export collectives", "collectives", "html"), ("Export ranks", "ranks", "pdf")],
+        "Residency": [("Export residency", "residency", "html")],
     }  # fmt: skip
     for page, buttons in cases.items():
         open_page(driver, page)
@@ -566,10 +568,110 @@ def test_a_one_run_imported_dataset_says_why_on_every_page(imported_server, brow
     open_tab(driver, "Residency", "No residency for")
     text = page_text(driver)
     assert "num_sms" in text and "deviceProperties" in text and "--device-name" in text, text[-1500:]
-    open_tab(driver, "Ranks", "seen on one rank only")
+    open_tab(driver, "Collectives", "seen on one rank only")
     # an export that cannot be made says why in the page
     set_model(driver, "panel.models.widgets.CustomSelect", "value", "html", where="Export format", every=True)
     _click_button(driver, "Export collectives")
     wait_for(driver, lambda: "Export failed" in page_text(driver) and "two or more ranks" in page_text(driver), what="the reason")
     open_page(driver, "Timeline")
     assert not drawn_canvases(driver) == []
+
+
+def test_tabs_are_named_after_what_they_show(loaded):
+    assert pages(loaded) == ["Overview", "Timeline", "Why late", "Collectives", "Residency", "Compare"]
+
+
+def test_perfetto_button_downloads_the_run_s_trace(loaded, downloads, server_log):
+    # the run on screen as `overlapviz export --format perfetto` writes it: kernels, waits by cause, arrows, counters
+    import gzip
+
+    driver = loaded
+    open_page(driver, "Timeline")
+    if not SAMPLES:  # a run whose collectives waited for the SMs the GEMM held (arrows from the blocker)
+        _, labels = _configuration_labels(driver)
+        set_model(driver, "panel.models.widgets.CustomSelect", "value", next(o for o in labels if "baseline-pad0" in o), where="Configuration")
+        wait_for(driver, lambda: idle(driver) and "baseline-pad0" in plot_state(driver, "Timeline of")["title"], what="the baseline run")
+    run = plot_state(driver, "Timeline of")["title"].split("Timeline of ", 1)[1].split()[0]
+    for f in downloads.glob("*.perfetto.json.gz"):
+        f.unlink()
+    _click_button(driver, "Perfetto trace")
+    out = wait_for(driver, lambda: next((f for f in downloads.glob("*.perfetto.json.gz") if f.stat().st_size > 0), None),
+                   timeout=120, what="the Perfetto trace downloaded")  # fmt: skip
+    assert out.name == f"{run}.perfetto.json.gz", out.name
+    doc = json.loads(gzip.decompress(out.read_bytes()))
+    assert doc["otherData"]["run_id"] == run and doc["displayTimeUnit"] == "ns"
+    events = doc["traceEvents"]
+    names = {(e["name"], e["args"].get("name")) for e in events if e["ph"] == "M"}
+    ranks = {n for k, n in names if k == "process_name"}
+    threads = {n for k, n in names if k == "thread_name"}
+    assert ranks and all(r.startswith("rank ") for r in ranks), ranks
+    assert any(t.startswith("why: comm waits") for t in threads), threads  # the findings' track
+    assert any(t.startswith("stream ") for t in threads), threads
+    slices = [e for e in events if e["ph"] == "X"]
+    assert any(e.get("cat") == "comm" for e in slices) and any(e.get("cat") == "compute" for e in slices)
+    assert any("cause" in e.get("args", {}) for e in slices)  # each wait carries its cause
+    assert {"overlap_fraction", "exposed_comm_us"} <= {e["name"] for e in events if e["ph"] == "C"}
+    if not SAMPLES:
+        assert {"s", "f"} <= {e["ph"] for e in events}
+    assert not server_errors(server_log), server_errors(server_log)
+
+
+@pytest.fixture(scope="module")
+def controls_dataset(tmp_path_factory):
+    """One workload's grid as the paper grid records it: the cuBLAS GEMM in bf16 and fp32 and the tiled GEMM, in the three
+    setups, with the SM-partitioning controls (carve-out, green context, work queues, launch order) in the manifests."""
+    import pandas as pd
+
+    from overlapviz import schema
+
+    base = dict(source="collected", workload="cb-ar", compute_impl="vendor", gemm_m=8192, gemm_n=8192, gemm_k=8192,
+                smem_pad_bytes=0, comm_priority=-3, comm_priority_effective=-3, collective="all_reduce", message_bytes=64 << 20,
+                world_size=1, n_ranks=1, backend="stand-in", stand_in=True, device_name="NVIDIA H200", status="ok")  # fmt: skip
+    tiled = dict(compute_impl="tiled", gemm_m=2048, gemm_n=2048, gemm_k=2048, tile_m=64, tile_n=64, tile_k=32)
+    runs = [  # run id, runs-table fields, manifest config, median ms
+        ("v-seq", dict(setup="sequential", comm_priority=0, comm_priority_effective=0), dict(dtype="bfloat16"), 10.0),
+        ("v-base", dict(setup="baseline", comm_priority=0, comm_priority_effective=0), dict(dtype="bfloat16"), 9.5),
+        ("v-opt", dict(setup="optimized"), dict(dtype="bfloat16"), 9.4),
+        ("v-carve", dict(setup="optimized", sm_carveout=16), dict(dtype="bfloat16"), 9.3),
+        ("v-green", dict(setup="optimized"), dict(dtype="bfloat16", green_ctx_sms=112), 8.2),
+        ("v-conn", dict(setup="optimized"), dict(dtype="bfloat16", cuda_max_connections=1), 9.0),
+        ("v-first", dict(setup="optimized"), dict(dtype="bfloat16", cuda_max_connections=1, launch_order="comm-first"), 7.9),
+        ("f-seq", dict(setup="sequential", comm_priority=0, comm_priority_effective=0), dict(dtype="float32"), 20.0),
+        ("f-opt", dict(setup="optimized"), dict(dtype="float32"), 14.0),
+        ("t-seq", dict(setup="sequential", comm_priority=0, comm_priority_effective=0, **tiled), dict(dtype="float32"), 4.0),
+        ("t-opt", dict(setup="optimized", **tiled), dict(dtype="float32"), 3.0),
+    ]  # fmt: skip
+    out = tmp_path_factory.mktemp("controls") / "ds"
+    with schema.DatasetWriter(out) as w:
+        for run_id, fields, config, ms in runs:
+            manifest = {"config": {"workload": "cb-ar", **fields, **config, "launch_order": config.get("launch_order", "compute-first")}}
+            w.add("runs", pd.DataFrame([{**base, **fields, "run_id": run_id, "config_json": json.dumps(manifest)}]))
+            w.add("ranks", pd.DataFrame([{"run_id": run_id, "rank": 0, "world_size": 1, "source_format": "chrome"}]))
+            w.add("iterations", pd.DataFrame([{"run_id": run_id, "rank": 0, "iteration": i, "time_ms": ms + 0.01 * (i % 3),
+                                               "measured": True} for i in range(9)]))  # fmt: skip
+        w.commit()
+    return out
+
+
+@pytest.fixture(scope="module")
+def controls_server(controls_dataset, tmp_path_factory):
+    yield from _serve(controls_dataset, tmp_path_factory.mktemp("server3") / "serve.log")
+
+
+def test_overview_names_every_run_by_gemm_dtype_and_control(controls_server, browser):
+    # was: a row named only what set it apart from its group's usual value (the bf16 cuBLAS rows never said bf16, the
+    # usual tile went unnamed) and the rows of every GEMM were interleaved by setup
+    driver = browser
+    driver.get(controls_server)
+    wait_for(driver, lambda: idle(driver) and drawn_canvases(driver) and any("TimeRatio" in t for t in driver.execute_script(TITLES_JS)),
+             timeout=180, what="the Overview")  # fmt: skip
+    rows = driver.execute_script(PLOT_VIEW + "return [...pv.model.y_range.factors];", "TimeRatio")[::-1]  # top row first
+    assert len(rows) == len(set(rows)) == 11, rows  # every run its own row
+    assert all(("bf16" in r) != ("fp32" in r) for r in rows), rows  # every row names its dtype
+    assert sum("vendor bf16 8192³" in r for r in rows) == 7 and sum("tiled fp32 2048³ tile 64×64×32" in r for r in rows) == 2
+    by_end = {r.split(" │ ")[1] for r in rows if r.startswith("vendor bf16")}
+    assert {"sequential · prio 0", "baseline · prio 0", "optimized · prio -3", "optimized · prio -3 · carve-out 16 SMs",
+            "optimized · prio -3 · green ctx 112 SMs", "optimized · prio -3 · 1 connection",
+            "optimized · prio -3 · 1 connection · comm first"} == by_end, by_end  # fmt: skip
+    groups = [r.split(" │ ")[0] for r in rows]
+    assert all(groups.index(g) == i or groups[i - 1] == g for i, g in enumerate(groups)), groups  # a GEMM's rows together

@@ -185,13 +185,34 @@ def test_compare_says_why_it_shows_no_pair(dataset):
     assert {"median_start_delay_us", "median_start_delay_at_launch_us"} <= items  # the start delay under each of its names
 
 
+def test_opening_the_dashboard_computes_only_what_its_first_page_shows(dataset, monkeypatch):
+    # was: the why page's constructor ran explain (6 s on the samples) before the Overview could be sent
+    from bokeh.document import Document
+
+    from overlapviz.dashboards import store as store_mod
+    from overlapviz.dashboards.app import PAGES, build_app
+
+    monkeypatch.setenv(store_mod.TABLE_CACHE_ENV, "0")
+    monkeypatch.setattr(store_mod, "warm", lambda *a, **k: None)  # the background warm-up is not the session's
+    store_mod._TABLES.clear()
+    asked = []
+    for name, f in list(store_mod.ANALYSES.items()):
+        monkeypatch.setitem(store_mod.ANALYSES, name, lambda *a, _f=f, _n=name, **k: asked.append(_n) or _f(*a, **k))
+    app = build_app(dataset)
+    pn.panel(app).get_root(Document())
+    assert set(asked) == {"config_table"}, asked
+    app.tabs.active = PAGES.index("Why late")
+    assert "explain" in asked and app.pages[PAGES.index("Why late")].record is not None
+
+
 def test_the_why_page_follows_the_chosen_collective(dataset):
-    from overlapviz.dashboards.pages import ResidencyPage
+    from overlapviz.dashboards.pages import WhyPage
     from overlapviz.dashboards.store import DataStore
 
     store = DataStore(dataset, warm_up=False)
     store.run_id = "cb-ar-baseline-pad0-prio0"
-    page = ResidencyPage(store)
+    page = WhyPage(store)
+    assert page.record is None  # nothing computed before the tab opens
     page.shown = True
     assert page.record["cause"] == "sm_resources"  # the longest wait for SM room first
     names = page.param.what_if.names  # label -> value
@@ -240,3 +261,28 @@ def test_show_on_timeline_zooms_to_the_collective(dataset):
     assert lo < start_ms < hi and hi - lo < 1.0  # a window around the collective, its launch and its wait
     figure = next(iter(root.select({"type": Plot})))
     assert (figure.x_range.start, figure.x_range.end) == pytest.approx((lo, hi))
+
+
+def test_a_run_s_tables_are_its_rows_of_the_whole_dataset_s(dataset, monkeypatch):
+    # a page's first visit computes its run alone (a dataset of many runs: never every run's explain); the rows must be
+    # the same as those cut from the whole dataset's tables, which the warm-up computes meanwhile
+    from overlapviz.dashboards import store as store_mod
+
+    monkeypatch.setenv(store_mod.TABLE_CACHE_ENV, "0")
+    store_mod._TABLES.clear()
+    store = store_mod.DataStore(dataset, warm_up=False)
+    run = "cb-ar-baseline-pad0-prio0"
+    names = ("summary", "blockers", "instances", "cells", "delays")
+
+    def tables():
+        out = {n: store._of_run(n, run) for n in names}
+        return out | {"explain": store.explained(run), "residency": store.run_residency(run)}
+
+    alone = tables()
+    assert not store_mod._whole_at_hand(store.path, store.stamp, "explain") and len(alone["explain"])
+    store.explained("*"), store.kernel_residency()
+    assert store_mod._whole_at_hand(store.path, store.stamp, "explain")
+    whole = tables()
+    for name, frame in alone.items():
+        assert set(frame["run_id"]) == {run}, name
+        pd.testing.assert_frame_equal(frame.reset_index(drop=True), whole[name].reset_index(drop=True), check_dtype=False)
