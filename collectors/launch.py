@@ -8,15 +8,25 @@ Started from the root of a clone, that directory's own ``overlapviz/`` (which ha
 therefore runs with Python's safe-path mode: ``-P`` where we start Python ourselves, and
 ``PYTHONSAFEPATH=1`` in the environment, which torchrun, srun and any launcher prefix
 pass on to the Python processes they start (Python >= 3.11).
+
+No process the collector starts outlives it: the sweep starts its children with
+``PR_SET_PDEATHSIG`` (``sweep._popen``), and every rank and batch process sets it again
+for its own parent (``stay_with_parent``), so that a killed torchrun (or one killed while
+it was still starting its ranks, before it could stop them) takes its ranks along. Linux
+only; elsewhere children may outlive a parent killed with SIGKILL.
 """
 
 from __future__ import annotations
 
+import functools
 import os
+import signal
 import sys
 
 SAFE_PATH_ENV = "PYTHONSAFEPATH"
 MAX_CONNECTIONS_ENV = "CUDA_DEVICE_MAX_CONNECTIONS"
+SWEEP_PID_ENV = "OVERLAPVIZ_SWEEP_PID"  # the sweep process a locally started rank belongs to
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 def python_command() -> list[str]:
@@ -24,16 +34,77 @@ def python_command() -> list[str]:
     return [sys.executable, "-P"]
 
 
-def child_env(base: dict | None = None, *, max_connections: int | None = None) -> dict:
+def child_env(base: dict | None = None, *, max_connections: int | None = None, sweep_pid: int | None = None) -> dict:
     """The environment of a child the collector starts.
 
     ``base`` (default ``os.environ``) with ``PYTHONSAFEPATH=1``, unbuffered output, and
     ``CUDA_DEVICE_MAX_CONNECTIONS`` when a configuration asks for it (read by the CUDA
     driver when a process creates its context, so it must be set before the child starts).
+    ``sweep_pid``: the sweep process, for ranks started on this host (``stay_with_parent``).
     """
     env = dict(os.environ if base is None else base)
     env[SAFE_PATH_ENV] = "1"
     env.setdefault("PYTHONUNBUFFERED", "1")
+    env.pop(SWEEP_PID_ENV, None)
     if max_connections is not None:
         env[MAX_CONNECTIONS_ENV] = str(max_connections)
+    if sweep_pid is not None:
+        env[SWEEP_PID_ENV] = str(sweep_pid)
     return env
+
+
+def die_with_parent(sig: int = signal.SIGKILL, parent: int | None = None) -> bool:
+    """Have the kernel send ``sig`` to this process when its parent dies (Linux's
+    ``prctl(PR_SET_PDEATHSIG)``; the ingest pool has the same in ``overlapviz.ingest.pool``).
+
+    Call it in the child (a ``Popen`` preexec_fn, a rank's start). ``parent``: the parent's
+    pid as the parent knew it; if the child already has another parent (the parent died
+    before this ran, too early for the kernel to tell), ``sig`` is sent now. The kernel
+    sends it when the *thread* that forked the child ends: fork from the main thread.
+    Returns False where it cannot be set (not Linux).
+    """
+    libc = _libc()
+    if libc is None or libc.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0) != 0:
+        return False
+    if parent is not None and os.getppid() != parent:
+        os.kill(os.getpid(), sig)
+    return True
+
+
+@functools.lru_cache(maxsize=1)
+def _libc():
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None)
+    except OSError:
+        return None
+    return libc if hasattr(libc, "prctl") else None
+
+
+def stay_with_parent() -> None:
+    """In a rank or a batch process: be killed (SIGKILL) when the process that started it
+    (torchrun, srun's step, the sweep) dies. A sweep on this host that is already gone (it
+    died while its launcher was still starting this process, and the launcher with it,
+    before this could be set) ends this process now."""
+    if not die_with_parent(signal.SIGKILL):
+        return
+    sweep = os.environ.get(SWEEP_PID_ENV, "")
+    if sweep.isdigit() and not _running(int(sweep)):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie (killed, not yet reaped) is gone too
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return True

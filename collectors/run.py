@@ -298,4 +298,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from overlapviz.collectors.launch import stay_with_parent
+
+    stay_with_parent()  # no rank outlives its launcher (torchrun killed while starting it, the sweep killed)
     sys.exit(main())

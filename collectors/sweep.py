@@ -24,6 +24,15 @@ error, and the sweep goes on. A configuration whose manifest says ``ok`` (or ``f
 unless ``retry_failed``) is finished and is not run again when the sweep is resumed;
 anything else in its directory is removed and rerun.
 
+Crash safety (the sweep itself killed, SIGKILL included): a configuration is recorded into
+a hidden directory ``runs/.<run_id>.partial-<pid>`` (ingest and ``discover`` skip dot
+names) and renamed to ``runs/<run_id>`` only once its manifest is written, so
+``runs/<run_id>`` is always a finished run (ok with its traces, or failed with its error)
+and never half of one. Every process the sweep starts gets ``PR_SET_PDEATHSIG`` (Linux):
+killed, the sweep takes them with it (torchrun gets SIGTERM and stops its ranks), so no
+rank goes on running, or writing, for nobody. The next sweep removes the hidden
+directories and work files of sweep processes that are gone, and reruns what they left.
+
 Every child runs in Python's safe-path mode (``collectors/launch.py``), so a clone's own
 ``overlapviz/`` directory never shadows the installed package.
 """
@@ -50,6 +59,9 @@ from overlapviz.collectors.config import CollectConfig, coerce, preset, run_id a
 from overlapviz.collectors.launch import child_env, python_command
 
 RUNS_DIR = "runs"
+PARTIAL = ".{run_id}.partial-{pid}"  # a configuration being recorded by sweep process <pid> (hidden)
+# what a killed sweep process leaves: partial and replaced run directories, batch work files, temporaries
+_LEFTOVER = re.compile(r"^\.(?:.+\.(?:partial|old|tmp)|batch)-(?P<pid>\d+)(?:\.json)?$")
 SWEEP_COPY = "sweep.toml"  # the sweep file, copied beside runs/ for the record
 DATASET_DIR = "dataset"
 _TOP_KEYS = {"name", "preset", "base", "grid"}
@@ -201,6 +213,78 @@ def _fresh(run_dir: Path) -> None:
     run_dir.mkdir(parents=True)
 
 
+def partial_dir(run_dir: Path) -> Path:
+    """Where this sweep process records ``run_dir`` until it is finished (see ``publish``)."""
+    run_dir = Path(run_dir)
+    return run_dir.with_name(PARTIAL.format(run_id=run_dir.name, pid=os.getpid()))
+
+
+def publish(work: Path, run_dir: Path) -> None:
+    """Make the finished attempt ``work`` (its manifest written) the run directory ``run_dir``.
+
+    A rename, so ``run_dir`` never holds part of a run; an older attempt there (a failed
+    run retried) is moved aside first and removed after. Killed between the two renames,
+    ``run_dir`` is absent (the run is rerun) and the older attempt is left hidden, for the
+    next sweep to remove.
+    """
+    old = None
+    if os.path.lexists(run_dir):
+        old = run_dir.with_name(f".{run_dir.name}.old-{os.getpid()}")
+        if os.path.lexists(old):
+            shutil.rmtree(old)
+        os.replace(run_dir, old)
+    os.replace(work, run_dir)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def remove_leftovers(out: Path) -> list[Path]:
+    """Remove what killed sweep processes left in ``out`` (hidden partial and replaced run
+    directories under ``runs/``, batch work files): those whose process is gone. Returns them."""
+    removed = []
+    for d in (Path(out), Path(out) / RUNS_DIR):
+        try:
+            entries = list(d.iterdir())
+        except OSError:
+            continue
+        for p in entries:
+            m = _LEFTOVER.match(p.name)
+            if m is None or _process_alive(int(m.group("pid"))):
+                continue
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                p.unlink(missing_ok=True)
+            removed.append(p)
+    return removed
+
+
+def _process_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's
+        return True
+    return True
+
+
+def _popen(cmd: list[str], *, death_signal: int = signal.SIGTERM, **kwargs) -> subprocess.Popen:
+    """``Popen`` in a new session (a timeout kills the whole group) that gets ``death_signal``
+    when this process dies, SIGKILL included (``pool.die_with_parent``; Linux). SIGTERM: a
+    launcher (torchrun, srun) then stops its own ranks."""
+    import functools
+
+    from overlapviz.collectors.launch import _libc, die_with_parent
+
+    preexec = None
+    if _libc() is not None:  # loaded here: the child only calls it
+        preexec = functools.partial(die_with_parent, death_signal, os.getpid())
+    return subprocess.Popen(cmd, start_new_session=True, preexec_fn=preexec, **kwargs)
+
+
 def run_one(config: CollectConfig, run_dir: Path, *, launcher: str | None = None, env: dict | None = None) -> Outcome:
     """Run one configuration in its own process group, with its timeout; record a failure.
 
@@ -211,13 +295,14 @@ def run_one(config: CollectConfig, run_dir: Path, *, launcher: str | None = None
     """
     rid = make_run_id(config)
     run_dir = Path(run_dir)
-    _fresh(run_dir)
-    cmd = launch_command(config, run_dir, launcher=launcher)
-    child = child_env(env, max_connections=config.cuda_max_connections)
+    work = partial_dir(run_dir)  # renamed to run_dir when finished
+    _fresh(work)
+    cmd = launch_command(config, work, launcher=launcher)
+    child = child_env(env, max_connections=config.cuda_max_connections, sweep_pid=None if launcher else os.getpid())
     start = time.monotonic()
     error = None
-    with open(run_dir / mf.LOG, "wb") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=child, start_new_session=True)
+    with open(work / mf.LOG, "wb") as log:
+        proc = _popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=child)
         try:
             code = proc.wait(timeout=config.timeout_s)
         except subprocess.TimeoutExpired:
@@ -226,14 +311,9 @@ def run_one(config: CollectConfig, run_dir: Path, *, launcher: str | None = None
             error = f"timeout: no result after {config.timeout_s:g} s"
         except BaseException:
             _kill_group(proc)  # Ctrl-C: leave no ranks behind; the run stays unfinished
+            shutil.rmtree(work, ignore_errors=True)
             raise
-    seconds = time.monotonic() - start
-    if code == 0 and mf.run_status(run_dir) == "ok":
-        return Outcome(rid, "ok", None, seconds, run_dir)
-    if error is None:
-        error = _first_error(run_dir) or (f"exit code {code}" if code else "finished without an ok manifest")
-    record_failure(config, run_dir, error)
-    return Outcome(rid, "failed", error, seconds, run_dir)
+    return _finish(config, work, run_dir, code == 0, time.monotonic() - start, error, code=code)
 
 
 BATCH_FILE = ".batch-{pid}.json"  # the batch process's work list, in the sweep directory while it runs
@@ -252,19 +332,19 @@ def run_batch(items: list[tuple[CollectConfig, Path]], out: Path, *, env: dict |
     """
     out = Path(out)
     outcomes: list[Outcome] = []
-    todo = list(items)
+    todo = [(c, Path(rd)) for c, rd in items]
     while todo:
         for cfg, rd in todo:
-            _fresh(Path(rd))
+            _fresh(partial_dir(rd))  # recorded there, renamed to rd when finished
         work = out / BATCH_FILE.format(pid=os.getpid())
-        work.write_text(json.dumps([{"config": c.to_dict(), "run_dir": str(rd), "run_id": make_run_id(c)} for c, rd in todo]))
+        mf.write_json_atomic(work, [{"config": c.to_dict(), "run_dir": str(partial_dir(rd)), "run_id": make_run_id(c)}
+                                    for c, rd in todo])
         read_fd, write_fd = os.pipe()
         cmd = (worker or python_command() + ["-m", "overlapviz.collectors.run"]) + [
             "--batch", str(work), "--status-fd", str(write_fd)]
-        child = child_env(env, max_connections=todo[0][0].cuda_max_connections)
+        child = child_env(env, max_connections=todo[0][0].cuda_max_connections, sweep_pid=os.getpid())
         with open(out / BATCH_LOG, "ab") as log:
-            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=child, start_new_session=True,
-                                    pass_fds=(write_fd,))
+            proc = _popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=child, pass_fds=(write_fd,))
         os.close(write_fd)
         done: set[int] = set()
         current, started = 0, time.monotonic()  # the first run's clock starts with the process (imports, build)
@@ -280,7 +360,7 @@ def run_batch(items: list[tuple[CollectConfig, Path]], out: Path, *, env: dict |
                         if cfg is None:
                             break
                         _kill_group(proc)
-                        outcome = _finish(cfg, Path(rd), False, time.monotonic() - started,
+                        outcome = _finish(cfg, partial_dir(rd), rd, False, time.monotonic() - started,
                                           f"timeout: no result after {cfg.timeout_s:g} s")
                         outcomes.append(outcome)
                         done.add(current)
@@ -300,7 +380,7 @@ def run_batch(items: list[tuple[CollectConfig, Path]], out: Path, *, env: dict |
                         elif parts[:1] == ["end"]:
                             i = int(parts[1])
                             c, r = todo[i]
-                            outcome = _finish(c, Path(r), parts[2] == "ok", time.monotonic() - started, None)
+                            outcome = _finish(c, partial_dir(r), r, parts[2] == "ok", time.monotonic() - started, None)
                             outcomes.append(outcome)
                             done.add(i)
                             current, started, running = i + 1, time.monotonic(), False
@@ -308,6 +388,9 @@ def run_batch(items: list[tuple[CollectConfig, Path]], out: Path, *, env: dict |
                                 on_done(outcome)
         except BaseException:
             _kill_group(proc)  # Ctrl-C: the unfinished runs stay unfinished (rerun on resume)
+            for i, (_, rd) in enumerate(todo):
+                if i not in done:
+                    shutil.rmtree(partial_dir(rd), ignore_errors=True)
             raise
         finally:
             work.unlink(missing_ok=True)
@@ -321,26 +404,34 @@ def run_batch(items: list[tuple[CollectConfig, Path]], out: Path, *, env: dict |
         if current < len(todo) and current not in done and (running or not heard):
             cfg, rd = todo[current]
             if running:
-                error = (_first_error(Path(rd), last_line=False)
+                error = (_first_error(partial_dir(rd), last_line=False)
                          or f"the batch process died (exit code {code}) during this run; see its collect.log")
             else:
                 error = (_log_error(out / BATCH_LOG)
                          or f"the batch process exited (code {code}) before its first run; see {BATCH_LOG}")
-            outcome = _finish(cfg, Path(rd), False, time.monotonic() - started, error)
+            outcome = _finish(cfg, partial_dir(rd), rd, False, time.monotonic() - started, error)
             outcomes.append(outcome)
             done.add(current)
             if on_done:
                 on_done(outcome)
+        for i, (_, rd) in enumerate(todo):  # those left for the next process start afresh there
+            if i not in done:
+                shutil.rmtree(partial_dir(rd), ignore_errors=True)
         todo = [item for i, item in enumerate(todo) if i not in done and i > max(done, default=-1)]
     return outcomes
 
 
-def _finish(config: CollectConfig, run_dir: Path, ok: bool, seconds: float, error: str | None) -> Outcome:
+def _finish(config: CollectConfig, work: Path, run_dir: Path, ok: bool, seconds: float, error: str | None,
+            *, code: int | None = None) -> Outcome:
+    """The outcome of the attempt in ``work``: ok (its manifest says so), else recorded failed
+    with ``error`` (default: the ranks' own); either way published as ``run_dir``."""
     rid = make_run_id(config)
-    if ok and error is None and mf.run_status(run_dir) == "ok":
+    if ok and error is None and mf.run_status(work) == "ok":
+        publish(work, run_dir)
         return Outcome(rid, "ok", None, seconds, run_dir)
-    error = error or _first_error(run_dir) or "finished without an ok manifest"
-    record_failure(config, run_dir, error)
+    error = error or _first_error(work) or (f"exit code {code}" if code else "finished without an ok manifest")
+    record_failure(config, work, error)
+    publish(work, run_dir)
     return Outcome(rid, "failed", error, seconds, run_dir)
 
 
@@ -457,8 +548,12 @@ def run_sweep(sweep: Sweep, out: str | os.PathLike, *, launcher: str | None = No
 
         preflight.require_runnable([c for c, _, _ in todo], env=env, launcher=launcher, total=len(sweep.configs))
     (out / RUNS_DIR).mkdir(parents=True, exist_ok=True)
+    remove_leftovers(out)
+    for _, _, rd in todo:  # not finished (written by an older version, or by hand): not a run, rerun
+        if os.path.lexists(rd) and mf.run_status(rd) is None:
+            shutil.rmtree(rd) if rd.is_dir() and not rd.is_symlink() else rd.unlink()
     if sweep.source is not None:
-        (out / SWEEP_COPY).write_text(sweep.source)
+        _write_text_atomic(out / SWEEP_COPY, sweep.source)
     disable = (not sys.stderr.isatty()) if progress is None else not progress
     bar = tqdm(total=len(sweep.configs), initial=len(outcomes), desc=sweep.name, unit="run", disable=disable)
 
@@ -489,6 +584,12 @@ def run_sweep(sweep: Sweep, out: str | os.PathLike, *, launcher: str | None = No
     return sorted(outcomes, key=lambda o: order[o.run_id])
 
 
+def _write_text_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
 def _sigterm_interrupts():
     """Make SIGTERM raise KeyboardInterrupt here, so that the running configuration's process group is killed.
 
@@ -506,11 +607,12 @@ def _sigterm_interrupts():
 
 
 def finished_run_dirs(out: str | os.PathLike) -> list[Path]:
-    """Run directories under ``out/runs`` whose manifest says ok or failed."""
+    """Run directories under ``out/runs`` whose manifest says ok or failed (hidden ones, runs
+    being recorded or left by a killed sweep, are not runs)."""
     root = Path(out) / RUNS_DIR
     if not root.is_dir():
         return []
-    return sorted(d for d in root.iterdir() if d.is_dir() and mf.run_status(d) is not None)
+    return sorted(d for d in root.iterdir() if not d.name.startswith(".") and d.is_dir() and mf.run_status(d) is not None)
 
 
 def ingest_sweep(out: str | os.PathLike, *, progress: bool | None = None) -> Path:

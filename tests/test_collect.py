@@ -389,6 +389,185 @@ def test_run_sh_runs_one_configuration_through_torchrun(tmp_path):
     assert sorted(p.name for p in rd.glob("trace_rank*")) == ["trace_rank0.json.gz", "trace_rank1.json.gz"]
 
 
+# --- kill -9 of a sweep ----------------------------------------------------------------------
+
+KILLED_SWEEP = """
+name = "killed"
+preset = "gloo_smoke"
+[[grid]]
+setup = ["sequential", "baseline", "optimized"]
+"""
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, which a container's init may never reap, does not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def _processes_of(run_id_: str, under: Path) -> dict[int, str]:
+    """pid -> command line of the live processes started for run ``run_id_`` of the sweep under ``under``."""
+    found = {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if run_id_ in cmd and str(under) in cmd and _alive(int(d.name)):
+            found[int(d.name)] = cmd
+    return found
+
+
+def _files(d: Path) -> dict[str, tuple[str, int]]:
+    import hashlib
+
+    return {p.name: (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime_ns) for p in sorted(d.iterdir())}
+
+
+@needs_gloo
+@pytest.mark.slow
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="finds the ranks through /proc")
+def test_sigkill_of_a_sweep_mid_run_leaves_no_rank_nothing_half_written_and_resumes(tmp_path):
+    """kill -9 of ``overlapviz collect``'s process group while its second configuration runs
+    (its ranks are in their own sessions: the kill does not reach them directly)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from overlapviz.ingest import ingest
+
+    script = Path(sys.executable).with_name("overlapviz")
+    cli = [str(script)] if script.exists() else [sys.executable, "-c", "from overlapviz.cli import main; main()"]
+    sweep_file = tmp_path / "killed.toml"
+    sweep_file.write_text(KILLED_SWEEP)
+    out = tmp_path / "out"
+    rids = [run_id(c) for c in sw.load_sweep(sweep_file).configs]
+    collect = [*cli, "collect", "--sweep", str(sweep_file), "-o", str(out), "--no-progress"]
+    proc = subprocess.Popen([*collect, "--no-ingest"], start_new_session=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT)
+    try:
+        # the trigger: the first run finished (its directory appears), the second's torchrun and
+        # its 2 ranks run (a child forked but not yet exec'd still shows torchrun's command line)
+        deadline = time.monotonic() + 120
+        while True:
+            ranks = _processes_of(rids[1], out)
+            launchers = sum("torch.distributed.run" in c for c in ranks.values())
+            if mf.run_status(out / "runs" / rids[0]) == "ok" and launchers == 1 and len(ranks) == 3:
+                break
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read().decode()[-3000:]
+            time.sleep(0.02)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        deadline = time.monotonic() + 30
+        while any(_alive(p) for p in ranks) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not {p: c[:80] for p, c in ranks.items() if _alive(p)}, "ranks outlived the killed sweep"
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        for p in _processes_of("", out):
+            os.kill(p, signal.SIGKILL)
+
+    # nothing half-written is a run: the finished one complete, the others absent (the
+    # interrupted attempt is hidden, and never finished: its ranks did not go on)
+    visible = sorted(p.name for p in (out / "runs").iterdir() if not p.name.startswith("."))
+    assert visible == [rids[0]]
+    assert sorted(_files(out / "runs" / rids[0])) == [
+        "collect.log", "manifest.json", "timings_rank0.json", "timings_rank1.json", "trace_rank0.json.gz", "trace_rank1.json.gz"]
+    assert not list((out / "runs").glob(f"*{rids[1]}*/manifest.json")), "the killed run was finished by orphans"
+    assert (out / sw.SWEEP_COPY).read_text() == KILLED_SWEEP
+    listed = CliRunner().invoke(main, collect[len(cli):] + ["--list"])
+    assert listed.exit_code == 0 and listed.output.split() == [rids[0], "ok", rids[1], "todo", rids[2], "todo"], listed.output
+    ds = ingest([str(out)], tmp_path / "ds", progress=False)  # a user ingesting the sweep now gets the one run
+    assert sorted(read_frame(ds, "runs")["run_id"]) == [rids[0]]
+    first = _files(out / "runs" / rids[0])
+
+    # resumed (with --retry-failed: finished runs stay finished all the same): exactly the two missing runs
+    again = subprocess.run([*collect, "--retry-failed", "--report"], capture_output=True, text=True, timeout=240)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert "killed: 3 runs, 3 ok, 0 failed, 1 finished before" in again.stdout
+    assert _files(out / "runs" / rids[0]) == first  # byte for byte, not even rewritten
+    assert sorted(p.name for p in (out / "runs").iterdir()) == sorted(rids)  # the hidden attempt removed
+    assert not list(out.glob(".batch-*"))
+    runs = read_frame(out / sw.DATASET_DIR, "runs")
+    assert sorted(runs["run_id"]) == sorted(rids) and set(runs["status"]) == {"ok"}
+    assert "| baseline |" in again.stdout  # the report
+
+
+_RANK = """
+import os, sys, time
+from overlapviz.collectors.launch import stay_with_parent
+stay_with_parent()
+print(os.getpid(), flush=True)
+time.sleep(120)
+"""
+_LAUNCHER = """
+import subprocess, sys
+rank = subprocess.Popen([sys.executable, "-c", sys.argv[1]], start_new_session=True)  # like torchrun's workers
+rank.wait()
+"""
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_rank_dies_with_its_launcher_and_never_starts_for_a_dead_sweep(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from overlapviz.collectors.launch import SWEEP_PID_ENV
+
+    # the launcher (torchrun's part) killed with SIGKILL: it cannot stop its rank, the rank goes anyway
+    launcher = subprocess.Popen([sys.executable, "-c", _LAUNCHER, _RANK], stdout=subprocess.PIPE, start_new_session=True)
+    try:
+        rank = int(launcher.stdout.readline())
+        assert _alive(rank)
+        os.kill(launcher.pid, signal.SIGKILL)
+        launcher.wait()
+        deadline = time.monotonic() + 10  # it would sleep 120 s
+        while _alive(rank) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(rank), "the rank outlived its launcher"
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+    # a rank whose sweep died before it could tie itself to anything: it ends at once
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    late = subprocess.run([sys.executable, "-c", _RANK], env=dict(os.environ, **{SWEEP_PID_ENV: str(dead.pid)}),
+                          capture_output=True, text=True, timeout=60)
+    assert (late.returncode, late.stdout) == (-signal.SIGKILL, "")
+
+
+def test_a_partial_attempt_is_published_whole_and_leftovers_of_dead_sweeps_go(tmp_path):
+    runs = tmp_path / "runs"
+    rd = runs / "r1"
+    rd.mkdir(parents=True)
+    (rd / "manifest.json").write_text("old")
+    work = sw.partial_dir(rd)
+    assert work.parent == runs and work.name == f".r1.partial-{os.getpid()}"
+    work.mkdir()
+    (work / "manifest.json").write_text("new")
+    sw.publish(work, rd)  # a retried run replaces the older attempt
+    assert (rd / "manifest.json").read_text() == "new" and sorted(p.name for p in runs.iterdir()) == ["r1"]
+    dead = 2**22 + 12345  # above the default pid_max: no such process
+    for name in (f".r2.partial-{dead}", f".r1.old-{dead}"):
+        (runs / name).mkdir()
+        (runs / name / "trace_rank0.json.gz").write_bytes(b"x")
+    (tmp_path / f".batch-{dead}.json").write_text("[]")
+    (runs / f".r3.partial-{os.getpid()}").mkdir()  # a live sweep's (this process): kept
+    removed = sw.remove_leftovers(tmp_path)
+    assert sorted(p.name for p in removed) == sorted([f".r2.partial-{dead}", f".r1.old-{dead}", f".batch-{dead}.json"])
+    assert sorted(p.name for p in runs.iterdir()) == [f".r3.partial-{os.getpid()}", "r1"]
+    assert sw.finished_run_dirs(tmp_path) == []  # r1's manifest is not a real one, and hidden dirs are never runs
+
+
 # --- pieces that run anywhere -------------------------------------------------------------
 
 
