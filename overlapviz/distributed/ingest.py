@@ -131,17 +131,31 @@ def ingest_on(client, sources: Sequence[str | os.PathLike] | str | os.PathLike, 
         left as it was.
     """
     from overlapviz.ingest import driver
-    from overlapviz.ingest.discover import discover, input_paths
-    from overlapviz.rules import default_rules
+    from overlapviz.ingest.discover import check_unique, discover, split_by_file
 
     if isinstance(sources, (str, os.PathLike)):
         sources = [sources]
     runs = discover(sources, run_id=run_id)
+    same_cwd = _check_workers(client)
+    while True:
+        # files grouped by directory that turn out not to be one job's ranks are ingested again as a run per file,
+        # as the local path does (driver.ingest)
+        try:
+            return _ingest_runs(client, sources, runs, out, rules, overwrite, progress, same_cwd)
+        except driver._Disagree as d:
+            runs = runs[: d.index] + split_by_file(runs[d.index]) + runs[d.index + 1 :]
+            check_unique(runs)
+
+
+def _ingest_runs(client, sources, runs, out, rules, overwrite: bool, progress, same_cwd: bool) -> Path:
+    from overlapviz.ingest import driver
+    from overlapviz.ingest.discover import input_paths
+    from overlapviz.rules import default_rules
+
     run_rules = {r.run_id: driver._run_rules(r, rules) for r in runs}
     shared = {rs.to_json() for rs in run_rules.values()}
     default_set = next(iter(run_rules.values())) if len(shared) == 1 else (rules or default_rules())
     tasks = [(ri, fi, path, reader) for ri, r in enumerate(runs) for fi, (path, reader) in enumerate(r.files)]
-    same_cwd = _check_workers(client)
     rules_json = {rid: rs.to_json() for rid, rs in run_rules.items()}
 
     with schema.DatasetWriter(out, overwrite=overwrite, rules=default_set.to_dict(), inputs=input_paths(sources, runs)) as writer:
@@ -167,7 +181,7 @@ def ingest_on(client, sources: Sequence[str | os.PathLike] | str | os.PathLike, 
                     if status != "ok":
                         raise ValueError(parts)
                     ri, _, path, _ = tasks[i]
-                    driver._add_parts(writer, runs[ri], state[ri], path, parts)
+                    driver._add_parts(writer, runs[ri], state[ri], path, parts, ri)
         except BaseException as exc:
             # before the writer removes the directory; briefly when the user interrupts
             _drain(client, directory, 5.0 if isinstance(exc, KeyboardInterrupt) else DRAIN_TIMEOUT_S)
@@ -175,9 +189,10 @@ def ingest_on(client, sources: Sequence[str | os.PathLike] | str | os.PathLike, 
         finally:
             bar.close()
         shutil.rmtree(os.path.join(directory, STAGING), ignore_errors=True)  # what workers that died left
-        for r, st in zip(runs, state):
+        done = [(r, st) for r, st in zip(runs, state) if st.ranks or not r.files]  # as driver._ingest_runs
+        for r, st in done:
             driver._add_run(writer, r, st, run_rules[r.run_id])
-        meta = {"runs": [r.run_id for r in runs], "ingested_from": [display(s) for s in sources]}
+        meta = {"runs": [r.run_id for r, _ in done], "ingested_from": [display(s) for s in sources]}
         return writer.commit(meta)
 
 
