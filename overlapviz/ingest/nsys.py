@@ -117,14 +117,14 @@ def _read(db: sqlite3.Connection, path: Path) -> list[RankTrace]:
             f"{path}: not an Nsight Systems export with CUDA activity (no StringIds or "
             "CUPTI_ACTIVITY_KIND_KERNEL/MEMCPY/MEMSET table; was CUDA tracing on?)"
         )
-    strings = _Strings(db)
+    strings = _Strings(db, path)
     acts = _activities(db, tables, strings, path)
     if not len(acts["start_ns"]):
         raise ValueError(f"{path}: the export holds no kernel, memcpy or memset activity")
     api = _api_calls(db, tables, path)
-    nvtx = _nvtx(db, tables, strings)
+    nvtx = _nvtx(db, tables, strings, path)
     syncs = _sync_records(db, tables, path)
-    events = _cuda_events(db, tables)
+    events = _cuda_events(db, tables, path)
     gpus = _gpu_info(db, tables)
     meta = _metadata(db, tables)
 
@@ -145,34 +145,48 @@ _NO_PROCESS = np.iinfo(np.int64).min  # process key of activities without a glob
 
 
 class _Strings:
-    """``StringIds`` as a sorted id array and a string array, for vectorized look-ups."""
+    """``StringIds`` as an id -> position index and a string array, for vectorized look-ups."""
 
-    def __init__(self, db: sqlite3.Connection):
-        rows = db.execute("SELECT id, value FROM StringIds ORDER BY id").fetchall()
-        self.ids = np.array([r[0] for r in rows], dtype=np.int64)
-        self.values = pa.array([r[1] for r in rows], pa.string())
+    def __init__(self, db: sqlite3.Connection, path: Path):
+        rows = fetch(db, {"id": "id", "value": "value"}, "FROM StringIds ORDER BY id", where=f"{path}: StringIds",
+                     strings=("value",))  # fmt: skip
+        ids = np_int(rows["id"], -1)
+        self.values = rows["value"]
+        self.ids = ids
+        # ids are dense from 0 or 1 in every export: a direct index (else binary search)
+        self.dense = len(ids) and ids[0] >= 0 and ids[-1] < 4 * len(ids) + 1024
+        if self.dense:
+            self.index = np.full(int(ids[-1]) + 2, -1, np.int64)  # the last slot: every id out of range
+            self.index[ids[::-1]] = np.arange(len(ids))[::-1]  # the first row of an id, as a binary search finds
+
+    def positions(self, v: np.ndarray) -> np.ndarray:
+        """The position of each id in ``StringIds``; -1 where it is not there."""
+        if not len(self.ids):
+            return np.full(len(v), -1, np.int64)
+        if self.dense:
+            return self.index[np.where((v >= 0) & (v < len(self.index)), v, -1)]
+        pos = np.minimum(np.searchsorted(self.ids, v), len(self.ids) - 1)
+        return np.where(self.ids[pos] == v, pos, -1)
 
     def lookup(self, ids: pa.Array) -> pa.Array:
         """The strings of ``ids``; null where an id is null or not in ``StringIds``."""
-        v = np_int(ids, -1)
+        pos = self.positions(np_int(ids, -1))
         if not len(self.ids):
-            return pa.nulls(len(v), pa.string())
-        pos = np.minimum(np.searchsorted(self.ids, v), len(self.ids) - 1)
-        hit = self.ids[pos] == v
-        return self.values.take(masked(pos, hit))
+            return pa.nulls(len(pos), pa.string())
+        return self.values.take(masked(pos, pos >= 0))
 
     def get(self, i) -> str | None:
-        if i is None or not len(self.ids):
+        if i is None:
             return None
-        pos = int(np.searchsorted(self.ids, i))
-        return self.values[pos].as_py() if pos < len(self.ids) and self.ids[pos] == i else None
+        pos = int(self.positions(np.array([i], np.int64))[0])
+        return self.values[pos].as_py() if pos >= 0 else None
 
 
-def _select(db: sqlite3.Connection, table: str, wanted: Mapping[str, str]) -> str:
-    """``SELECT`` of the ``wanted`` columns (result name -> column), NULL for absent ones."""
+def _fetch_table(db: sqlite3.Connection, table: str, wanted: Mapping[str, str], path: Path) -> dict[str, pa.Array]:
+    """The ``wanted`` integer columns of ``table`` (result name -> column), null for absent ones, in table order."""
     have = set(columns_of(db, table))
-    parts = [f"{quote(col) if col in have else 'NULL'} AS {alias}" for alias, col in wanted.items()]
-    return f"SELECT {', '.join(parts)} FROM {quote(table)}"
+    cols = {alias: quote(col) if col in have else "NULL" for alias, col in wanted.items()}
+    return fetch(db, cols, f"FROM {quote(table)}", where=f"{path}: {table}")
 
 
 _ACT_COLUMNS = {
@@ -201,23 +215,28 @@ def _activities(db: sqlite3.Connection, tables: set[str], strings: _Strings, pat
             "static_smem": "staticSharedMemory", "dynamic_smem": "dynamicSharedMemory",
         }  # fmt: skip
         wanted |= {f"name_{c}": c for c in name_cols}
-        k = fetch(db, _select(db, t, wanted), {})
+        k = _fetch_table(db, t, wanted, path)
         name = strings.lookup(k[f"name_{name_cols[0]}"])
         for c in name_cols[1:]:
+            if not name.null_count:
+                break
             name = pc.coalesce(name, strings.lookup(k[f"name_{c}"]))
         shape = {c: k[c] for c in ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "regs_per_thread")}
-        smem = pc.add(k["static_smem"], k["dynamic_smem"])  # per block: static + dynamic
+        try:
+            smem = pc.add_checked(k["static_smem"], k["dynamic_smem"])  # per block: static + dynamic
+        except pa.ArrowInvalid:
+            raise ValueError(f"{path}: {t}: staticSharedMemory + dynamicSharedMemory is past int64") from None
         parts.append(_act_part(k, name, "kernel", extra=shape | {"shared_mem_bytes": smem}))
     enums = _Enums(db, tables)
     if "CUPTI_ACTIVITY_KIND_MEMCPY" in tables:
         t = "CUPTI_ACTIVITY_KIND_MEMCPY"
         wanted = dict(_ACT_COLUMNS) | {"bytes": "bytes", "copy_kind": "copyKind", "src": "srcKind", "dst": "dstKind"}
-        m = fetch(db, _select(db, t, wanted), {})
+        m = _fetch_table(db, t, wanted, path)
         name = enums.memcpy_names(m["copy_kind"], m["src"], m["dst"])
         parts.append(_act_part(m, name, "gpu_memcpy", extra={"bytes": m["bytes"]}))
     if "CUPTI_ACTIVITY_KIND_MEMSET" in tables:
         t = "CUPTI_ACTIVITY_KIND_MEMSET"
-        m = fetch(db, _select(db, t, dict(_ACT_COLUMNS) | {"bytes": "bytes", "mem_kind": "memKind"}), {})
+        m = _fetch_table(db, t, dict(_ACT_COLUMNS) | {"bytes": "bytes", "mem_kind": "memKind"}, path)
         parts.append(_act_part(m, enums.memset_names(m["mem_kind"]), "gpu_memset", extra={"bytes": m["bytes"]}))
     table = pa.concat_tables(parts, promote_options="default")  # _read checked that one table exists
     for col in ("start_ns", "end_ns"):
@@ -234,7 +253,7 @@ def _act_part(cols: Mapping[str, pa.Array], name: pa.Array, category: str, extra
     n = len(name)
     return pa.table(
         {c: cols[c] for c in ("device", "stream", "correlation")}
-        | {"name": name, "category": pa.array([category] * n, pa.string())}
+        | {"name": name, "category": pa.repeat(pa.scalar(category, pa.string()), n)}
         | {c: cols[c] for c in ("start_ns", "end_ns")}
         | {"process": pc.shift_right(cols["gpid"], 24)}
         | dict(extra)
@@ -296,8 +315,8 @@ def _api_calls(db: sqlite3.Connection, tables: set[str], path: Path) -> pa.Table
     parts = []
     for t in _API_TABLES:
         if t in tables:
-            a = fetch(db, _select(db, t, {"start_ns": "start", "end_ns": "end", "gtid": "globalTid",
-                                           "correlation": "correlationId", "name_id": "nameId"}), {})  # fmt: skip
+            a = _fetch_table(db, t, {"start_ns": "start", "end_ns": "end", "gtid": "globalTid",
+                                     "correlation": "correlationId", "name_id": "nameId"}, path)  # fmt: skip
             parts.append(pa.table(a))
     if not parts:
         return None
@@ -310,7 +329,7 @@ _NVTX_RANGES = (59, 60, 70, 71)  # NvtxPushPopRange, NvtxStartEndRange, Nvtxt* (
 _NVTX_THREAD = 39  # NvtxThread: a thread's name (nsys's MPI tracing names them "MPI Rank N")
 
 
-def _nvtx(db: sqlite3.Connection, tables: set[str], strings: _Strings) -> pa.Table | None:
+def _nvtx(db: sqlite3.Connection, tables: set[str], strings: _Strings, path: Path) -> pa.Table | None:
     """NVTX ranges and thread names: start, end, gtid, event_type, name."""
     if "NVTX_EVENTS" not in tables:
         return None
@@ -318,12 +337,10 @@ def _nvtx(db: sqlite3.Connection, tables: set[str], strings: _Strings) -> pa.Tab
     text = "text" if "text" in cols else "NULL"
     text_id = "textId" if "textId" in cols else "NULL"
     types = ", ".join(map(str, _NVTX_RANGES + (_NVTX_THREAD,)))
-    rows = fetch(
-        db,
-        f"SELECT start AS start_ns, \"end\" AS end_ns, globalTid AS gtid, eventType AS event_type, "
-        f"{text} AS text, {text_id} AS text_id FROM NVTX_EVENTS WHERE eventType IN ({types})",
-        {"text": pa.string()},
-    )
+    columns = {"start_ns": "start", "end_ns": '"end"', "gtid": "globalTid", "event_type": "eventType", "text": text,
+               "text_id": text_id}  # fmt: skip
+    rows = fetch(db, columns, f"FROM NVTX_EVENTS WHERE eventType IN ({types})", where=f"{path}: NVTX_EVENTS",
+                 strings=("text",))  # fmt: skip
     name = pc.coalesce(rows["text"], strings.lookup(rows["text_id"]))
     table = pa.table({k: rows[k] for k in ("start_ns", "end_ns", "gtid", "event_type")} | {"name": name})
     return table.append_column("process", pc.shift_right(table.column("gtid"), 24))
@@ -333,9 +350,9 @@ def _sync_records(db: sqlite3.Connection, tables: set[str], path: Path) -> pa.Ta
     t = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"
     if t not in tables:
         return None
-    s = fetch(db, _select(db, t, {"start_ns": "start", "end_ns": "end", "device": "deviceId", "stream": "streamId",
-                                   "correlation": "correlationId", "gpid": "globalPid", "sync_type": "syncType",
-                                   "event_id": "eventId", "event_sync_id": "eventSyncId"}), {})  # fmt: skip
+    s = _fetch_table(db, t, {"start_ns": "start", "end_ns": "end", "device": "deviceId", "stream": "streamId",
+                             "correlation": "correlationId", "gpid": "globalPid", "sync_type": "syncType",
+                             "event_id": "eventId", "event_sync_id": "eventSyncId"}, path)  # fmt: skip
     table = pa.table(s)
     check_durations(path, "synchronization record", np_int(table.column("start_ns")), np_int(table.column("end_ns")))
     labels = {}
@@ -346,14 +363,14 @@ def _sync_records(db: sqlite3.Connection, tables: set[str], path: Path) -> pa.Ta
     return table.append_column("process", pc.shift_right(table.column("gpid"), 24))
 
 
-def _cuda_events(db: sqlite3.Connection, tables: set[str]) -> pa.Table | None:
+def _cuda_events(db: sqlite3.Connection, tables: set[str], path: Path) -> pa.Table | None:
     """``CUPTI_ACTIVITY_KIND_CUDA_EVENT``: one row per cudaEventRecord (nsys --cuda-event-trace)."""
     t = "CUPTI_ACTIVITY_KIND_CUDA_EVENT"
     if t not in tables:
         return None
     wanted = {"stream": "streamId", "correlation": "correlationId", "gpid": "globalPid", "event_id": "eventId",
               "event_sync_id": "eventSyncId", "device": "deviceId"}  # fmt: skip
-    e = fetch(db, _select(db, t, wanted), {})
+    e = _fetch_table(db, t, wanted, path)
     table = pa.table(e)
     return table.append_column("process", pc.shift_right(table.column("gpid"), 24))
 
@@ -424,7 +441,7 @@ def _process(p: int, acts: pa.Table, api, nvtx, syncs, events, gpus, meta, strin
     ranges = _of_process(nvtx, p)
     kernels = kernel_table(
         {
-            "device": acts.column("device").cast(pa.int32()),
+            "device": acts.column("device"),
             "stream": acts.column("stream"),
             "correlation": acts.column("correlation"),
             "name": acts.column("name"),
@@ -479,12 +496,9 @@ def _of_process(table: pa.Table | None, p: int) -> pa.Table | None:
 
 
 def _column(table: pa.Table, name: str, typ: pa.DataType) -> pa.Array:
-    if name in table.column_names:
-        try:
-            return table.column(name).cast(typ)
-        except (pa.ArrowInvalid, OverflowError) as exc:
-            raise ValueError(f"kernel field {name}: a value does not fit {typ} ({exc})") from None
-    return pa.nulls(table.num_rows, typ)
+    """``name`` as read (``kernel_table`` checks that it fits ``typ``, naming the file, kernel
+    and field), or nulls of ``typ`` where the export has no such column."""
+    return table.column(name) if name in table.column_names else pa.nulls(table.num_rows, typ)
 
 
 class _Calls:
@@ -562,7 +576,7 @@ def _devices(device_ids: np.ndarray, pid: int | None, gpus: dict) -> pa.Table:
     """
     rows = []
     info = gpus["gpus"]
-    for dev in sorted({int(d) for d in device_ids if d >= 0}):
+    for dev in np.unique(device_ids[device_ids >= 0]).tolist():
         gpu_id, n_sms = gpus["cuda"].get((pid, dev), (None, None)) if pid is not None else (None, None)
         g = info.get(gpu_id) if gpu_id is not None else None
         if g is None and not gpus["cuda"]:

@@ -36,6 +36,7 @@ from overlapviz.ingest.sqlite_common import (
     fetch,
     kernel_table,
     masked,
+    np_bool,
     np_int,
     open_readonly,
     quote,
@@ -138,25 +139,19 @@ def _read(db: sqlite3.Connection, path: Path) -> list[RankTrace]:
     missing = [t for t in _CORE_TABLES if not src.has(t)]
     if missing:  # rocprofv3 creates every table of the schema, used or not
         raise ValueError(f"{path}: not a complete rocpd database (no {', '.join(missing)} table)")
-    strings = _strings(db, src)
+    guids = _Guids(db, src, path)
+    strings = _Strings(db, src, guids, path)
     agents = _agents(db, src, path)
-    launch_names = {k for k, s in strings.items() if re.search(_LAUNCH_FUNCTIONS, s or "")}
-    kernels = _kernels(db, src, strings, agents, launch_names, path)
-    copies = _copies(db, src, strings, agents, launch_names, path)
+    kernels = _kernels(db, src, guids, strings, agents, path)
+    copies = _copies(db, src, guids, strings, agents, path)
     processes = _processes(db, src)
-
-    lowest: dict[tuple[str, int], int] = {}  # process -> the lowest device it used
-    for t in (kernels, copies):
-        if t is not None:
-            cols = (t.column(c).to_pylist() for c in ("guid", "pid", "device"))
-            for g, p, d in zip(*cols):
-                lowest[(g, p)] = min(lowest.get((g, p), 1 << 30), d if d is not None else 1 << 30)
+    lowest = _lowest_devices([t for t in (kernels, copies) if t is not None])
     if not lowest:
         raise ValueError(f"{path}: the database holds no kernel dispatch or memory copy")
     keys = sorted(lowest, key=lambda k: (lowest[k], k[1], k[0]))
     env_ranks = [env_int(processes.get(k, {}).get("env", {}), RANK_ENV) for k in keys]
     use_env = all(r is not None for r in env_ranks) and len(set(env_ranks)) == len(env_ranks)
-    api = _api_regions(db, src, strings)
+    api = _api_regions(db, src, strings.by_key)
     args = _stream_args(db, src)
     steps = _marker_steps(db, src, path)
     return [
@@ -167,13 +162,85 @@ def _read(db: sqlite3.Connection, path: Path) -> list[RankTrace]:
 
 # --- tables ------------------------------------------------------------------------------
 
+
+def _lowest_devices(tables: list[pa.Table]) -> dict[tuple[str | None, int | None], int]:
+    """Each process (guid, pid) with activity -> the lowest device it used (``1 << 30`` where none is known)."""
+    none = 1 << 30
+    lowest: dict[tuple[str | None, int | None], int] = {}
+    for t in tables:
+        guid, pid = t.column("guid"), t.column("pid")
+        device, p, p_null = np_int(t.column("device"), none), np_int(pid, 0), np.asarray(pid.is_null())
+        for g in pc.unique(guid).to_pylist():
+            of_guid = np.asarray(guid.is_null()) if g is None else np_bool(pc.equal(guid, g))
+            if (of_guid & p_null).any():
+                lowest[(g, None)] = min(lowest.get((g, None), none), int(device[of_guid & p_null].min()))
+            sel = of_guid & ~p_null
+            pids, inverse = np.unique(p[sel], return_inverse=True)
+            least = np.full(len(pids), none, np.int64)
+            np.minimum.at(least, inverse, device[sel])
+            for q, d in zip(pids.tolist(), least.tolist()):
+                lowest[(g, q)] = min(lowest.get((g, q), none), d)
+    return lowest
+
 # the enqueueing HIP calls an activity's correlation may join to (as for rocprofv3 CSV)
 _LAUNCH_FUNCTIONS = r"(?i)launch|memcpy|memset|copy|fill|graphlaunch"
 
 
-def _strings(db: sqlite3.Connection, src: _Sources) -> dict[tuple[str, int], str]:
-    table = src("rocpd_string", ["id", "guid", "string"])
-    return {(g, i): s for i, g, s in db.execute(f"SELECT id, guid, string FROM {table}")}
+class _Guids:
+    """The guids of a database's activities and symbols, each coded as a small integer in the
+    SQL (``CASE guid WHEN '...' THEN 0 ...``), so no row brings its guid string into Python."""
+
+    def __init__(self, db: sqlite3.Connection, src: _Sources, path: Path):
+        found: set = set()
+        for base in (*_ACTIVITY_TABLES, "rocpd_info_kernel_symbol"):
+            if src.has(base):
+                found |= {g for (g,) in db.execute(f"SELECT DISTINCT guid FROM {src(base, ['guid'])}")}
+        found.discard(None)
+        bad = [g for g in found if not isinstance(g, str)]
+        if bad:
+            raise ValueError(f"{path}: a rocpd table holds the guid {bad[0]!r}, which is not text")
+        self.values = sorted(found)
+        self.index = {g: i for i, g in enumerate(self.values)}
+        self.array = pa.array(self.values, pa.string())
+
+    def code(self, expr: str) -> str:
+        """SQL for the code of ``expr``'s guid (NULL for a NULL guid)."""
+        if not self.values:
+            return "NULL"
+        whens = " ".join(f"WHEN '{g.replace(chr(39), chr(39) * 2)}' THEN {i}" for i, g in enumerate(self.values))
+        return f"CASE {expr} {whens} END"
+
+    def take(self, codes: pa.Array) -> pa.Array:
+        """The guid strings of ``codes`` (null stays null)."""
+        return self.array.take(codes)
+
+
+class _Strings:
+    """``rocpd_string`` by (guid, id): a dict for the few per-call look-ups, an index for the per-row ones."""
+
+    def __init__(self, db: sqlite3.Connection, src: _Sources, guids: _Guids, path: Path):
+        table = src("rocpd_string", ["id", "guid", "string"])
+        self.by_key = {(g, i): s for i, g, s in db.execute(f"SELECT id, guid, string FROM {table}")}
+        keys = list(self.by_key)
+        codes = np.array([guids.index.get(g, -1) for g, _ in keys], np.int64)
+        ids = np.array([i if isinstance(i, int) else -1 for _, i in keys], np.int64)
+        self.values = pa.array([v if isinstance(v, str) else None for v in self.by_key.values()], pa.string())
+        self.index = _ByGuid(codes, ids)  # one row per key already (a dict's)
+        self.launch = np.asarray(pc.fill_null(pc.match_substring_regex(self.values, _LAUNCH_FUNCTIONS), False))
+
+    def _find(self, codes: np.ndarray, code_valid: pa.Array, ids: pa.Array) -> np.ndarray:
+        valid = np.asarray(pc.and_(code_valid.is_valid(), ids.is_valid()))
+        return self.index.find(codes, np_int(ids), valid)
+
+    def lookup(self, codes: np.ndarray, code_valid: pa.Array, ids: pa.Array) -> pa.Array:
+        """The string of each (guid, id); null where there is none."""
+        at = self._find(codes, code_valid, ids)
+        return self.values.take(masked(at, at >= 0))
+
+    def is_launch(self, codes: np.ndarray, code_valid: pa.Array, ids: pa.Array) -> np.ndarray:
+        """Whether each (guid, id) names an enqueueing call (``_LAUNCH_FUNCTIONS``)."""
+        at = self._find(codes, code_valid, ids)
+        return (at >= 0) & self.launch[np.maximum(at, 0)] if len(self.launch) else np.zeros(len(at), bool)
 
 
 def _agents(db: sqlite3.Connection, src: _Sources, path: Path) -> dict[tuple[str, int], dict]:
@@ -199,7 +266,7 @@ def _agents(db: sqlite3.Connection, src: _Sources, path: Path) -> dict[tuple[str
     return out
 
 
-def _kernels(db, src: _Sources, strings, agents, launch_names, path: Path) -> pa.Table | None:
+def _kernels(db, src: _Sources, guids: _Guids, strings: _Strings, agents, path: Path) -> pa.Table | None:
     if not src.has("rocpd_kernel_dispatch"):
         return None
     kd = src("rocpd_kernel_dispatch", ["id", "guid", "pid", "tid", "agent_id", "kernel_id", "dispatch_id", "queue_id",
@@ -207,101 +274,152 @@ def _kernels(db, src: _Sources, strings, agents, launch_names, path: Path) -> pa
                                        "workgroup_size_y", "workgroup_size_z", "grid_size_x", "grid_size_y",
                                        "grid_size_z", "event_id"])  # fmt: skip
     joins, extra = _event_and_launch_joins(src, "K")
-    ks = src("rocpd_info_kernel_symbol", ["id", "guid", "kernel_name", "display_name", "arch_vgpr_count",
-                                           "accum_vgpr_count", "sgpr_count"])  # fmt: skip
-    sym = f"LEFT JOIN {ks} S ON S.id = K.kernel_id AND S.guid = K.guid"
-    sym_cols = ("S.display_name AS display_name, S.kernel_name AS kernel_name, S.arch_vgpr_count AS vgpr, "
-                "S.accum_vgpr_count AS agpr, S.sgpr_count AS sgpr, S.id AS sym_id")  # fmt: skip
-    sql = (
-        f"SELECT K.guid AS guid, K.pid AS pid, K.tid AS tid, K.agent_id AS agent, K.kernel_id AS kernel_id, "
-        f'K.queue_id AS queue, K.stream_id AS stream_id, K.start AS start_ns, K."end" AS end_ns, '
-        f"K.group_segment_size AS lds, K.workgroup_size_x AS wx, K.workgroup_size_y AS wy, K.workgroup_size_z AS wz, "
-        f"K.grid_size_x AS gx, K.grid_size_y AS gy, K.grid_size_z AS gz, {sym_cols}, {extra} "
-        f"FROM {kd} K {sym} {joins} ORDER BY K.guid, K.start, K.id"
-    )
-    k = fetch(db, sql, {"guid": pa.string(), "display_name": pa.string(), "kernel_name": pa.string()})
+    columns = {
+        "guid": guids.code("K.guid"), "pid": "K.pid", "tid": "K.tid", "agent": "K.agent_id", "kernel_id": "K.kernel_id",
+        "queue": "K.queue_id", "stream_id": "K.stream_id", "start_ns": "K.start", "end_ns": 'K."end"',
+        "lds": "K.group_segment_size", "wx": "K.workgroup_size_x", "wy": "K.workgroup_size_y",
+        "wz": "K.workgroup_size_z", "gx": "K.grid_size_x", "gy": "K.grid_size_y", "gz": "K.grid_size_z",
+    } | extra  # fmt: skip
+    k = fetch(db, columns, f"FROM {kd} K {joins} ORDER BY K.guid, K.start, K.id", where=f"{path}: rocpd_kernel_dispatch")
     n = len(k["guid"])
-    missing = np.flatnonzero(np.asarray(k["sym_id"].is_null()))
+    g = np_int(k["guid"])
+    sym, sym_index = _symbols(db, src, guids, path)
+    at = sym_index.find(g, np_int(k["kernel_id"]), np.asarray(pc.and_(k["guid"].is_valid(), k["kernel_id"].is_valid())))
+    missing = np.flatnonzero(at < 0)
     if len(missing):
         raise ValueError(f"{path}: a kernel dispatch names kernel_id {k['kernel_id'][int(missing[0])].as_py()} "
                          f"that is not in rocpd_info_kernel_symbol ({len(missing)} such dispatches)")  # fmt: skip
-    display = pc.if_else(pc.equal(k["display_name"], ""), pa.nulls(n, pa.string()), k["display_name"])
-    name = pc.coalesce(display, k["kernel_name"])
-    name = pc.replace_substring_regex(name, r"(?: \[clone \.kd\]|\.kd)$", "")  # as the rocprof readers name them
+    pos = pa.array(at, pa.int64())
+    name = sym["name"].take(pos)
     check_durations(path, "kernel dispatch", np_int(k["start_ns"]), np_int(k["end_ns"]), name)
     cols = {
-        "guid": k["guid"], "pid": k["pid"],
-        "device": _device_of(k["guid"], k["agent"], agents),
+        "guid": guids.take(k["guid"]), "pid": k["pid"],
+        "device": _device_of(g, k["agent"], agents, guids),
         "queue": k["queue"], "stream_id": k["stream_id"],
         "correlation": k["corr"],
         "name": name,
-        "category": pa.array(["kernel"] * n, pa.string()),
+        "category": pa.repeat(pa.scalar("kernel", pa.string()), n),
         "start_ns": k["start_ns"], "end_ns": k["end_ns"],
         "grid_x": _blocks(k["gx"], k["wx"]), "grid_y": _blocks(k["gy"], k["wy"]), "grid_z": _blocks(k["gz"], k["wz"]),
         "block_x": k["wx"], "block_y": k["wy"], "block_z": k["wz"],
-        "regs_per_thread": k["vgpr"], "accum_vgprs": k["agpr"], "sgprs": k["sgpr"],
+        "regs_per_thread": sym["vgpr"].take(pos), "accum_vgprs": sym["agpr"].take(pos), "sgprs": sym["sgpr"].take(pos),
         "shared_mem_bytes": k["lds"],
         "bytes": pa.nulls(n, pa.int64()),
     }  # fmt: skip
-    cols |= _launch_columns(k, launch_names)
+    cols |= _launch_columns(g, k, strings)
     cols["launch_tid"] = pc.coalesce(cols["launch_tid"], k["tid"])  # the dispatching thread
     return pa.table(cols)
 
 
-def _copies(db, src: _Sources, strings, agents, launch_names, path: Path) -> pa.Table | None:
+def _symbols(db, src: _Sources, guids: _Guids, path: Path) -> tuple[dict[str, pa.Array], _ByGuid]:
+    """``rocpd_info_kernel_symbol``: each symbol's kernel name (``display_name``, else
+    ``kernel_name``, without the code object's ``.kd`` suffix) and registers, and an index
+    by (guid, id) that finds the first row of a key."""
+    ks = src("rocpd_info_kernel_symbol", ["id", "guid", "kernel_name", "display_name", "arch_vgpr_count",
+                                           "accum_vgpr_count", "sgpr_count"])  # fmt: skip
+    columns = {"guid": guids.code("S.guid"), "id": "S.id", "display_name": "S.display_name",
+               "kernel_name": "S.kernel_name", "vgpr": "S.arch_vgpr_count", "agpr": "S.accum_vgpr_count",
+               "sgpr": "S.sgpr_count"}  # fmt: skip
+    rows = fetch(db, columns, f"FROM {ks} S", where=f"{path}: rocpd_info_kernel_symbol",
+                 strings=("display_name", "kernel_name"))  # fmt: skip
+    display, kernel = rows["display_name"], rows["kernel_name"]
+    display = pc.if_else(pc.equal(display, ""), pa.nulls(len(display), pa.string()), display)
+    name = pc.replace_substring_regex(pc.coalesce(display, kernel), r"(?: \[clone \.kd\]|\.kd)$", "")
+    valid = np.asarray(pc.and_(rows["guid"].is_valid(), rows["id"].is_valid()))
+    codes = np.where(valid, np_int(rows["guid"]), -2)  # a symbol without guid or id matches nothing
+    return rows | {"name": name}, _ByGuid(codes, np_int(rows["id"]))
+
+
+class _ByGuid:
+    """Rows keyed by (guid code, id), for vectorized look-ups (guids are few, ids many)."""
+
+    def __init__(self, codes: np.ndarray, ids: np.ndarray, *, last: bool = False):
+        self.order = np.lexsort((ids, codes))  # stable: rows of one key stay in table order
+        self.codes, self.ids = codes[self.order], ids[self.order]
+        self.last = last  # the last row of a key wins (as in a dict built in table order), else the first
+
+    def find(self, codes: np.ndarray, ids: np.ndarray, valid: np.ndarray) -> np.ndarray:
+        """The row (in table order) of each valid (code, id); -1 where there is none."""
+        out = np.full(len(ids), -1, np.int64)
+        for c in np.unique(self.codes).tolist():
+            lo, hi = np.searchsorted(self.codes, [c, c + 1])
+            sel = np.flatnonzero(valid & (codes == c))
+            if not len(sel):
+                continue
+            keys = self.ids[lo:hi]
+            if self.last:
+                p = np.searchsorted(keys, ids[sel], side="right") - 1
+                hit = (p >= 0) & (keys[np.maximum(p, 0)] == ids[sel])
+            else:
+                p = np.searchsorted(keys, ids[sel], side="left")
+                hit = (p < len(keys)) & (keys[np.minimum(p, len(keys) - 1)] == ids[sel])
+            out[sel] = np.where(hit, self.order[lo + np.clip(p, 0, len(keys) - 1)], -1)
+        return out
+
+
+def _copies(db, src: _Sources, guids: _Guids, strings: _Strings, agents, path: Path) -> pa.Table | None:
     if not src.has("rocpd_memory_copy"):
         return None
     mc = src("rocpd_memory_copy", ["id", "guid", "pid", "tid", "start", "end", "name_id", "dst_agent_id",
                                    "src_agent_id", "size", "queue_id", "stream_id", "event_id"])  # fmt: skip
     joins, extra = _event_and_launch_joins(src, "K")
-    sql = (
-        f'SELECT K.guid AS guid, K.pid AS pid, K.tid AS tid, K.start AS start_ns, K."end" AS end_ns, '
-        f"K.name_id AS name_id, K.dst_agent_id AS dst, K.src_agent_id AS src, K.size AS bytes, "
-        f"K.queue_id AS queue, K.stream_id AS stream_id, {extra} FROM {mc} K {joins} ORDER BY K.guid, K.start, K.id"
-    )
-    m = fetch(db, sql, {"guid": pa.string()})
+    columns = {
+        "guid": guids.code("K.guid"), "pid": "K.pid", "tid": "K.tid", "start_ns": "K.start", "end_ns": 'K."end"',
+        "name_id": "K.name_id", "dst": "K.dst_agent_id", "src": "K.src_agent_id", "bytes": "K.size",
+        "queue": "K.queue_id", "stream_id": "K.stream_id",
+    } | extra  # fmt: skip
+    m = fetch(db, columns, f"FROM {mc} K {joins} ORDER BY K.guid, K.start, K.id", where=f"{path}: rocpd_memory_copy")
     n = len(m["guid"])
-    guid = m["guid"].to_pylist()
-    name = pa.array([strings.get((g, i)) or "MEMORY_COPY" for g, i in zip(guid, m["name_id"].to_pylist())], pa.string())
+    g = np_int(m["guid"])
+    name = strings.lookup(g, m["guid"], m["name_id"])
+    name = pc.if_else(pc.fill_null(pc.equal(name, ""), True), pa.scalar("MEMORY_COPY"), name)  # none or empty
     check_durations(path, "memory copy", np_int(m["start_ns"]), np_int(m["end_ns"]), name)
     to_device = np.asarray(pc.fill_null(pc.match_substring(name, "HOST_TO_DEVICE"), False))
     # the GPU end of the copy: the destination of a host-to-device copy, else the source
-    device = pc.if_else(pa.array(to_device), _device_of(m["guid"], m["dst"], agents),
-                        _device_of(m["guid"], m["src"], agents))  # fmt: skip
+    device = pc.if_else(pa.array(to_device), _device_of(g, m["dst"], agents, guids),
+                        _device_of(g, m["src"], agents, guids))  # fmt: skip
     cols = {
-        "guid": m["guid"], "pid": m["pid"], "device": device,
+        "guid": guids.take(m["guid"]), "pid": m["pid"], "device": device,
         "queue": m["queue"], "stream_id": m["stream_id"], "correlation": m["corr"],
-        "name": name, "category": pa.array(["gpu_memcpy"] * n, pa.string()),
+        "name": name, "category": pa.repeat(pa.scalar("gpu_memcpy", pa.string()), n),
         "start_ns": m["start_ns"], "end_ns": m["end_ns"], "bytes": m["bytes"],
     }  # fmt: skip
-    cols |= _launch_columns(m, launch_names)
+    cols |= _launch_columns(g, m, strings)
     cols["launch_tid"] = pc.coalesce(cols["launch_tid"], m["tid"])
     return pa.table(cols)
 
 
-def _event_and_launch_joins(src: _Sources, alias: str) -> tuple[str, str]:
+def _event_and_launch_joins(src: _Sources, alias: str) -> tuple[str, dict[str, str]]:
     """JOINs from an activity to its event (internal correlation = ``stack_id``) and to the
     API region with that id (the launch call), and the columns they add."""
     ev = src("rocpd_event", ["id", "guid", "stack_id"])
     joins = f"LEFT JOIN {ev} E ON E.id = {alias}.event_id AND E.guid = {alias}.guid "
     rg = src("rocpd_region", ["id", "guid", "tid", "start", "name_id"])
     joins += f"LEFT JOIN {rg} R ON R.id = E.stack_id AND R.guid = {alias}.guid AND R.start <= {alias}.start"
-    return joins, "E.stack_id AS corr, R.start AS launch_ns, R.tid AS launch_tid, R.name_id AS launch_name"
+    return joins, {"corr": "E.stack_id", "launch_ns": "R.start", "launch_tid": "R.tid", "launch_name": "R.name_id"}
 
 
-def _launch_columns(t: dict, launch_names: set) -> dict:
+def _launch_columns(guid: np.ndarray, t: dict, strings: _Strings) -> dict:
     """``launch_ns`` / ``launch_tid`` where the joined region is an enqueueing call."""
-    ok = np.array([(g, i) in launch_names for g, i in zip(t["guid"].to_pylist(), t["launch_name"].to_pylist())], bool)
-    ok &= np.asarray(t["launch_ns"].is_valid())
+    ok = strings.is_launch(guid, t["guid"], t["launch_name"]) & np.asarray(t["launch_ns"].is_valid())
     return {
         "launch_ns": masked(np_int(t["launch_ns"]), ok),
         "launch_tid": masked(np_int(t["launch_tid"]), ok),
     }
 
 
-def _device_of(guid: pa.Array, agent: pa.Array, agents: dict) -> pa.Array:
-    found = [agents.get((g, a), {}).get("device") for g, a in zip(guid.to_pylist(), agent.to_pylist())]
-    return pa.array(found, pa.int32())
+def _device_of(guid: np.ndarray, agent: pa.Array, agents: dict, guids: _Guids) -> pa.Array:
+    """The device index of each (guid code, agent id); null where the agent is not a GPU agent."""
+    a = np_int(agent, -1)
+    known = np.asarray(agent.is_valid())
+    device = np.zeros(len(a), np.int64)
+    found = np.zeros(len(a), bool)
+    for (g, agent_id), info in agents.items():
+        if info.get("device") is None or g not in guids.index or not isinstance(agent_id, int):
+            continue
+        rows = known & (guid == guids.index[g]) & (a == agent_id)
+        device[rows], found[rows] = info["device"], True
+    return masked(device, found, pa.int32())
 
 
 def _blocks(work_items: pa.Array, workgroup: pa.Array) -> pa.Array:
@@ -347,7 +465,7 @@ def _api_regions(db, src: _Sources, strings) -> dict[tuple[str, int], list[dict]
         )
         if (r[0], r[6]) in wanted
     ]  # fmt: skip
-    args = _args(db, src, {(r[0], r[7]) for r in rows if r[7] is not None})
+    args = _args(db, src, {(r[0], r[7]) for r in rows if r[7] is not None}, rg, ids)
     for g, pid, tid, rid, start, end, name_id, event_id in rows:
         out.setdefault((g, pid), []).append({
             "name": wanted[(g, name_id)], "tid": tid, "id": rid, "start": start, "end": end,
@@ -356,13 +474,22 @@ def _api_regions(db, src: _Sources, strings) -> dict[tuple[str, int], list[dict]
     return out
 
 
-def _args(db, src: _Sources, events: set) -> dict[tuple[str, int], dict[str, str]]:
-    """``rocpd_arg`` name -> value per (guid, event id), for the given events."""
+def _args(db, src: _Sources, events: set, regions: str, name_ids: str) -> dict[tuple[str, int], dict[str, str]]:
+    """``rocpd_arg`` name -> value per (guid, event id), for the given events (of the
+    ``regions`` calls named by ``name_ids``: the arguments of other calls, every kernel
+    launch's among them, stay in SQLite)."""
     out: dict[tuple[str, int], dict[str, str]] = {}
     if not events:
         return out
     ag = src("rocpd_arg", ["guid", "event_id", "name", "value"])
-    sql = f"SELECT guid, event_id, name, value FROM {ag} WHERE name IN ('stream', 'hStream', 'event')"
+    # MATERIALIZED: one table of these arguments (searched through an automatic index), not
+    # every region table joined with every argument table of a merged database
+    sql = (
+        f"WITH A AS MATERIALIZED (SELECT guid, event_id, name, value FROM {ag} "
+        f"WHERE name IN ('stream', 'hStream', 'event')) "
+        f"SELECT A.guid, A.event_id, A.name, A.value FROM {regions} R "
+        f"CROSS JOIN A ON A.event_id = R.event_id AND A.guid = R.guid WHERE R.name_id IN ({name_ids})"
+    )
     for g, e, name, value in db.execute(sql):
         if (g, e) in events:
             out.setdefault((g, e), {})[name] = value
@@ -383,11 +510,14 @@ def _stream_args(db, src: _Sources) -> dict[tuple[str, int, int], tuple]:
     ev = src("rocpd_event", ["id", "guid", "stack_id"])
     rg = src("rocpd_region", ["id", "guid", "event_id"])
     ag = src("rocpd_arg", ["guid", "event_id", "name", "value"])
+    # CROSS JOIN fixes the order, dispatches outermost: each inner table is searched through an
+    # automatic index on its join key (O(n log n)); left to itself, the planner (no statistics)
+    # may put the arguments outermost and search the dispatches by guid alone, O(n^2)
     sql = (
         f"SELECT DISTINCT K.guid, K.pid, A.value, K.stream_id, K.queue_id, K.agent_id FROM {kd} K "
-        f"JOIN {ev} E ON E.id = K.event_id AND E.guid = K.guid "
-        f"JOIN {rg} R ON R.id = E.stack_id AND R.guid = K.guid "
-        f"JOIN {ag} A ON A.event_id = R.event_id AND A.guid = K.guid AND A.name IN ('stream', 'hStream')"
+        f"CROSS JOIN {ev} E ON E.id = K.event_id AND E.guid = K.guid "
+        f"CROSS JOIN {rg} R ON R.id = E.stack_id AND R.guid = K.guid "
+        f"CROSS JOIN {ag} A ON A.event_id = R.event_id AND A.guid = K.guid AND A.name IN ('stream', 'hStream')"
     )
     for g, pid, value, sid, qid, agent in db.execute(sql):
         handle = handle_value(value)
@@ -412,9 +542,12 @@ def _marker_steps(db, src: _Sources, path: Path) -> dict[tuple[str, int], pa.Tab
     out: dict[tuple[str, int], pa.Table] = {}
     rg = src("rocpd_region", ["guid", "pid", "start", "end", "event_id"])
     ev = src("rocpd_event", ["id", "guid", "extdata"])
+    # the few marker events first, MATERIALIZED: else SQLite joins every region table with every
+    # event table of a merged database (processes squared)
     rows = db.execute(
-        f'SELECT R.guid, R.pid, R.start, R."end", E.extdata FROM {rg} R JOIN {ev} E ON E.id = R.event_id AND '
-        f"E.guid = R.guid WHERE E.extdata LIKE '%ProfilerStep#%' OR E.extdata LIKE '%ovz_iter#%'"
+        f"WITH E AS MATERIALIZED (SELECT id, guid, extdata FROM {ev} "
+        f"WHERE extdata LIKE '%ProfilerStep#%' OR extdata LIKE '%ovz_iter#%') "
+        f'SELECT R.guid, R.pid, R.start, R."end", E.extdata FROM {rg} R JOIN E ON E.id = R.event_id AND E.guid = R.guid'
     ).fetchall()
     per: dict[tuple[str, int], list] = {}
     for g, pid, start, end, ext in rows:

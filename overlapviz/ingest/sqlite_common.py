@@ -5,12 +5,13 @@ from __future__ import annotations
 import contextlib
 import re
 import sqlite3
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.csv as pcsv
 
 from overlapviz import schema
 from overlapviz.ingest.base import RankTrace
@@ -41,9 +42,7 @@ def kernel_table(columns: Mapping[str, object], *, where: str) -> pa.Table:
     from overlapviz.ingest.ranges import check_ranges
 
     table = pa.table(dict(columns))
-    names = table.column("name") if "name" in table.column_names else None
-    check_ranges(table, READER_KERNEL_SCHEMA, where, "kernel",
-                 row=None if names is None else (lambda i: repr(names[i].as_py())[:60]))  # fmt: skip
+    check_ranges(table, READER_KERNEL_SCHEMA, where, "kernel")  # "kernel <i> (<name>): <field> = ..."
     return conform(table, READER_KERNEL_SCHEMA, where=where)
 
 
@@ -142,20 +141,110 @@ def sniff_tables(path: Path, head: bytes) -> set[str]:
         return set()
 
 
-def fetch(db: sqlite3.Connection, sql: str, types: Mapping[str, pa.DataType], params=()) -> dict[str, pa.Array]:
-    """Run ``sql`` and return its columns as Arrow arrays of the given types (by result name)."""
-    cur = db.execute(sql, params)
-    names = [d[0] for d in cur.description]
-    rows = cur.fetchall()
-    cols = list(zip(*rows)) if rows else [()] * len(names)
-    out = {}
-    for name, values in zip(names, cols):
-        typ = types.get(name, pa.int64())
-        try:
-            out[name] = pa.array(values, typ)
-        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as exc:
-            raise sqlite3.DatabaseError(f"column {name!r} does not hold {typ} values ({exc})") from None
-    return out
+def fetch(db: sqlite3.Connection, columns: Mapping[str, str], tail: str, *, where: str, strings: Collection[str] = (),
+          params=()) -> dict[str, pa.Array]:  # fmt: skip
+    """``SELECT <columns> <tail>`` as Arrow arrays: exact int64, or strings for the aliases in ``strings``.
+
+    No Python object per value: SQLite renders each row's integers as one JSON array in C
+    (``json_array``: integers in decimal, NULL as ``null``, text quoted, reals with a
+    point or an exponent), a block of rows is parsed by ``pyarrow.csv`` as int64 columns
+    (multithreaded), and only those strings cross into Python. A value that is not an
+    integer (text, a real, a blob) therefore never parses as one: it is refused.
+
+    Parameters
+    ----------
+    columns
+        Result alias -> SQL expression (a column, ``NULL``, ...), in result order.
+    tail
+        ``FROM ... [WHERE ...] [ORDER BY ...]``: the rows keep its order.
+    where
+        The file and table, for messages.
+
+    Raises
+    ------
+    ValueError
+        ``"<where>: field '<column>' holds a text value ('x'), not an integer"`` (or a
+        real, a blob; a string column holding a number).
+    sqlite3.Error
+        The database cannot be read (corrupt pages).
+    """
+    ints = [a for a in columns if a not in strings]
+    texts = [a for a in columns if a in strings]
+    exprs = [f"json_array('', {', '.join(columns[a] for a in ints)}, '')"] if ints else []
+    exprs += [columns[a] for a in texts]
+    first_text = 1 if ints else 0
+    parts: dict[str, list[pa.Array]] = {a: [] for a in columns}
+    decode = db.text_factory
+    db.text_factory = bytes  # text as it is stored: no Python call per value
+    try:
+        cur = db.execute(f"SELECT {', '.join(exprs)} {tail}", params)
+        while rows := cur.fetchmany(_FETCH_ROWS):
+            if ints:
+                block = _parse_ints(b"\n".join([r[0] for r in rows]), ints)
+                for a in ints:
+                    parts[a].append(block.column(a).combine_chunks())
+            for j, a in enumerate(texts, first_text):
+                parts[a].append(_text([r[j] for r in rows], decode))
+    except (sqlite3.Error, pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        db.text_factory = decode
+        if "no such function: json_array" in str(exc):
+            raise ValueError(f"{where}: this Python's SQLite library ({sqlite3.sqlite_version}) was built without "
+                             "the JSON functions the reader needs (json_array)") from None  # fmt: skip
+        bad = _first_bad_value(db, columns, tail, params, texts)  # a corrupt database raises here again
+        if bad is None:
+            raise exc from None
+        raise ValueError(f"{where}: {bad}") from None
+    finally:
+        db.text_factory = decode
+    return {a: _concat(parts[a], pa.string() if a in texts else pa.int64()) for a in columns}
+
+
+_FETCH_ROWS = 65536  # rows per block: a few MB of text at a time, whatever the table's size
+_CSV_PARSE = pcsv.ParseOptions(quote_char=False, double_quote=False, escape_char=False, newlines_in_values=False)
+
+
+def _parse_ints(text: bytes, names: list[str]) -> pa.Table:
+    """Rows ``["",1,null,...,""]`` (``json_array`` output) as int64 columns ``names``: the
+    brackets and the empty strings around the values are two extra fields, left unread."""
+    return pcsv.read_csv(
+        pa.py_buffer(text),
+        read_options=pcsv.ReadOptions(column_names=["[", *names, "]"], use_threads=False),
+        parse_options=_CSV_PARSE,
+        convert_options=pcsv.ConvertOptions(
+            column_types=dict.fromkeys(names, pa.int64()), include_columns=names, null_values=["null"]
+        ),
+    )
+
+
+def _text(values: list, decode) -> pa.Array:
+    """Stored text (bytes) as a string array; where some is not UTF-8, every value through the
+    connection's own decoding (``open_readonly``'s replaces what is not UTF-8)."""
+    raw = pa.array(values, pa.binary())
+    try:
+        return raw.cast(pa.string())
+    except pa.ArrowInvalid:
+        decode = (lambda v: v.decode()) if decode is str else decode  # sqlite3's default: strict UTF-8
+        return pa.array([None if v is None else decode(v) for v in values], pa.string())
+
+
+def _concat(arrays: list[pa.Array], typ: pa.DataType) -> pa.Array:
+    if not arrays:
+        return pa.array([], typ)
+    return arrays[0] if len(arrays) == 1 else pa.concat_arrays(arrays)
+
+
+def _first_bad_value(db, columns: Mapping[str, str], tail: str, params, texts) -> str | None:
+    """What the first value of the wrong type is, and in which column; None if there is none."""
+    for alias, expr in columns.items():
+        allowed = ("text", "null") if alias in texts else ("integer", "null")
+        sql = f"SELECT t, v FROM (SELECT typeof({expr}) AS t, quote({expr}) AS v {tail}) WHERE t NOT IN {allowed} LIMIT 1"
+        row = db.execute(sql, params).fetchone()
+        if row is not None:
+            field = re.sub(r"^\w+\.", "", expr).strip('"')
+            want = "a string" if alias in texts else "an integer"
+            article = "an" if row[0] == "integer" else "a"
+            return f"field {field!r} holds {article} {row[0]} value ({str(row[1])[:60]}), not {want}"
+    return None
 
 
 def np_int(arr: pa.Array | pa.ChunkedArray, fill: int = -1) -> np.ndarray:
