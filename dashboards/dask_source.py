@@ -3,14 +3,18 @@
 ``serving(address)`` connects (or starts a ``local``/``local:N`` cluster, stopped when the server
 stops) and installs a ``DaskSource`` in ``store.ENGINE`` for the server's lifetime. Then:
 
-* the analyses that have a Dask path (``analyze``, ``explain``) run on the cluster, with the local
-  path's results (``overlapviz.distributed``); the others run in the server, as without a scheduler;
-* a run's timeline is a ``DaskTimeline``: the server holds the run's lanes, step bands and
-  explain's records, never its kernels. Zoomed out, each worker rasterizes its ranks' kernels in
-  the window (``view_counts_on``) and the server sums the counts; zoomed in (at most the glyph
-  budget in view), the window's kernels are read from each rank's file with the window as a
-  filter and drawn as glyphs. Both follow ``figures_timeline.TimelineData``'s rules to the float:
-  the counts, pixels and glyph rows are the local path's (tests/test_dask.py compares them).
+* the analyses run on the cluster, with the local path's results (``overlapviz.distributed``): ``analyze``,
+  ``explain``, ``kernel_residency`` (rank by rank), and the configuration table and Compare from those
+  (``speedup.config_table``/``compare`` given the cluster's ``analyze``/``explain``): the server reads no
+  kernel for them;
+* a run's timeline is a ``DaskTimeline``: the server holds the run's lanes, step bands, explain's
+  records and its residency table (one row per launch shape), never its kernels. Zoomed out, each
+  worker rasterizes its ranks' kernels in the window (``view_counts_on``) and the server sums the
+  counts; zoomed in (at most the glyph budget in view), the window's kernels are read from each
+  rank's file with the window as a filter and drawn as glyphs, their hover's residency joined from
+  that table as the local path joins it. Both follow ``figures_timeline.TimelineData``'s rules to
+  the float: the counts, pixels, glyph rows and hover fields are the local path's
+  (tests/test_dask.py compares them).
 
 Not datashader's own Dask aggregation: its pixel rule for a span is not the local raster's, and the
 two views of one dataset must agree; the reduction is the same (per partition, then summed).
@@ -26,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from overlapviz import figures_timeline as ftl
-from overlapviz.analysis import budget, metrics
+from overlapviz.analysis import budget, metrics, speedup
 from overlapviz.dashboards import store
 from overlapviz.distributed import timeline as dtl
 
@@ -40,7 +44,8 @@ class DaskSource:
 
     def __init__(self, client):
         self.client = client
-        self.analyses = {"analyze": self.analyze, "explain": self.explain}
+        self.analyses = {"analyze": self.analyze, "explain": self.explain, "kernel_residency": self.residency,
+                         "config_table": self.config_table, "compare": self.compare}  # fmt: skip
         self._runs = store._Memo(8)  # _Run per (path, stamp, run_id): lanes, bands, the why; no kernels
 
     def analyze(self, dataset_path, *, per: str = "rank", run_ids=None) -> pd.DataFrame:
@@ -52,6 +57,20 @@ class DaskSource:
         from overlapviz.distributed import explain_on
 
         return explain_on(self.client, dataset_path, run_ids=run_ids, kinds=kinds, device=device)
+
+    def residency(self, dataset_path, *, run_ids=None, device=None) -> pd.DataFrame:
+        from overlapviz.distributed import residency_on
+
+        return residency_on(self.client, dataset_path, run_ids=run_ids, device=device)
+
+    def config_table(self, dataset_path, **kwargs) -> pd.DataFrame:
+        """``speedup.config_table`` with the overlap metrics from the cluster (the iterations table is read here)."""
+        return speedup.config_table(dataset_path, analyze=self.analyze, **kwargs)
+
+    def compare(self, dataset_path, run_a: str, run_b: str) -> pd.DataFrame:
+        """``speedup.compare`` (as ``store._compare``) with the two runs' metrics and explain from the cluster."""
+        table = store.load_analysis(dataset_path, store._stamp(dataset_path), "config_table")
+        return speedup.compare(dataset_path, run_a, run_b, table=table, analyze=self.analyze, explain=self.explain)
 
     def timeline(self, path: str, stamp: str, run_id: str, ranks: tuple[int, ...] | None) -> DaskTimeline:
         """The run's timeline (of ``ranks``; all when None), as ``store.load_timeline`` gives it locally."""
@@ -78,20 +97,20 @@ def serving(address: str) -> Iterator[DaskSource]:
 
 class _Run:
     """What the server keeps of one run: each rank's lanes, extent, kinds and step extents (from the cluster), the
-    run's explain records with their blockers' positions, and the residency table (for the hover)."""
+    run's explain records with their blockers' positions, and its residency table (for the hover: one row per launch
+    shape, computed on the cluster)."""
 
     def __init__(self, client, path: str, stamp: str, run_id: str):
         self.client, self.path, self.stamp, self.run_id = client, path, stamp, run_id
         self.ranks = {r["rank"]: r for r in dtl.rank_summaries_on(client, path, run_id, KINDS)}
         self.origin_ns = min((r["start"] for r in self.ranks.values()), default=0)
-        try:
-            self.residency = store.load_analysis(path, stamp, "kernel_residency")
+        try:  # as store.load_timeline's: the run's rows
+            self.residency = store.run_analysis(path, stamp, "kernel_residency", run_id)
         except store.Unavailable:
             self.residency = None
         self.why = None
         try:
-            explained = store.load_analysis(path, stamp, "explain")
-            why = explained.loc[explained["run_id"] == run_id]
+            why = store.run_analysis(path, stamp, "explain", run_id)
             self.why = pd.concat([why, dtl.blocker_positions_on(client, path, run_id, why)], axis=1)
         except store.Unavailable:
             pass
@@ -258,6 +277,15 @@ class DaskTimeline:
                                      _DICTIONARY, bounds, comm)  # fmt: skip
             self._view = _view(self.run, self.sel, _to_pandas(rows))
             return self._view.visible(x_range)
+
+    def rank_kernels(self, rank: int, t_ns: int, start_ns: int) -> pd.DataFrame:
+        """The rank's kernels running at ``t_ns`` or starting at ``start_ns``, read on a worker (what
+        ``DataStore._rank_kernels`` cuts from a local timeline's frame, in its row order and types)."""
+        import pyarrow.compute as pc
+
+        cut = ((pc.field("start_ns") <= int(t_ns)) & (pc.field("end_ns") > int(t_ns))) | (pc.field("start_ns") == int(start_ns))
+        rows = dtl.rows_on(self.run.client, self.run.path, self.run.run_id, [int(rank)], _GLYPH_COLUMNS, _DICTIONARY, cut)
+        return _to_pandas(rows)
 
     # the glyph frames and arrays of the kernels read by ``visible`` (none before it)
     @property

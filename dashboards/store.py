@@ -540,11 +540,15 @@ class DataStore(param.Parameterized):
     def _rank_kernels(self, record: dict) -> pd.DataFrame | None:
         """The record's rank's kernels around its ready time, from the cached timeline when it is loaded."""
         try:
-            frame = self.timeline(record["run_id"], ranks=[]).frame
+            data = self.timeline(record["run_id"], ranks=[])
         except Exception:  # noqa: BLE001  (fall back to reading the dataset)
             return None
         t = record.get("ready_ns")
         t = int(record["start_ns"]) if t is None or pd.isna(t) else int(t)
+        if hasattr(data, "rank_kernels"):  # kernels on a Dask cluster (dashboards/dask_source.py): read there
+            k = data.rank_kernels(int(record["rank"]), t, int(record["start_ns"]))
+            return k.astype({"name": str, "kind": str, "run_id": str})
+        frame = data.frame
         k = frame.loc[(frame["rank"] == int(record["rank"]))]
         return k.loc[((k["start_ns"] <= t) & (k["end_ns"] > t)) | (k["start_ns"] == int(record["start_ns"]))].astype(
             {"name": str, "kind": str, "run_id": str})

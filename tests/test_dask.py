@@ -167,12 +167,17 @@ def test_duplicate_rank_same_error(client, job, tmp_path):
     (dup / "a_rank0.json.gz").write_bytes((job / "rank0.json.gz").read_bytes())
     (dup / "b_rank0.json.gz").write_bytes((job / "rank1.json.gz").read_bytes())  # distributedInfo says rank 1
     (dup / "c_rank1.json.gz").write_bytes((job / "rank1.json.gz").read_bytes())
+    # with a run id the grouping is the user's: a rank twice is an error, named as the local path names it
     with pytest.raises(ValueError) as local_err:
-        ingest([dup], tmp_path / "local", progress=False)
+        ingest([dup], tmp_path / "local", run_id="one", progress=False)
     with pytest.raises(ValueError) as dask_err:
-        ovd.ingest_on(client, [dup], tmp_path / "dask", progress=False)
+        ovd.ingest_on(client, [dup], tmp_path / "dask", run_id="one", progress=False)
     assert str(dask_err.value) == str(local_err.value) and "also comes from" in str(dask_err.value)
     assert not (tmp_path / "dask").exists()
+    # grouped by their directory only, they are not one job's ranks: a run per file, as the local path makes them
+    local = ingest([dup], tmp_path / "local", progress=False)
+    assert len(schema.read_frame(local, "runs")) == 3
+    assert_same_dataset(ovd.ingest_on(client, [dup], tmp_path / "dask", progress=False), local)
 
 
 class _KillWhileWriting(distributed.WorkerPlugin):
@@ -626,6 +631,111 @@ def test_dashboard_tables_and_focus_on_the_cluster(engine, dataset, client, monk
     k = local.frame.iloc[row]
     assert remote.window_at(int(k["rank"]), int(k["start_ns"])) == local.window_of(row)
     assert remote.window_at(int(k["rank"]), int(k["start_ns"]) + 1) is None
+
+
+class _KernelReads:
+    """An observation probe: every read of a kernels file in this process (the server's; the cluster's workers are
+    other processes), through ``schema.read_kernels``, a Parquet file opened or a dataset scanned. The readers
+    still read: each probe calls the real one."""
+
+    def __init__(self, monkeypatch):
+        import pyarrow.dataset as pads
+
+        self.calls: list = []
+        real_read, real_file, real_dataset, real_table = schema.read_kernels, pq.ParquetFile, pads.dataset, pq.read_table
+        probe = self
+
+        class ParquetFile(real_file):
+            def __init__(self, source, *args, **kwargs):
+                probe.note("ParquetFile", source)
+                super().__init__(source, *args, **kwargs)
+
+        monkeypatch.setattr(schema, "read_kernels", lambda *a, **k: self.calls.append(("read_kernels", str(a[0]))) or real_read(*a, **k))
+        monkeypatch.setattr(pq, "ParquetFile", ParquetFile)
+        monkeypatch.setattr(pads, "dataset", lambda source, *a, **k: self.note("dataset", source) or real_dataset(source, *a, **k))
+        monkeypatch.setattr(pq, "read_table", lambda source, *a, **k: self.note("read_table", source) or real_table(source, *a, **k))
+
+    def note(self, how: str, source) -> None:
+        paths = [str(p) for p in (source if isinstance(source, (list, tuple)) else [source])]
+        if any(f"{os.sep}kernels{os.sep}" in p for p in paths):
+            self.calls.append((how, paths[0]))
+
+
+def _server_views(path: str, stamp: str, pair: tuple, record: dict) -> dict:
+    """What the dashboard's pages ask the store for: the tables, a run's timeline drawn zoomed out and zoomed in with
+    its glyphs' hover fields, a selection of ranks, and the SM budget of one collective."""
+    from overlapviz import figures_timeline as ftl
+    from overlapviz.dashboards import store
+
+    out = {name: store.load_analysis(path, stamp, name) for name in ("explain", "kernel_residency", "config_table")}
+    out["analyze"] = store.load_analysis(path, stamp, "analyze", per="rank")
+    out["compare"] = store.load_analysis(path, stamp, "compare", *pair)
+    out["run_residency"] = store.run_analysis(path, stamp, "kernel_residency", "job4")
+    for run_id, ranks in (("job4", None), ("job4", (1, 3)), (record["run_id"], None)):
+        data = store.load_timeline(path, stamp, run_id, ranks)
+        lo, hi = data.x_extent
+        out[run_id, ranks, "raster"] = _layers(ftl.timeline_view(data, None, max_glyphs=10, steps=None))
+        window = (lo + (hi - lo) * 0.4, lo + (hi - lo) * 0.43)
+        mask = data.visible(window)
+        out[run_id, ranks, "hover"] = data.hover_frame(mask)
+        out[run_id, ranks, "comm"] = data.comm_frame(mask)
+    ds = store.DataStore(path, warm_up=False)
+    ds.stamp = stamp
+    out["budget"] = ds.budget(record)
+    out["what_if"] = ds.what_if(record)
+    return out
+
+
+def test_server_reads_no_kernels_under_scheduler(engine, dataset, monkeypatch):
+    """serve --scheduler: every table, the timeline (zoomed out and in, hover fields included) and the SM budget as
+    the local path gives them, and the server process reads no kernels file for them (the probe sees the local path's
+    reads, so it would see these)."""
+    from collections import OrderedDict
+
+    from overlapviz.analysis import speedup
+    from overlapviz.dashboards import store
+
+    monkeypatch.setenv(store.TABLE_CACHE_ENV, "0")
+    path = str(Path(dataset).resolve())
+    stamp = store._stamp(path)
+    runs = schema.read_frame(dataset, "runs")
+    pair = tuple(runs.loc[runs["run_id"].str.startswith("cb-"), "run_id"][:2])
+    explained = explain_lib.explain(dataset, run_ids=["scenario-sm_resources_regs_sync-events-on"])
+    record = explained.loc[explained["blocker"].notna()].iloc[0].to_dict()
+    reads = _KernelReads(monkeypatch)
+    store.ENGINE["dask"] = None
+    try:
+        local = _server_views(path, f"{stamp}-local-probe", pair, record)
+    finally:
+        store.ENGINE["dask"] = engine
+    assert any(how == "read_kernels" for how, _ in reads.calls)  # the probe sees the local path's reads
+    reads.calls.clear()
+    monkeypatch.setattr(speedup, "_TABLES", OrderedDict())  # the configuration table computed anew, from the cluster
+    calls = []
+    for name in ("analyze", "explain", "kernel_residency"):
+        real = getattr(engine, {"kernel_residency": "residency"}.get(name, name))
+        monkeypatch.setitem(engine.analyses, name, lambda *a, _real=real, _name=name, **k: calls.append(_name) or _real(*a, **k))
+    remote = _server_views(path, f"{stamp}-dask-probe", pair, record)
+    assert reads.calls == []
+    assert {"analyze", "explain", "kernel_residency"} <= set(calls)  # computed on the cluster, not found in a cache
+    assert sorted(remote, key=str) == sorted(local, key=str)
+    for key, want in local.items():
+        got = remote[key]
+        if key in ("budget", "what_if"):
+            want, got = (want, {}) if not isinstance(want, tuple) else want, (got, {}) if not isinstance(got, tuple) else got
+            pdt.assert_frame_equal(got[0].reset_index(drop=True), want[0].reset_index(drop=True), obj=str(key))
+            assert got[1] == want[1], key
+        elif isinstance(want, pd.DataFrame):
+            pdt.assert_frame_equal(got, want, obj=str(key))
+        else:
+            for a, b in zip(want, got, strict=True):
+                if isinstance(a, pd.DataFrame):
+                    pdt.assert_frame_equal(b, a, check_index_type=False, check_dtype=len(a) > 0, obj=str(key))
+                else:
+                    assert a == b, key
+    hover = local["job4", None, "hover"]
+    assert len(hover) > 20 and hover["residency"].str.contains("blocks/SM").any()  # the join found the shapes
+    assert (local["job4", None, "comm"]["cause"] != "—").any()
 
 
 def test_serve_scheduler_error_in_one_line(dataset):

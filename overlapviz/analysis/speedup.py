@@ -103,9 +103,10 @@ def _references(runs: pd.DataFrame, setup: str) -> dict:
     return {k: sorted(g["run_id"].tolist()) for k, g in ref.assign(_k=key[ref.index]).groupby("_k")}
 
 
-def _overlap_by_run(dataset_path, run_ids) -> pd.DataFrame:
+def _overlap_by_run(dataset_path, run_ids, analyze=None) -> pd.DataFrame:
     """Run-level overlap from overlapviz.analysis.metrics: sums over ranks, and the median step's compute time."""
-    from overlapviz.analysis.metrics import analyze  # analysis owns the metric; we only aggregate it
+    if analyze is None:
+        from overlapviz.analysis.metrics import analyze  # analysis owns the metric; we only aggregate it
 
     per_rank = analyze(dataset_path, per="rank", run_ids=run_ids)
     g = per_rank.groupby("run_id")
@@ -126,6 +127,7 @@ def config_table(
     n_resamples: int = DEFAULT_RESAMPLES,
     seed: int = DEFAULT_SEED,
     run_ids=None,
+    analyze=None,
 ) -> pd.DataFrame:
     """One row per run: configuration, median iteration time with its CI, TimeRatio, speedup, overlap, slowdown.
 
@@ -146,6 +148,9 @@ def config_table(
     the same computation kernels ran slower beside communication. Both are null where the
     run has no kernels (or no steps, or no such sequential run, for the slowdown).
 
+    ``analyze``: ``metrics.analyze`` by default, or a function giving the same frames (the dashboard's
+    ``serve --scheduler`` computes them on a Dask cluster: no kernel is read here then).
+
     Returns
     -------
     pandas.DataFrame
@@ -158,7 +163,7 @@ def config_table(
     check_level(level)
     if run_ids is not None:
         _require_runs(dataset_path, schema.read_frame(dataset_path, "runs"), run_ids)
-    out = _config_table_once(dataset_path, level, n_resamples, seed)
+    out = _config_table_once(dataset_path, level, n_resamples, seed, analyze)
     if run_ids is not None:
         out = out[out["run_id"].isin(list(run_ids))].reset_index(drop=True)
     return out
@@ -175,7 +180,7 @@ def _dataset_stamp(dataset_path) -> tuple:
     return os.path.realpath(dataset_path), meta.st_mtime_ns, meta.st_size, meta.st_ino
 
 
-def _config_table_once(dataset_path, level: float, n_resamples: int, seed: int) -> pd.DataFrame:
+def _config_table_once(dataset_path, level: float, n_resamples: int, seed: int, analyze=None) -> pd.DataFrame:
     """``config_table`` of the whole dataset, computed once per dataset state and parameters in this process (compare
     asks for it for every pair); each caller gets its own copy."""
     try:
@@ -186,7 +191,7 @@ def _config_table_once(dataset_path, level: float, n_resamples: int, seed: int) 
         if key is not None and key in _TABLES:
             _TABLES.move_to_end(key)
             return _TABLES[key].copy()
-    table = _compute_config_table(dataset_path, level=level, n_resamples=n_resamples, seed=seed)
+    table = _compute_config_table(dataset_path, level=level, n_resamples=n_resamples, seed=seed, analyze=analyze)
     if key is not None:
         with _TABLES_LOCK:
             _TABLES[key] = table
@@ -195,7 +200,7 @@ def _config_table_once(dataset_path, level: float, n_resamples: int, seed: int) 
     return table.copy()
 
 
-def _compute_config_table(dataset_path, *, level: float, n_resamples: int, seed: int) -> pd.DataFrame:
+def _compute_config_table(dataset_path, *, level: float, n_resamples: int, seed: int, analyze=None) -> pd.DataFrame:
     runs = runs_frame(dataset_path)
     times = iteration_times(dataset_path)
     samples = {r: g["time_ms"].to_numpy(np.float64) for r, g in times.groupby("run_id")}
@@ -205,7 +210,7 @@ def _compute_config_table(dataset_path, *, level: float, n_resamples: int, seed:
     seq = runs["setup"] == "sequential"
     slow_refs = {k: sorted(g["run_id"].tolist()) for k, g in runs[seq].assign(_k=same_compute[seq]).groupby("_k")}
     try:
-        overlap = _overlap_by_run(dataset_path, None)
+        overlap = _overlap_by_run(dataset_path, None, analyze)
     except ValueError:
         overlap = pd.DataFrame(columns=["overlap_fraction", "step_compute_us"])
 
@@ -277,6 +282,8 @@ def compare(
     n_resamples: int = DEFAULT_RESAMPLES,
     seed: int = DEFAULT_SEED,
     table: pd.DataFrame | None = None,
+    analyze=None,
+    explain=None,
 ) -> pd.DataFrame:
     """Two runs side by side: configuration differences, metrics, deltas and intervals.
 
@@ -287,6 +294,9 @@ def compare(
     table
         ``config_table(dataset_path, level=level, n_resamples=n_resamples, seed=seed)`` when the caller already
         has it (a dashboard keeps it); otherwise it is computed, once per dataset and parameters in this process.
+    analyze, explain
+        ``metrics.analyze`` and ``explain.explain`` by default, or functions giving the same frames (``serve
+        --scheduler`` computes them on a Dask cluster).
 
     Returns
     -------
@@ -322,7 +332,7 @@ def compare(
                  "delta": _py(d), "delta_ci_low": _py(dlo), "delta_ci_high": _py(dhi),
                  "a_ci_low": _py(a["ci_low_ms"]), "a_ci_high": _py(a["ci_high_ms"]),
                  "b_ci_low": _py(b["ci_low_ms"]), "b_ci_high": _py(b["ci_high_ms"])})
-    extra = _run_metrics(dataset_path, [run_a, run_b])
+    extra = _run_metrics(dataset_path, [run_a, run_b], analyze, explain)
     for item in ("time_ratio", "speedup", "overlap_fraction", "compute_slowdown"):
         row = {"section": "metric", "item": item, "a": _py(a[item]), "b": _py(b[item])}
         if item in ("time_ratio", "speedup"):
@@ -341,19 +351,19 @@ def compare(
     return out
 
 
-def _run_metrics(dataset_path, run_ids) -> dict:
+def _run_metrics(dataset_path, run_ids, analyze=None, explain=None) -> dict:
     """Per run: mean per-rank comm/compute/exposed time (metrics) and start-delay summary (explain)."""
     from overlapviz.analysis.explain import comm_start_delays, summarize_delays
 
     out: dict = {r: {} for r in run_ids}
     try:
-        ov = _overlap_by_run(dataset_path, run_ids)
+        ov = _overlap_by_run(dataset_path, run_ids, analyze)
     except ValueError:
         ov = pd.DataFrame()
     for r in run_ids:
         if r in ov.index:
             out[r].update({c: ov.loc[r, c] for c in ("comm_us", "compute_us", "exposed_comm_us")})
-    delays = comm_start_delays(dataset_path, run_ids=run_ids)
+    delays = (explain or comm_start_delays)(dataset_path, run_ids=run_ids)
     if len(delays):
         s = summarize_delays(delays).groupby("run_id").agg(
             median_start_delay_us=("median_start_delay_us", "median"),

@@ -341,6 +341,26 @@ def glyph_rows_on(client, dataset_path, run_id: str, ranks: Sequence[int] | None
     return pa.concat_tables([t for t in client.gather(futures) if t is not None] or [target.empty_table()])
 
 
+def _rows_batch(root: str, where: str, columns: list[str], dictionary: tuple, cut, rels: list[str]) -> pa.Table | None:
+    parts = [_read_file(root, rel, columns, dictionary, where, filter=cut) for rel in rels]
+    return pa.concat_tables(parts) if parts else None
+
+
+def rows_on(client, dataset_path, run_id: str, ranks: Sequence[int], columns: list[str], dictionary: tuple, cut) -> pa.Table:
+    """The kernels of a run's ``ranks`` that ``cut`` (a ``pyarrow.compute`` expression) keeps, read on the workers, in
+    ``schema.read_kernels``' row order: a few rows of a few ranks (the SM budget's resident kernels) for the server."""
+    target = pa.schema([pa.field(c, pa.dictionary(pa.int32(), schema.KERNELS.field(c).type)) if c in dictionary
+                        else schema.KERNELS.field(c) for c in columns])  # fmt: skip
+    order = {f: i for i, f in enumerate(_kernel_files(dataset_path, [run_id]))}
+    files = sorted(_files_of(dataset_path, run_id, ranks), key=order.__getitem__)
+    if not files:
+        return target.empty_table()
+    root = os.path.abspath(dataset_path)
+    futures = [client.submit(_rows_batch, root, str(dataset_path), list(columns), tuple(dictionary), cut, b,
+                             key=_key("ovz-rows")) for b in _batches(root, files, client)]  # fmt: skip
+    return pa.concat_tables([t for t in client.gather(futures) if t is not None] or [target.empty_table()])
+
+
 def _blockers_batch(root: str, where: str, records: dict, spread, rels: list[str]):
     """``budget.blocker_positions`` of each rank's records over its own kernels, with ``spread`` (records standing for
     the whole run's ready times and blocker names, matched to no rank) so that its candidate kernels are the ones
