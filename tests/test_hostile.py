@@ -559,9 +559,25 @@ def kineto_category_not_a_string(ws):
 
 @case()
 def kineto_duplicate_ranks(ws):
+    """Two files of one run (named with --run-id) giving the same rank."""
     put(ws / "job" / "a.json.gz", EVENT_SYNC.read_bytes())
     b = put(ws / "job" / "b.json.gz", EVENT_SYNC.read_bytes())
-    return Run([ws / "job"], ws / "out" / "ds", culprit=b)
+    return Run([ws / "job"], ws / "out" / "ds", args=["--run-id", "job"], culprit=b, names="rank 0 of run 'job' also comes from")
+
+
+@case()
+def kineto_duplicate_ranks_in_a_collected_run(ws):
+    d = collected_run(ws)
+    b = put(d / "rank0_again.json.gz", EVENT_SYNC.read_bytes())
+    return Run([d], ws / "out" / "ds", culprit=b, names="also comes from")
+
+
+@case(ok=True)
+def kineto_duplicate_ranks_in_a_directory(ws):
+    """A directory whose files give one rank twice is not one job: a run per file (overlapviz.ingest.discover)."""
+    put(ws / "job" / "a.json.gz", EVENT_SYNC.read_bytes())
+    put(ws / "job" / "b.json.gz", EVENT_SYNC.read_bytes())
+    return Run([ws / "job"], ws / "out" / "ds")
 
 
 @case()

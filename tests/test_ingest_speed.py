@@ -198,11 +198,12 @@ def test_duplicate_rank_read_by_the_pool_names_the_files_in_file_order(tmp_path,
     src = _generated(tmp_path, n_ranks=4)
     # rank 0 again (distributedInfo), last in file order
     write_trace(generate_trace(2_000, rank=0, world_size=4, seed=9, n_steps=4), src / "zz_rank0.json.gz")
+    # one run named on the command line (a directory's files giving a rank twice would be a run each)
     with pytest.raises(ValueError) as one:
-        ingest([src], tmp_path / "one", workers=1, progress=False)
+        ingest([src], tmp_path / "one", workers=1, progress=False, run_id="gen")
     monkeypatch.setattr(pool, "POOL_MIN_BYTES", 0)
     with pytest.raises(ValueError) as two:
-        ingest([src], tmp_path / "two", workers=2, progress=False)
+        ingest([src], tmp_path / "two", workers=2, progress=False, run_id="gen")
     assert str(two.value) == str(one.value)
     assert str(two.value).startswith(f"{src / 'zz_rank0.json.gz'}: rank 0 of run 'gen' also comes from {src / 'rank0.json.gz'}")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["gen"]  # no dataset, no temporary directory
