@@ -1,22 +1,22 @@
-"""Local pool vs a Dask cluster on the same generated jobs: ingest, analyze, explain; peak memory per process; a cost model.
+"""Local pool vs a Dask cluster on the same generated jobs: ingest, analyze, explain, residency; peak memory per process; a cost model.
 
     .venv/bin/python benchmarks/bench_dask.py                  # 128 and 512 small ranks, 64 x 100k kernels (~8 min, 2 cores)
     .venv/bin/python benchmarks/bench_dask.py --full           # the big job at 64 ranks x 1M kernels (~3.5 GB of gzip)
     .venv/bin/python benchmarks/bench_dask.py --workers 8      # local pool of 8 vs local:8
 
 For each job, each side runs in a fresh subprocess, timed from inside per phase (ingest,
-analyze per rank, analyze per step, explain) and from outside (wall, with interpreter start),
+analyze per rank, analyze per step, explain, residency) and from outside (wall, with interpreter start),
 while a sampler reads the resident memory of every process of its tree every 20 ms and keeps
 each one's peak:
 
 - ``local``: ``ingest(..., workers=N)`` (this process and N-1 forked readers), then
-  ``analyze_table`` and ``explain`` in the same process;
+  ``analyze_table``, ``explain`` and ``kernel_residency`` in the same process;
 - ``dask``: ``client_for("local:N")`` (a LocalCluster on 127.0.0.1: N single-threaded worker
-  processes) and ``ingest_on``, ``analyze_on``, ``explain_on``; the cluster's start is its own phase.
+  processes) and ``ingest_on``, ``analyze_on``, ``explain_on``, ``residency_on``; the cluster's start is its own phase.
 
 Each phase also counts CPU seconds (this process, with the pool's readers it waited for or the
 cluster's scheduler that runs in it; and the cluster's workers apart): on a shared machine
-they move less than wall time. Both sides' analyze and explain results are compared (they
+they move less than wall time. Both sides' analyze, explain and residency results are compared (they
 must be identical). The small jobs at two sizes show which peaks grow with the number of
 ranks (the client's, by the small tables of each rank it assembles; a worker's must not).
 From the Dask side's workers' CPU seconds per kernel and its client's per rank, the cost
@@ -103,6 +103,7 @@ def child(side: str, source: str, out: str, workers: int) -> None:
     if side == "local":
         from overlapviz.analysis.explain import explain
         from overlapviz.analysis.metrics import analyze_table
+        from overlapviz.analysis.residency import kernel_residency
         from overlapviz.ingest import ingest
 
         phases["import"] = time.perf_counter() - t0
@@ -110,6 +111,7 @@ def child(side: str, source: str, out: str, workers: int) -> None:
         rank = phase("analyze", analyze_table, dataset)
         step = phase("analyze_step", analyze_table, dataset, per="step")
         why = phase("explain", explain, dataset)
+        res = phase("residency", kernel_residency, dataset)
     else:
         from overlapviz import distributed as ovd
 
@@ -124,11 +126,13 @@ def child(side: str, source: str, out: str, workers: int) -> None:
             rank = phase("analyze", ovd.analyze_on, client, dataset)
             step = phase("analyze_step", ovd.analyze_on, client, dataset, per="step")
             why = phase("explain", ovd.explain_on, client, dataset)
+            res = phase("residency", ovd.residency_on, client, dataset)
             t = time.perf_counter()
         phases["cluster_stop"] = time.perf_counter() - t
     pq.write_table(rank, Path(out) / "analyze.parquet")
     pq.write_table(step, Path(out) / "analyze_step.parquet")
     why.to_parquet(Path(out) / "explain.parquet")
+    res.to_parquet(Path(out) / "residency.parquet")
     n = schema.read_metadata(dataset)["n_kernels"]
     # CPU seconds of this process and every process it started and waited for (the pool's
     # readers, the cluster's workers): less moved than wall time by other jobs on the machine
@@ -243,8 +247,8 @@ def same_results(a: dict, b: dict) -> bool:
         if not pq.read_table(Path(a["out"]) / name).equals(pq.read_table(Path(b["out"]) / name)):
             return False
     try:
-        pd.testing.assert_frame_equal(pd.read_parquet(Path(a["out"]) / "explain.parquet"),
-                                      pd.read_parquet(Path(b["out"]) / "explain.parquet"))  # fmt: skip
+        for name in ("explain.parquet", "residency.parquet"):
+            pd.testing.assert_frame_equal(pd.read_parquet(Path(a["out"]) / name), pd.read_parquet(Path(b["out"]) / name))
     except AssertionError:
         return False
     return True
@@ -264,9 +268,9 @@ def report(rows: list[dict], model: list[dict], args, cpu: str) -> str:
               f"load average (1 min) before and after each job: {load}. CPU s: every process of the side "
               "(Dask: the client with its scheduler, and the workers)."), "",
              ("| job | kernels | side | wall s | CPU s | ingest s | ingest CPU s | analyze s | analyze/step s | explain s "
-              "| explain CPU s | cluster start + warm s | main MiB after ingest | peak main MiB | peak child MiB "
+              "| explain CPU s | residency s | cluster start + warm s | main MiB after ingest | peak main MiB | peak child MiB "
               "| peak tree MiB | same results |"),
-             "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]  # fmt: skip
+             "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]  # fmt: skip
 
     def cpu_of(s, p):
         return s["extra"][f"{p}_cpu_s"] + s["extra"][f"{p}_worker_cpu_s"]
@@ -278,7 +282,7 @@ def report(rows: list[dict], model: list[dict], args, cpu: str) -> str:
             lines.append(
                 f"| {r['job']} | {s['n_kernels']:,} | {side} | {s['wall_s']:.1f} | {s['cpu_s']:.1f} | {p['ingest']:.2f} | "
                 f"{cpu_of(s, 'ingest'):.1f} | {p['analyze']:.2f} | {p['analyze_step']:.2f} | {p['explain']:.2f} | "
-                f"{cpu_of(s, 'explain'):.1f} | {p.get('cluster_start', 0) + p.get('warm', 0):.1f} | "
+                f"{cpu_of(s, 'explain'):.1f} | {p['residency']:.2f} | {p.get('cluster_start', 0) + p.get('warm', 0):.1f} | "
                 f"{mib(s['extra']['hwm_after_ingest_bytes'])} | {mib(s['peak_main_bytes'])} | {mib(s['peak_child_bytes'])} | "
                 f"{mib(s['peak_total_bytes'])} | {'yes' if r['same'] else 'NO'} |"
             )  # fmt: skip
@@ -287,7 +291,8 @@ def report(rows: list[dict], model: list[dict], args, cpu: str) -> str:
         lines.append(f"| {r['job']} | | dask/local | {da['wall_s'] / lo['wall_s']:.2f} | {da['cpu_s'] / lo['cpu_s']:.2f} | "
                      f"{dp['ingest'] / lp['ingest']:.2f} | {cpu_of(da, 'ingest') / cpu_of(lo, 'ingest'):.2f} | "
                      f"{dp['analyze'] / lp['analyze']:.2f} | {dp['analyze_step'] / lp['analyze_step']:.2f} | "
-                     f"{dp['explain'] / lp['explain']:.2f} | {cpu_of(da, 'explain') / cpu_of(lo, 'explain'):.2f} | | "
+                     f"{dp['explain'] / lp['explain']:.2f} | {cpu_of(da, 'explain') / cpu_of(lo, 'explain'):.2f} | "
+                     f"{dp['residency'] / lp['residency']:.2f} | | "
                      f"{da['extra']['hwm_after_ingest_bytes'] / lo['extra']['hwm_after_ingest_bytes']:.2f} | "
                      f"{da['peak_main_bytes'] / lo['peak_main_bytes']:.2f} | | | |")  # fmt: skip
     c = model[0]["coefficients"] if model else {}

@@ -429,6 +429,12 @@ def test_residency_device_name_as_local(client, no_device, device):
     else:
         assert set(local["device_name"]) == {"NVIDIA A100-SXM4-80GB", device}  # ranks 0-1 keep theirs: rows per device
     pdt.assert_frame_equal(ovd.residency_on(client, no_device, device=device), local)
+    # all four ranks in one task (ranks with limits and without, or of two GPUs, in one stacked frame)
+    from overlapviz.distributed import residency as dres
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(dres, "_batches", lambda root, files, client=None: [files])
+        pdt.assert_frame_equal(ovd.residency_on(client, no_device, device=device), local)
 
 
 def test_residency_errors_as_local(client, no_device, tmp_path):

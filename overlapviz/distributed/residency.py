@@ -34,22 +34,23 @@ _NULLABLE = {pa.int8(): pd.Int8Dtype(), pa.int16(): pd.Int16Dtype(), pa.int32():
 
 
 def _shapes_batch(root: str, where: str, items: list[tuple]):
-    """``residency.rank_shapes`` of each rank of ``items`` (``(file, run_id, rank, limits, carve-outs)``), as one partial."""
+    """``residency.rank_shapes`` of the ranks of ``items`` (``(file, run_id, rank, limits, carve-outs)``), as one partial.
+
+    One call over the batch's kernels stacked in dataset order: ``rank_shapes`` works per run x rank x
+    device, so its rows are each rank's, in the same order (each rank lies in one file).
+    """
     from overlapviz.analysis import residency
 
-    parts, empty = [], None
-    for rel, run_id, rank, dev_limits, carveouts in items:
+    tables, dev_limits, carveouts = [], {}, {}
+    for rel, run_id, rank, limits, carveout in items:
         t = _read_file(root, rel, residency.KERNEL_COLUMNS, (), where)
         if t.num_rows:
             _check_rank(t, rel, run_id, rank, where)
-        g = residency.rank_shapes(t.to_pandas(types_mapper=_NULLABLE.get), dev_limits, carveouts)
-        if len(g):
-            parts.append(g)
-        elif empty is None:
-            empty = g  # the types of a rank with no GPU kernel (when no rank of the batch has one)
-    if not parts:
-        return _partial(empty)
-    return _partial(parts[0] if len(parts) == 1 else _concat(parts))
+        tables.append(t)
+        dev_limits |= limits  # each rank's own keys (and --device-name's, the same in every item)
+        carveouts |= carveout
+    kernels = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+    return _partial(residency.rank_shapes(kernels.to_pandas(types_mapper=_NULLABLE.get), dev_limits, carveouts))
 
 
 def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
