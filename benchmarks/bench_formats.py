@@ -193,11 +193,11 @@ def main(argv=None) -> None:
     (HERE / "out").mkdir(exist_ok=True)
     (HERE / "out" / "formats.json").write_text(json.dumps(report, indent=1))
     print(f"{args.kernels} kernels, {args.ranks} ranks, --workers {args.workers}, {os.cpu_count()} CPUs\n")
-    print("| format | files | MB on disk | kernels | ingest s | kernels/s | wall s (process) | peak RSS MB |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("| format | files | MB on disk | kernels | ingest s | kernels/s | CPU s | wall s (process) | peak RSS MB |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in results + refs:
         print(f"| {r['format']} | {r['files']} | {r['bytes'] / 2**20:.1f} | {r['n_kernels']} | {r['ingest_s']:.2f} | "
-              f"{r['kernels_per_s']:,.0f} | {r['wall_s']:.2f} | {r['peak_rss_mb']:.0f} |")  # fmt: skip
+              f"{r['kernels_per_s']:,.0f} | {r['cpu_s']:.2f} | {r['wall_s']:.2f} | {r['peak_rss_mb']:.0f} |")  # fmt: skip
     print(f"\nnsys_sqlite / kineto_json kernels/s: {ratio:.2f}; same kernels, kinds, total duration, "
           "launch links, steps and collectives in both datasets")
 
