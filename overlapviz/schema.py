@@ -632,17 +632,36 @@ def read_kernels(
         # and pays only when several large files are read at once
         parts = []
         for f in files:
-            with pq.ParquetFile(f, read_dictionary=encoded) as reader:
-                present = [c for c in wanted if c in reader.schema_arrow.names]
-                parts.append(conform(reader.read(columns=present), schema, where=str(path)))
+            try:
+                with pq.ParquetFile(f, read_dictionary=encoded) as reader:
+                    present = [c for c in wanted if c in reader.schema_arrow.names]
+                    part = reader.read(columns=present)
+            except (OSError, pa.ArrowException) as exc:
+                raise _unreadable(f, exc) from None
+            parts.append(conform(part, schema, where=str(path)))
         return parts[0] if len(parts) == 1 else pa.concat_tables(parts)
     import pyarrow.dataset as pads
 
     fmt = pads.ParquetFileFormat(read_options=pads.ParquetReadOptions(dictionary_columns=encoded))
-    dataset = pads.dataset(files, format=fmt)
-    present = [c for c in wanted if c in dataset.schema.names]
-    table = dataset.to_table(columns=present, filter=filter)
+    try:
+        dataset = pads.dataset(files, format=fmt)
+        present = [c for c in wanted if c in dataset.schema.names]
+        table = dataset.to_table(columns=present, filter=filter)
+    except (OSError, pa.ArrowException) as exc:
+        # the scan's message may not say which file: find the first one that does not open
+        for f in files:
+            try:
+                pq.read_metadata(f)
+            except (OSError, pa.ArrowException) as bad:
+                raise _unreadable(f, bad) from None
+        raise _unreadable(Path(path), exc) from None
     return conform(table, schema, where=str(path))
+
+
+def _unreadable(file: str | os.PathLike, exc: BaseException) -> ValueError:
+    """The one-line error for a dataset file Parquet cannot read (truncated, corrupt, missing)."""
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return ValueError(f"{file}: unreadable dataset file ({first}); re-run `overlapviz ingest` to rebuild the dataset")
 
 
 # below this many bytes of kernel files in all, they are read one by one (see read_kernels)
@@ -665,8 +684,12 @@ def read_table(path: str | os.PathLike, name: str) -> pa.Table:
     file = Path(path) / f"{name}.parquet"
     if not file.exists():
         return empty(TABLES[name])
-    with pq.ParquetFile(file) as reader:
-        return conform(reader.read(), TABLES[name], where=str(file))
+    try:
+        with pq.ParquetFile(file) as reader:
+            table = reader.read()
+    except (OSError, pa.ArrowException) as exc:
+        raise _unreadable(file, exc) from None
+    return conform(table, TABLES[name], where=str(file))
 
 
 def read_frame(path: str | os.PathLike, name: str, **kwargs):

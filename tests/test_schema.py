@@ -211,3 +211,41 @@ def test_write_kernels_never_recreates_a_removed_dataset_directory(tmp_path):
     with pytest.raises(FileNotFoundError):
         schema.write_kernels(_kernels(), directory, "r", 0)
     assert not directory.exists()
+
+
+@pytest.mark.parametrize("damage", ["truncate", "garbage", "remove"])
+def test_a_damaged_dataset_file_is_named_in_one_line(tmp_path, damage):
+    import subprocess
+    import sys
+
+    import pyarrow.compute as pc
+
+    out = tmp_path / "ds"
+    with schema.DatasetWriter(out, rules=default_rules().to_dict()) as w:
+        w.add_kernels(_kernels(run_id="a"), "a", 0)
+        w.add_kernels(_kernels(run_id="a", rank=1), "a", 1)
+        w.add("runs", pa.table({"run_id": ["a"], "source": ["imported"]}))
+        w.commit()
+    victim = out / schema.read_metadata(out)["kernel_files"][1]
+    runs = out / "runs.parquet"
+    for f in (victim, runs):
+        data = f.read_bytes()
+        if damage == "truncate":
+            f.write_bytes(data[: len(data) // 2])
+        elif damage == "garbage":
+            f.write_bytes(b"\0" * len(data))
+        else:
+            f.unlink()
+    reads = [
+        lambda: schema.read_kernels(out),  # one reader per file
+        lambda: schema.read_kernels(out, filter=pc.field("rank") == 1),  # the dataset scan
+    ]
+    for read in reads:
+        with pytest.raises(ValueError) as err:
+            read()
+        assert str(victim) in str(err.value) and "\n" not in str(err.value), str(err.value)
+    if damage != "remove":  # a missing small table reads as empty (older datasets lack some)
+        with pytest.raises(ValueError, match=str(runs)):
+            schema.read_table(out, "runs")
+    cli = subprocess.run([sys.executable, "-m", "overlapviz", "analyze", str(out)], capture_output=True, text=True)
+    assert cli.returncode == 1 and str(victim) in cli.stderr and len(cli.stderr.strip().splitlines()) == 1, cli.stderr
