@@ -298,3 +298,8 @@ def test_device_name_fills_traces_that_do_not_say_which_gpu(tmp_path):
     assert res.exit_code == 0 and {r["blocks_per_sm"] for r in orjson.loads(res.output) if r["name"] == "gemm"} == {4}
     bad = CliRunner().invoke(main, ["explain", str(ds), "--device-name", "no such gpu"])
     assert bad.exit_code == 1 and "--device-name 'no such gpu'" in bad.output
+    # --arch is the same option under the name advise uses
+    for cmd in ("residency", "explain"):
+        by_arch = CliRunner().invoke(main, [cmd, str(ds), "--arch", "sm_90", "--format", "json"])
+        by_name = CliRunner().invoke(main, [cmd, str(ds), "--device-name", "sm_90", "--format", "json"])
+        assert by_arch.exit_code == 0 and by_arch.output == by_name.output, cmd

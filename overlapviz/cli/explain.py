@@ -25,8 +25,8 @@ TABLE_COLUMNS = {
 @click.option("--summary", is_flag=True, help="Per run x rank: start − launch summed by cause, total peer wait, top blockers.")
 @click.option("--instances", is_flag=True, help="Per collective instance across ranks: arrival skew, slowest rank, bandwidth.")
 @click.option("--all-kernels", is_flag=True, help="Explain every GPU activity (same rules), not only communication kernels.")
-@click.option("--device-name", metavar="GPU", help="The GPU the traces ran on, for traces that do not say (a product name "
-              "such as 'NVIDIA A100-SXM4-80GB', or an architecture such as sm_80 or gfx942).")
+@click.option("--device-name", "--arch", "device_name", metavar="GPU", help="The GPU the traces ran on, for traces that do not "
+              "say (a product name such as 'NVIDIA A100-SXM4-80GB', or an architecture such as sm_80 or gfx942).")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True, help="Output format.")
 @wide_option
 @click.option("--scheduler", envvar="OVERLAPVIZ_SCHEDULER", metavar="ADDRESS", default=None,

@@ -25,8 +25,8 @@ TABLE_COLUMNS = {
 @click.option("--kind", type=click.Choice(["all", "compute", "comm"]), default="all", show_default=True,
               help="Only kernels of this kind (shapes view).")
 @click.option("--delays", is_flag=True, help="One record per communication kernel: what `overlapviz explain` prints.")
-@click.option("--device-name", metavar="GPU", help="The GPU the traces ran on, for traces that do not say (a product name "
-              "such as 'NVIDIA A100-SXM4-80GB', or an architecture such as sm_80 or gfx942).")
+@click.option("--device-name", "--arch", "device_name", metavar="GPU", help="The GPU the traces ran on, for traces that do not "
+              "say (a product name such as 'NVIDIA A100-SXM4-80GB', or an architecture such as sm_80 or gfx942).")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True, help="Output format.")
 @wide_option
 @click.option("--scheduler", envvar="OVERLAPVIZ_SCHEDULER", metavar="ADDRESS", default=None,
