@@ -62,6 +62,29 @@ def test_integers_and_nulls_exactly_in_order(tmp_path, block, monkeypatch):
     assert got["a"].null_count == sum(r[1] is None for r in rows)
 
 
+@pytest.mark.parametrize("block", [4, 65536])
+def test_order_by_in_numpy_is_sqls_order(tmp_path, block, monkeypatch):
+    """``order_by`` sorts as ``ORDER BY`` those columns: NULL first, ascending, int64's extremes,
+    several keys; rows equal on every key keep the table's order (SQL leaves theirs open, so the
+    test orders them by rowid)."""
+    monkeypatch.setattr(sqlite_common, "_FETCH_ROWS", block)
+    keys = [None, I64[0], I64[1], -1, 0, 7, 7, 2**53 + 1]
+    rows = [(keys[(5 * i) % len(keys)], keys[(3 * i + 1) % len(keys)] if i % 5 else None, i % 3, f"r{i}")
+            for i in range(60)]  # fmt: skip
+    p = make(tmp_path / "o.db", "CREATE TABLE t (a INTEGER, b INTEGER, c INTEGER, s TEXT)", rows)
+    with open_readonly(p) as db:
+        got = fetch(db, {"a": "a", "b": "b", "c": "c", "s": "s"}, "FROM t", where="t", strings=("s",), order_by=("a", "b", "c"))
+    want = plain(p, "SELECT a, b, c, s FROM t ORDER BY a, b, c, rowid")
+    assert [tuple(got[k][i].as_py() for k in "abcs") for i in range(len(want))] == want
+    assert len(set(want)) == len(want) and want != plain(p, "SELECT a, b, c, s FROM t")  # a real reordering
+
+
+def test_order_by_names_the_first_bad_value_in_that_order(tmp_path):
+    p = make(tmp_path / "b.db", "CREATE TABLE t (a INTEGER, b)", [(3, "late"), (1, "early"), (2, 5)])
+    with open_readonly(p) as db, pytest.raises(ValueError, match=r"^t: field 'b' holds a text value \('early'\)"):
+        fetch(db, {"a": "a", "b": "b"}, "FROM t", where="t", order_by=("a",))
+
+
 def test_empty_result_has_typed_columns(tmp_path):
     p = make(tmp_path / "a.db", "CREATE TABLE t (a INTEGER, s TEXT)", [])
     got = read(p, {"a": "a", "s": "s"}, "FROM t", strings=("s",))

@@ -152,7 +152,7 @@ def _read(db: sqlite3.Connection, path: Path) -> list[RankTrace]:
     env_ranks = [env_int(processes.get(k, {}).get("env", {}), RANK_ENV) for k in keys]
     use_env = all(r is not None for r in env_ranks) and len(set(env_ranks)) == len(env_ranks)
     api = _api_regions(db, src, strings.by_key)
-    args = _stream_args(db, src)
+    args = _StreamArgs(db, src)
     steps = _marker_steps(db, src, path)
     return [
         _process(key, rank if use_env else None, kernels, copies, processes.get(key, {}), agents, api, args, steps, path)
@@ -280,7 +280,8 @@ def _kernels(db, src: _Sources, guids: _Guids, strings: _Strings, agents, path: 
         "lds": "K.group_segment_size", "wx": "K.workgroup_size_x", "wy": "K.workgroup_size_y",
         "wz": "K.workgroup_size_z", "gx": "K.grid_size_x", "gy": "K.grid_size_y", "gz": "K.grid_size_z",
     } | extra  # fmt: skip
-    k = fetch(db, columns, f"FROM {kd} K {joins} ORDER BY K.guid, K.start, K.id", where=f"{path}: rocpd_kernel_dispatch")
+    k = fetch(db, columns | {"id": "K.id"}, f"FROM {kd} K {joins}", where=f"{path}: rocpd_kernel_dispatch",
+              order_by=("guid", "start_ns", "id"))  # fmt: skip
     n = len(k["guid"])
     g = np_int(k["guid"])
     sym, sym_index = _symbols(db, src, guids, path)
@@ -368,7 +369,8 @@ def _copies(db, src: _Sources, guids: _Guids, strings: _Strings, agents, path: P
         "name_id": "K.name_id", "dst": "K.dst_agent_id", "src": "K.src_agent_id", "bytes": "K.size",
         "queue": "K.queue_id", "stream_id": "K.stream_id",
     } | extra  # fmt: skip
-    m = fetch(db, columns, f"FROM {mc} K {joins} ORDER BY K.guid, K.start, K.id", where=f"{path}: rocpd_memory_copy")
+    m = fetch(db, columns | {"id": "K.id"}, f"FROM {mc} K {joins}", where=f"{path}: rocpd_memory_copy",
+              order_by=("guid", "start_ns", "id"))  # fmt: skip
     n = len(m["guid"])
     g = np_int(m["guid"])
     name = strings.lookup(g, m["guid"], m["name_id"])
@@ -494,6 +496,19 @@ def _args(db, src: _Sources, events: set, regions: str, name_ids: str) -> dict[t
         if (g, e) in events:
             out.setdefault((g, e), {})[name] = value
     return out
+
+
+class _StreamArgs:
+    """``_stream_args``, queried on the first look-up: only a synchronisation call that names
+    a stream needs it, and the join reads every kernel launch's arguments."""
+
+    def __init__(self, db, src: _Sources):
+        self.db, self.src, self.found = db, src, None
+
+    def get(self, key: tuple[str, int, int]) -> tuple | None:
+        if self.found is None:
+            self.found = _stream_args(self.db, self.src)
+        return self.found.get(key)
 
 
 def _stream_args(db, src: _Sources) -> dict[tuple[str, int, int], tuple]:
@@ -637,11 +652,11 @@ def _collectives(acts: pa.Table, calls: list[dict]) -> pa.Array:
     rccl = [c for c in calls if c["name"].startswith(("nccl", "rccl"))]
     if not rccl or not acts.num_rows:
         return pa.nulls(acts.num_rows, pa.string())
-    kernels = pd.DataFrame({
-        "name": acts.column("name").to_pylist(),
-        "correlation": pd.array(acts.column("correlation").to_pylist(), dtype="Int64"),
-        "thread_id": pd.array(acts.column("launch_tid").to_pylist(), dtype="Int64"),
-    })  # fmt: skip
+    def nullable(col) -> pd.arrays.IntegerArray:  # no Python object per value
+        return pd.arrays.IntegerArray(np_int(col, 0), ~np.asarray(col.is_valid()))
+
+    kernels = pd.DataFrame({"correlation": nullable(acts.column("correlation")),
+                            "thread_id": nullable(acts.column("launch_tid"))})  # fmt: skip
     api = pd.DataFrame({"function": [c["name"] for c in rccl], "correlation": [c["id"] for c in rccl],
                         "thread_id": [c["tid"] for c in rccl]})  # fmt: skip
     found = assign_collectives(kernels, api)
@@ -662,7 +677,7 @@ def _syncs(guid, pid_id, proc, calls, stream_args, agents, use_stream, where) ->
     def stream_of(handle):
         if handle is None:
             return None, None
-        hit = stream_args.get((guid, pid_id, handle))
+        hit = stream_args.get((guid, pid_id, handle))  # a _StreamArgs
         if hit is None:
             return None, None
         sid, qid, agent = hit
