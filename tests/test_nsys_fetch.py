@@ -180,3 +180,30 @@ def test_nsys_strings_that_are_not_utf8_and_int64_extremes_are_read(tmp_path):
     assert k.column("correlation").to_pylist() == [c for (c,) in corr] and 2**63 - 1 in k.column("correlation").to_pylist()
     assert "kernel\ufffd" in t.kernels.column("name").to_pylist()
 
+
+
+def test_nsys_kernel_names_fall_back_row_by_row_whatever_the_indexes(tmp_path):
+    """Where ``demangledName`` is NULL the name is ``shortName``'s (else ``mangledName``'s) of the
+    same row: the fallback column is read apart, in table order even where an index covers it
+    (nsys-ai adds one on ``shortName``) and would hand its rows over in another order."""
+    p = nsys_copy(tmp_path, """
+        CREATE TABLE k AS SELECT * FROM CUPTI_ACTIVITY_KIND_KERNEL;  -- without the export's NOT NULL
+        DROP TABLE CUPTI_ACTIVITY_KIND_KERNEL;
+        ALTER TABLE k RENAME TO CUPTI_ACTIVITY_KIND_KERNEL;
+        INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL SELECT * FROM CUPTI_ACTIVITY_KIND_KERNEL;
+        INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL SELECT * FROM CUPTI_ACTIVITY_KIND_KERNEL;
+        UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET start = start + 1000 * rowid, "end" = "end" + 1000 * rowid,
+            shortName = (SELECT max(id) FROM StringIds) - rowid,
+            demangledName = CASE WHEN rowid % 2 THEN NULL ELSE demangledName END,
+            mangledName = CASE WHEN rowid = 3 THEN NULL ELSE mangledName END;
+        UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET shortName = NULL WHERE rowid = 3;
+        CREATE INDEX short ON CUPTI_ACTIVITY_KIND_KERNEL (shortName);
+    """)  # fmt: skip
+    want = plain(p, """SELECT k.start, s.value FROM CUPTI_ACTIVITY_KIND_KERNEL k
+                       LEFT JOIN StringIds s ON s.id = coalesce(k.demangledName, k.shortName, k.mangledName) ORDER BY k.start""")
+    by_index = plain(p, "SELECT shortName FROM CUPTI_ACTIVITY_KIND_KERNEL")  # the index's order: the trap
+    assert by_index != plain(p, "SELECT shortName FROM CUPTI_ACTIVITY_KIND_KERNEL ORDER BY rowid")
+    (t,) = read_nsys(p)
+    k = t.kernels.filter(pc.equal(t.kernels.column("category"), "kernel")).sort_by("start_ns")
+    assert list(zip(k.column("start_ns").to_pylist(), k.column("name").to_pylist())) == want
+    assert len(want) == 8 and len({n for _, n in want}) >= 5 and [n for _, n in want].count(None) == 1  # rowid 3: no name

@@ -183,10 +183,15 @@ class _Strings:
 
 
 def _fetch_table(db: sqlite3.Connection, table: str, wanted: Mapping[str, str], path: Path) -> dict[str, pa.Array]:
-    """The ``wanted`` integer columns of ``table`` (result name -> column), null for absent ones, in table order."""
+    """The ``wanted`` integer columns of ``table`` (result name -> column), null for absent ones, in table order.
+
+    ``NOT INDEXED``: the table's own order whatever the columns, never an index's that
+    happens to cover them (nsys-ai adds one on ``shortName``), so that two reads of one
+    table line up row for row.
+    """
     have = set(columns_of(db, table))
     cols = {alias: quote(col) if col in have else "NULL" for alias, col in wanted.items()}
-    return fetch(db, cols, f"FROM {quote(table)}", where=f"{path}: {table}")
+    return fetch(db, cols, f"FROM {quote(table)} NOT INDEXED", where=f"{path}: {table}")
 
 
 _ACT_COLUMNS = {
@@ -214,13 +219,12 @@ def _activities(db: sqlite3.Connection, tables: set[str], strings: _Strings, pat
             "regs_per_thread": "registersPerThread",
             "static_smem": "staticSharedMemory", "dynamic_smem": "dynamicSharedMemory",
         }  # fmt: skip
-        wanted |= {f"name_{c}": c for c in name_cols}
-        k = _fetch_table(db, t, wanted, path)
-        name = strings.lookup(k[f"name_{name_cols[0]}"])
-        for c in name_cols[1:]:
+        k = _fetch_table(db, t, wanted | {"name": name_cols[0]}, path)
+        name = strings.lookup(k["name"])
+        for c in name_cols[1:]:  # the next name column, read only where a kernel has none yet
             if not name.null_count:
                 break
-            name = pc.coalesce(name, strings.lookup(k[f"name_{c}"]))
+            name = pc.coalesce(name, strings.lookup(_fetch_table(db, t, {"name": c}, path)["name"]))
         shape = {c: k[c] for c in ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "regs_per_thread")}
         try:
             smem = pc.add_checked(k["static_smem"], k["dynamic_smem"])  # per block: static + dynamic
