@@ -9,6 +9,7 @@ layer and keeps the results.
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import json
 import os
@@ -316,6 +317,39 @@ def load_timeline(path: str, stamp: str, run_id: str, ranks: tuple[int, ...] | N
 _WARMED: set = set()
 _WARM_LOCK = threading.Lock()
 _BUSY = {"until": 0.0}  # a session is drawing a page until then: the warm-up waits (one interpreter, one GIL)
+_STOP = threading.Event()  # the process is exiting: background threads start no new table
+_BACKGROUND: list[threading.Thread] = []  # the background threads this module started, joined at exit
+
+
+def background(target, name: str) -> threading.Thread:
+    """Start ``target`` in a daemon thread that the process waits for at exit (``stop_background``)."""
+    thread = threading.Thread(target=target, name=name, daemon=True)
+    with _WARM_LOCK:
+        _BACKGROUND[:] = [t for t in _BACKGROUND if t.is_alive()]
+        _BACKGROUND.append(thread)
+    thread.start()
+    return thread
+
+
+def stopping() -> bool:
+    """Whether the process is exiting (a background loop stops at its next step)."""
+    return _STOP.is_set()
+
+
+@atexit.register
+def stop_background(timeout: float | None = None) -> None:
+    """Stop the background threads after their current table, and wait for them.
+
+    A daemon thread left inside pyarrow when the interpreter exits deadlocks the exit: Arrow's thread pool,
+    shut down by the C exit handlers, waits for a conversion whose Python thread no longer runs (the
+    process hangs after its last line; seen in test runs and on a server's Ctrl-C). Run at exit, before those.
+    """
+    _STOP.set()
+    with _WARM_LOCK:
+        threads = list(_BACKGROUND)
+    for thread in threads:
+        if thread is not threading.current_thread():
+            thread.join(timeout)
 
 
 def busy(seconds: float = 0.6) -> None:
@@ -325,7 +359,7 @@ def busy(seconds: float = 0.6) -> None:
 
 def _wait_idle(limit: float = 10.0) -> None:
     deadline = time.monotonic() + limit  # never starve the warm-up: a table asked for later is computed then anyway
-    while time.monotonic() < min(_BUSY["until"], deadline):
+    while time.monotonic() < min(_BUSY["until"], deadline) and not _STOP.is_set():
         time.sleep(0.05)
 
 
@@ -371,14 +405,14 @@ def warm(path: str, stamp: str, run_id: str | None, pair: tuple[str, str] | None
                 continue
             if i:
                 _wait_idle()
+            if _STOP.is_set():
+                return
             try:
                 step()
             except Exception:  # noqa: BLE001  (a page asking later reports it; the warm-up goes on with the next table)
                 continue
 
-    thread = threading.Thread(target=work, name="overlapviz-warm", daemon=True)
-    thread.start()
-    return thread
+    return background(work, "overlapviz-warm")
 
 
 def _true(value) -> bool:

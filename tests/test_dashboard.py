@@ -11,6 +11,24 @@ from overlapviz import schema
 from overlapviz.testing import write_grid_dataset
 
 
+# a hang must not eat CI's time: a test running past this dumps every thread's stack and ends the run
+# (pytest's own faulthandler_timeout, when given, takes precedence)
+HANG_S = 240
+
+
+@pytest.fixture(autouse=True)
+def _hang_net(request):
+    if request.config.getini("faulthandler_timeout"):
+        yield
+        return
+    import faulthandler
+    import sys
+
+    faulthandler.dump_traceback_later(HANG_S, exit=True, file=sys.__stderr__)
+    yield
+    faulthandler.cancel_dump_traceback_later()
+
+
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory):
     return write_grid_dataset(tmp_path_factory.mktemp("dash") / "ds")
@@ -286,3 +304,35 @@ def test_a_run_s_tables_are_its_rows_of_the_whole_dataset_s(dataset, monkeypatch
     for name, frame in alone.items():
         assert set(frame["run_id"]) == {run}, name
         pd.testing.assert_frame_equal(frame.reset_index(drop=True), whole[name].reset_index(drop=True), check_dtype=False)
+
+
+def test_the_process_exits_while_the_warm_up_is_reading_tables(dataset, tmp_path):
+    """A process ending while the warm-up thread is inside pyarrow hung forever in Arrow's exit handlers (a test
+    run that hung after its last line, a server that never stopped on Ctrl-C); the warm-up is stopped and joined
+    at exit now, before those run."""
+    import subprocess
+    import sys
+
+    script = f"""
+import atexit, threading, time
+seen = {{}}
+atexit.register(lambda: print("warm-up alive at exit:", any(t.is_alive() for t in threading.enumerate()
+                                                         if t.name == "overlapviz-warm"), seen, flush=True))
+from overlapviz.dashboards import store
+real = store.load_analysis
+def slow(*a, **k):  # each table takes a while: the exit comes while one is being computed
+    seen["steps"] = seen.get("steps", 0) + 1
+    time.sleep(0.3)
+    return real(*a, **k)
+store.load_analysis = slow
+store.DataStore({str(dataset)!r})
+store._BUSY["until"] = 0.0
+while not seen:
+    time.sleep(0.01)
+"""
+    env = {**__import__("os").environ, "OVERLAPVIZ_TABLE_CACHE": "0"}
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "warm-up alive at exit: False" in out.stdout, out.stdout + out.stderr[-2000:]
+    steps = int(out.stdout.split("'steps': ")[1].split("}")[0])
+    assert steps < 5, out.stdout  # stopped after the table it was computing, not after every table
