@@ -637,7 +637,7 @@ def read_kernels(
                     present = [c for c in wanted if c in reader.schema_arrow.names]
                     part = reader.read(columns=present)
             except (OSError, pa.ArrowException) as exc:
-                raise _unreadable(f, exc) from None
+                raise unreadable_file(f, exc) from None
             parts.append(conform(part, schema, where=str(path)))
         return parts[0] if len(parts) == 1 else pa.concat_tables(parts)
     import pyarrow.dataset as pads
@@ -653,12 +653,12 @@ def read_kernels(
             try:
                 pq.read_metadata(f)
             except (OSError, pa.ArrowException) as bad:
-                raise _unreadable(f, bad) from None
-        raise _unreadable(Path(path), exc) from None
+                raise unreadable_file(f, bad) from None
+        raise unreadable_file(Path(path), exc) from None
     return conform(table, schema, where=str(path))
 
 
-def _unreadable(file: str | os.PathLike, exc: BaseException) -> ValueError:
+def unreadable_file(file: str | os.PathLike, exc: BaseException) -> ValueError:
     """The one-line error for a dataset file Parquet cannot read (truncated, corrupt, missing)."""
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     return ValueError(f"{file}: unreadable dataset file ({first}); re-run `overlapviz ingest` to rebuild the dataset")
@@ -688,7 +688,7 @@ def read_table(path: str | os.PathLike, name: str) -> pa.Table:
         with pq.ParquetFile(file) as reader:
             table = reader.read()
     except (OSError, pa.ArrowException) as exc:
-        raise _unreadable(file, exc) from None
+        raise unreadable_file(file, exc) from None
     return conform(table, TABLES[name], where=str(file))
 
 

@@ -52,15 +52,19 @@ def _read_file(root: str, rel: str, columns: Sequence[str], dictionary: Sequence
     encoded = [c for c in wanted if c in dictionary]
     target = pa.schema([pa.field(c, pa.dictionary(pa.int32(), schema.KERNELS.field(c).type)) if c in encoded
                         else schema.KERNELS.field(c) for c in wanted])  # fmt: skip
-    with pq.ParquetFile(os.path.join(root, rel), read_dictionary=encoded) as reader:
-        present = [c for c in wanted if c in reader.schema_arrow.names]
-        if filter is None:
-            table = reader.read(columns=present)
-        else:
-            import pyarrow.dataset as pads
+    path = os.path.join(root, rel)
+    try:
+        with pq.ParquetFile(path, read_dictionary=encoded) as reader:
+            present = [c for c in wanted if c in reader.schema_arrow.names]
+            if filter is None:
+                table = reader.read(columns=present)
+            else:
+                import pyarrow.dataset as pads
 
-            fmt = pads.ParquetFileFormat(read_options=pads.ParquetReadOptions(dictionary_columns=encoded))
-            table = pads.dataset([os.path.join(root, rel)], format=fmt).to_table(columns=present, filter=filter)
+                fmt = pads.ParquetFileFormat(read_options=pads.ParquetReadOptions(dictionary_columns=encoded))
+                table = pads.dataset([path], format=fmt).to_table(columns=present, filter=filter)
+    except (OSError, pa.ArrowException) as exc:  # the local reader's one line, naming the file
+        raise schema.unreadable_file(Path(where or root) / rel, exc) from None
     return schema.conform(table, target, where=where or root)
 
 

@@ -122,7 +122,7 @@ def timeline_counts_on(client, dataset_path: str | os.PathLike, run_id: str, *, 
     x1 = max(x1, x0 + 1)
     n_rows = len(lanes) if height is None else max(1, min(int(height), len(lanes)))
     rows = {lane: i * n_rows // max(len(lanes), 1) for i, lane in enumerate(lanes)}
-    [rows_f] = client.scatter([rows], broadcast=False)
+    [rows_f] = client.scatter([rows], broadcast=False, hash=False)  # a key per call, as in view_counts_on
     parts = [client.submit(_counts_batch, root, where, rows_f, n_rows, x0, x1, int(width), b, key=_key("ovz-raster"))
              for b in batches]  # fmt: skip
     total = np.zeros((len(KINDS), n_rows, int(width)), np.int64)
@@ -280,7 +280,10 @@ def view_counts_on(client, dataset_path, run_id: str, ranks: Sequence[int] | Non
         return 0, total
     root = os.path.abspath(dataset_path)
     bounds = ns_bounds(origin_ns, *mask_ms)
-    [lanes_f] = client.scatter([lanes], broadcast=False)
+    # a unique key per call: with content-hashed keys (scatter's default) two zooms scattering the
+    # same lanes share one key, and the first call's release can drop the data under the second's
+    # tasks ("lost dependencies", seen in CI; dask/distributed#8576)
+    [lanes_f] = client.scatter([lanes], broadcast=False, hash=False)
     futures = [client.submit(_view_counts_batch, root, str(dataset_path), lanes_f, tuple(kinds), int(origin_ns),
                              tuple(map(float, mask_ms)), None if cover_ms is None else tuple(map(float, cover_ms)),
                              None if width is None else int(width), bounds, b, key=_key("ovz-view")) for b in _batches(root, files, client)]  # fmt: skip
