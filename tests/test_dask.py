@@ -443,7 +443,7 @@ def test_residency_errors_as_local(client, no_device, tmp_path):
     with pytest.raises(ValueError) as dask_err:
         ovd.residency_on(client, no_device, device="no such gpu")
     assert str(dask_err.value) == str(local_err.value)
-    # kernels files cut short: the same error as the local read's (pyarrow's; it does not name the file)
+    # kernels files cut short: the same one line as the local read's, naming the file
     import shutil
 
     broken = tmp_path / "broken"
@@ -457,6 +457,7 @@ def test_residency_errors_as_local(client, no_device, tmp_path):
     with pytest.raises(ValueError) as dask_err:
         ovd.residency_on(client, broken)
     assert str(dask_err.value) == str(local_err.value) and "Parquet" in str(local_err.value)
+    assert str(broken / rels[1]) in str(local_err.value) and "\n" not in str(local_err.value)
 
 
 def test_cli_residency_with_scheduler(client, no_device, dataset):
