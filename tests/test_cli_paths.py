@@ -43,3 +43,18 @@ def test_bad_paths_are_one_line_and_exit_1(runner, tmp_path, command):
     bad = runner.invoke(main, [command, str(text)])
     assert bad.exit_code == 1 and str(text) in bad.output and "not an overlapviz dataset" in bad.output
     assert len(bad.output.strip().splitlines()) == 1
+
+
+def test_a_directory_with_an_unreadable_file_says_how_to_read_the_rest(runner, tmp_path):
+    import shutil
+
+    mixed = tmp_path / "mixed"
+    shutil.copytree(DATA / "hta_nccl_parser_config", mixed)
+    (mixed / "notes.json").write_text('{"traceEvents": [')  # truncated JSON beside a good trace
+    bad = runner.invoke(main, ["explain", str(mixed), "--summary"])
+    assert bad.exit_code == 1 and len(bad.output.strip().splitlines()) == 1, bad.output
+    assert "notes.json" in bad.output and f"overlapviz ingest {mixed} -o DIR --skip-bad" in bad.output
+    # and the hint is true: that command reads the good trace
+    ok = runner.invoke(main, ["ingest", str(mixed), "-o", str(tmp_path / "ds"), "--skip-bad"])
+    assert ok.exit_code == 0, ok.output
+    assert runner.invoke(main, ["explain", str(tmp_path / "ds"), "--summary"]).exit_code == 0

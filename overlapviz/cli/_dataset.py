@@ -29,7 +29,9 @@ class DatasetOrTraces(click.ParamType):
         except ValueError as exc:
             why = str(exc)
             why = why[len(f"{path}: "):] if why.startswith(f"{path}: ") else why
-            raise click.ClickException(f"{path}: not an overlapviz dataset (no dataset.json), nor traces overlapviz can read: {why}") from None
+            hint = f" (`overlapviz ingest {path} -o DIR --skip-bad` reads the files it can)" if path.is_dir() else ""
+            raise click.ClickException(f"{path}: not an overlapviz dataset (no dataset.json), nor traces overlapviz can read: "
+                                       f"{why}{hint}") from None
         click.echo(f"{path}: raw traces, read into {out} (cached; `overlapviz ingest {path} -o DIR` keeps a dataset of your own)",
                    err=True)  # fmt: skip
         return str(out)
