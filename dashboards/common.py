@@ -105,13 +105,10 @@ def perfetto_button(store: DataStore) -> pn.Column:
     message = pn.pane.Alert("", alert_type="danger", visible=False, sizing_mode="stretch_width", margin=(0, 5))
 
     def _make():
-        from overlapviz.perfetto import write_perfetto
-
         run_id = store.run_id
         if run_id is None:
             raise ValueError("no run chosen")
-        with tempfile.TemporaryDirectory(prefix="ovz-perfetto-") as tmp:
-            data = write_perfetto(store.path, run_id, Path(tmp) / "trace.json.gz").read_bytes()
+        data = store.perfetto_trace(run_id)  # written once per run and dataset state, not per click
         button.filename = f"{re.sub(r'[^A-Za-z0-9._-]', '_', str(run_id))}.perfetto.json.gz"
         return io.BytesIO(data)
 

@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 import panel as pn
 import param
+from panel.io.state import set_curdoc
 
 from overlapviz import figures
 from overlapviz import figures_timeline as ftl
@@ -20,7 +21,7 @@ from overlapviz.analysis import ranks as ranks_analysis
 from overlapviz.dashboards.common import (PLOT_WIDTH, Page, export_button, export_buttons, hidden, notice, perfetto_button, plot,
                                           table, unavailable)  # fmt: skip
 from overlapviz.dashboards.pages_why import CollectivesPage, ResidencyPage, WhyPage
-from overlapviz.dashboards.store import DataStore, Unavailable, busy
+from overlapviz.dashboards.store import DataStore, Unavailable, background, busy, stopping
 
 __all__ = ["CollectivesPage", "ComparePage", "OverviewPage", "ResidencyPage", "TimelinePage", "WhyPage"]
 
@@ -144,7 +145,9 @@ class OverviewPage(Page):
 TimelineSelection = hv.streams.Stream.define(
     "TimelineSelection", run_id=param.String(default=None, allow_None=True), ranks=param.List(default=[]),
     max_glyphs=param.Integer(default=ftl.MAX_GLYPHS), waits=param.Boolean(default=True), window=param.Parameter(default=None),
+    why=param.Integer(default=0, doc="Counts the runs whose why came after their first draw: a new value redraws with it"),
 )  # fmt: skip
+COMPUTING_WHY = "Computing why… the kernels are drawn; each collective's wait, arrows and hover why fields follow."
 
 
 class TimelinePage(Page):
@@ -159,6 +162,7 @@ class TimelinePage(Page):
     max_glyphs = param.Integer(default=ftl.MAX_GLYPHS, bounds=(1_000, 200_000), label="Glyphs up to (kernels in view)")
     waits = param.Boolean(default=True, label="Waits and arrows")
     content = param.String(default="hidden", precedence=-1, doc="What the plot area shows: hidden, plot, or a notice")
+    why_note = param.String(default="", precedence=-1, doc="Said above the plot while the shown run's why is computed")
 
     def __init__(self, store: DataStore, **params):
         super().__init__(store=store, **params)
@@ -169,10 +173,13 @@ class TimelinePage(Page):
         self._window = None  # a window asked for (focus on a kernel), applied once
         self._applied = None
         self._last = None  # (what was drawn, the frame): the frame asked again for the same view is not drawn again
+        self._why_tick = 0  # bumped when a run's why arrives after its kernels were drawn
+        self._fetching: set = set()  # runs whose why a background thread computes for this page
+        self._why_failed: dict = {}  # run -> the error its why raised (not asked again by this page)
 
     def _current(self) -> dict:
         return {"run_id": self.store.run_id, "ranks": sorted(int(r) for r in self.store.ranks), "max_glyphs": self.max_glyphs,
-                "waits": self.waits, "window": self._window}  # fmt: skip
+                "waits": self.waits, "window": self._window, "why": self._why_tick}  # fmt: skip
 
     @param.depends("store.run_id", "store.ranks", "max_glyphs", "waits", "shown", watch=True, on_init=True)
     def _follow(self) -> None:
@@ -182,7 +189,7 @@ class TimelinePage(Page):
         if self.store.run_id is None:
             self.content = "The dataset has no runs."
             return
-        if not len(self.store.timeline().frame):
+        if not len(self.store.timeline(why=None).frame):
             self.content = f"Run {self.store.run_id} has no kernels. {self.store.configuration_text()}"
             return
         if self._selection is not None:
@@ -201,7 +208,7 @@ class TimelinePage(Page):
             self.store.ranks = []
         if self.store.run_id != f["run_id"]:
             self.store.run_id = f["run_id"]
-        data = self.store.timeline()
+        data = self.store.timeline(why=None)
         if hasattr(data, "window_at"):  # kernels on a Dask cluster (dashboards/dask_source.py): found there
             window = data.window_at(int(f["rank"]), int(f["start_ns"]))
             if window is not None:
@@ -214,24 +221,71 @@ class TimelinePage(Page):
             self._window = data.window_of(int(hit[0]))
             self._follow()
 
-    def _frame(self, x_range, run_id, ranks, max_glyphs, waits, window) -> hv.Overlay:
+    def _fetch_why(self, run_id: str) -> None:
+        """Compute the run's why in the background, then redraw the view (same zoom) with its tracks."""
+        if run_id in self._fetching or run_id in self._why_failed:
+            return
+        self._fetching.add(run_id)
+        doc = pn.state.curdoc
+
+        def arrived():
+            with set_curdoc(doc):
+                self._why_arrived(run_id)
+
+        def work():
+            try:
+                self.store.timeline(run_id, ranks=[], why=True)
+            except Exception as exc:  # noqa: BLE001  (a bug in the why: said on the page, in the log; the kernels stay)
+                self._why_failed[run_id] = f"{type(exc).__name__}: {exc}"
+                import traceback
+
+                traceback.print_exc()
+            finally:
+                self._fetching.discard(run_id)
+            if stopping():
+                return
+            if doc is not None and doc.session_context is not None:
+                try:
+                    doc.add_next_tick_callback(arrived)  # the one Document call allowed from another thread
+                except Exception:  # noqa: BLE001  (the session ended meanwhile)
+                    pass
+            else:
+                self._why_arrived(run_id)
+
+        background(work, "overlapviz-why")
+
+    def _why_arrived(self, run_id: str) -> None:
+        if self._selection is None or self.store.run_id != run_id:
+            return  # another run is shown now: its own frame asked for its why
+        self._why_tick += 1
+        self._selection.event(why=self._why_tick)
+
+    def _frame(self, x_range, run_id, ranks, max_glyphs, waits, window, why=0) -> hv.Overlay:
         busy()
-        data = self.store.timeline(run_id, ranks=list(ranks))
+        ready = self.store.why_ready(run_id)
+        data = self.store.timeline(run_id, ranks=list(ranks), why=None)  # the kernels now, the why when it is at hand
+        if not ready:
+            self._fetch_why(run_id)
+        failed = self._why_failed.get(run_id)
+        note = (f"The why of this run could not be computed ({failed}); the kernels are shown." if failed and not ready
+                else "" if ready else COMPUTING_WHY)  # fmt: skip
         if (run_id, tuple(ranks)) != self._drawn:
             # another run's zoom means nothing here: show the whole run (xlim sets the axis explicitly)
             x_range, self._drawn = data.x_extent, (run_id, tuple(ranks))
             self._range.update(x_range=None)  # a later budget change must not bring the old zoom back
         if window is not None and window != self._applied:
             x_range = self._applied = window
-        key = (run_id, tuple(ranks), max_glyphs, waits, None if x_range is None else tuple(x_range))
+        key = (run_id, tuple(ranks), max_glyphs, waits, ready, None if x_range is None else tuple(x_range))
         if self._last is not None and self._last[0] == key:
             # the same view asked again: HoloViews re-asks once after the first draw, with the drawn range in the stream
+            self.why_note = note
             return self._last[1]
         frame = ftl.timeline_view(data, x_range, steps=self.store.steps(run_id), max_glyphs=max_glyphs, waits=waits,
                                   title=figures._title(f"Timeline of {run_id}", self.store.is_stand_in(run_id)), width=PLOT_WIDTH)  # fmt: skip
         # framewise: each frame sets the axes (another run has another extent, lanes and zoom)
         frame = frame.opts(hv.opts.RGB(framewise=True), hv.opts.Rectangles(framewise=True), hv.opts.Overlay(shared_axes=False))
         self._last = (key if x_range is not None else key[:-1] + (tuple(data.x_extent),), frame)
+        self.why_note = note  # said (or cleared) with the frame it is about
         return frame
 
     def live_pane(self) -> pn.pane.HoloViews:
@@ -276,7 +330,9 @@ class TimelinePage(Page):
             "(stream order, event dependency, SM resources, launch latency); arrows come from the producer it waited "
             "for and from the computation kernel that held the SMs. Hover a collective for start, end, launch, delay, "
             "cause, blocker and fit.", sizing_mode="stretch_width", styles={"color": "#444"}, margin=(0, 10))  # fmt: skip
-        return pn.Column(controls, self._info(), legend, self._plot, sizing_mode="stretch_width", name="Timeline")
+        note = pn.pane.Alert(self.param.why_note, alert_type="info", visible=self.param.why_note.rx.bool(), margin=(0, 10),
+                             sizing_mode="stretch_width")  # fmt: skip
+        return pn.Column(controls, self._info(), legend, note, self._plot, sizing_mode="stretch_width", name="Timeline")
 
 
 CompareSelection = hv.streams.Stream.define(

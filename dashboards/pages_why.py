@@ -106,7 +106,7 @@ class WhyPage(Page):
 
     def _build_display(self, run_id: str) -> pd.DataFrame:
         e = self.store.explained(run_id)
-        origin = self.store.timeline(run_id, ranks=[]).origin_ns
+        origin = self.store.timeline(run_id, ranks=[], why=None).origin_ns
         return pd.DataFrame({
             "rank": e["rank"].astype(int).to_numpy(), "stream": e["stream"].astype("Int64").astype(str).to_numpy(),
             "collective": figures.short_names(e["name"], 40),

@@ -177,7 +177,7 @@ def _on_disk(path: str, stamp: str, name: str, compute):
         except OSError:  # a read-only cache: the table stays in memory
             pass
     return value
-_TIMELINES = _Memo(6)  # TimelineData per (path, stamp, run, ranks): a 1M-kernel run is ~150 MB
+_TIMELINES = _Memo(10)  # TimelineData per (path, stamp, run, ranks[, kernels alone]): a 1M-kernel run is ~150 MB
 
 
 def _stamp(path: str) -> str:
@@ -280,28 +280,43 @@ def _read_kernels(path: str, run_id: str) -> pd.DataFrame:
     return table.to_pandas(types_mapper=_NULLABLE.get)
 
 
-def load_timeline(path: str, stamp: str, run_id: str, ranks: tuple[int, ...] | None) -> TimelineData:
+def _why_parts(path: str, stamp: str, run_id: str, kernels: pd.DataFrame) -> dict:
+    """The run's residency (the hover's blocks per SM and limiter) and explain records with their waits (the why tracks)."""
+    try:
+        res = run_analysis(path, stamp, "kernel_residency", run_id)
+    except Unavailable:  # the hover's residency is optional: a timeline without it beats no timeline
+        res = None
+    why = waits = None
+    try:
+        why = run_analysis(path, stamp, "explain", run_id)
+        why = pd.concat([why, budget.blocker_positions(why, kernels)], axis=1)
+        waits = budget.wait_segments(why)
+    except Unavailable:
+        pass
+    return {"residency": res, "why": why, "waits": waits}
+
+
+def why_ready(path: str, stamp: str, run_id: str) -> bool:
+    """Whether the run's timeline with its why (explain, waits, residency) is at hand: drawing it waits for nothing."""
+    return ENGINE["dask"] is not None or _TIMELINES.has((path, stamp, run_id, None))
+
+
+def load_timeline(path: str, stamp: str, run_id: str, ranks: tuple[int, ...] | None, why: bool | None = True) -> TimelineData:
     """A run's TimelineData (kernels, residency and the why), read once; a rank selection is cut from the whole
-    run (same time origin, so times do not move when ranks are chosen)."""
+    run (same time origin, so times do not move when ranks are chosen).
+
+    ``why``: True waits for the run's explain (and residency); None gives the why when it is at hand, else the kernels
+    alone (the Timeline draws at once and adds the why tracks when they come); False the kernels alone.
+    """
     if ENGINE["dask"] is not None:  # the kernels stay on the cluster (dashboards/dask_source.py)
         return ENGINE["dask"].timeline(path, stamp, run_id, ranks)
 
-    def whole():
-        kernels = _read_kernels(path, run_id)
-        try:
-            res = run_analysis(path, stamp, "kernel_residency", run_id)
-        except Unavailable:  # the hover's residency is optional: a timeline without it beats no timeline
-            res = None
-        why = waits = None
-        try:
-            why = run_analysis(path, stamp, "explain", run_id)
-            why = pd.concat([why, budget.blocker_positions(why, kernels)], axis=1)
-            waits = budget.wait_segments(why)
-        except Unavailable:
-            pass
-        return TimelineData(kernels, residency=res, why=why, waits=waits)
-
-    full = _TIMELINES.get((path, stamp, run_id, None), whole)
+    kernels = _TIMELINES.get((path, stamp, run_id, None, "kernels"), lambda: TimelineData(_read_kernels(path, run_id)))
+    if why or (why is None and why_ready(path, stamp, run_id)):
+        full = _TIMELINES.get((path, stamp, run_id, None),
+                              lambda: kernels.with_why(**_why_parts(path, stamp, run_id, kernels.frame)))  # fmt: skip
+    else:
+        full = kernels
     if not ranks:
         return full
 
@@ -311,7 +326,27 @@ def load_timeline(path: str, stamp: str, run_id: str, ranks: tuple[int, ...] | N
         waits = None if full.waits_source is None else full.waits_source.loc[full.waits_source["rank"].isin(list(ranks))]
         return TimelineData(full.frame.loc[keep], residency=full.residency, why=why, waits=waits, origin_ns=full.origin_ns)
 
-    return _TIMELINES.get((path, stamp, run_id, tuple(ranks)), subset)
+    return _TIMELINES.get((path, stamp, run_id, tuple(ranks), full is kernels), subset)
+
+
+_FILES = _Memo(4)  # files a button downloads, per (path, stamp, kind, run): a 1M-kernel run's Perfetto trace is ~30 MB
+
+
+def perfetto_trace(path: str, stamp: str, run_id: str) -> bytes:
+    """The run's Perfetto trace (``overlapviz.perfetto.write_perfetto``, gzip'd JSON), written once per run and
+    dataset state: kept in memory and in the table cache (keyed by the writer's code too), not rewritten per click."""
+    import tempfile
+
+    from overlapviz import perfetto
+
+    code = Path(perfetto.__file__).stat()
+
+    def build() -> bytes:
+        with tempfile.TemporaryDirectory(prefix="ovz-perfetto-") as tmp:
+            return perfetto.write_perfetto(path, run_id, Path(tmp) / "trace.json.gz").read_bytes()
+
+    name = f"perfetto:{run_id}:{code.st_size}:{code.st_mtime_ns}"
+    return _FILES.get((path, stamp, "perfetto", run_id), lambda: _on_disk(path, stamp, name, build))
 
 
 _WARMED: set = set()
@@ -493,10 +528,15 @@ class DataStore(param.Parameterized):
     def any_stand_in(self) -> bool:
         return bool(self.runs["stand_in"].fillna(False).astype(bool).any())
 
-    def timeline(self, run_id: str | None = None, ranks=None) -> TimelineData:
+    def timeline(self, run_id: str | None = None, ranks=None, why: bool | None = True) -> TimelineData:
+        """The run's TimelineData (``why`` as for ``load_timeline``: None does not wait for the run's explain)."""
         run_id = self.run_id if run_id is None else run_id
         ranks = self.ranks if ranks is None else ranks
-        return load_timeline(self.path, self.stamp, run_id, tuple(sorted(int(r) for r in ranks)) or None)
+        return load_timeline(self.path, self.stamp, run_id, tuple(sorted(int(r) for r in ranks)) or None, why=why)
+
+    def why_ready(self, run_id: str | None = None) -> bool:
+        """Whether the run's timeline with its why is at hand (``timeline(why=None)`` has it)."""
+        return why_ready(self.path, self.stamp, self.run_id if run_id is None else run_id)
 
     def steps(self, run_id: str | None = None) -> pd.DataFrame:
         steps = load_table(self.path, self.stamp, "steps")
@@ -550,6 +590,10 @@ class DataStore(param.Parameterized):
     def start_delays(self, run_id: str | None = None) -> pd.DataFrame:
         """``budget.start_delay_table`` rows of the run: the start delay under each name it is reported by."""
         return self._of_run("delays", run_id)
+
+    def perfetto_trace(self, run_id: str | None = None) -> bytes:
+        """The run's Perfetto trace (gzip'd JSON), once per run and dataset state."""
+        return perfetto_trace(self.path, self.stamp, self.run_id if run_id is None else run_id)
 
     def memo(self, key, build):
         """``build()`` once per dataset and server process for ``key`` (shared by every session)."""

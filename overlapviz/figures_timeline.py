@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import functools
 
 import holoviews as hv
@@ -85,12 +86,25 @@ class TimelineData:
         self.kind_code = _kind_codes(frame["kind"])
         self.residency = residency
         self._bands = None
+        self._glyphs: dict = {}  # the whole run's glyph tables (a run that fits in the glyph budget), built once
         self.why_source, self.waits_source = why, waits  # as given (a rank selection is cut from them)
         self.why = self._join_why(why)
         self.waits = self._waits(waits)
         self.kinds_present = np.bincount(self.kind_code, minlength=len(_KINDS)) > 0
         self.parts_present = (np.bincount(self.waits["part"], minlength=len(_PARTS)) > 0) if self.waits is not None else \
             np.zeros(len(_PARTS), bool)  # fmt: skip
+
+    def with_why(self, *, residency=None, why=None, waits=None) -> "TimelineData":
+        """This run's kernels with the why added (lanes and times shared, not computed again)."""
+        out = copy.copy(self)
+        out._glyphs = {}
+        out.residency = residency
+        out.why_source, out.waits_source = why, waits
+        out.why = out._join_why(why)
+        out.waits = out._waits(waits)
+        out.parts_present = (np.bincount(out.waits["part"], minlength=len(_PARTS)) > 0) if out.waits is not None else \
+            np.zeros(len(_PARTS), bool)  # fmt: skip
+        return out
 
     # --- the why ---------------------------------------------------------------------
 
@@ -258,6 +272,17 @@ class TimelineData:
                                        "x1": start_c, "y1": lane_c[ok] + KERNEL_Y[0], "what": "blocker"}))  # fmt: skip
         out = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame({c: [] for c in cols})
         return out.iloc[:limit]
+
+    def whole_glyphs(self, waits: bool) -> tuple:
+        """(kernel rects, comm rects, wait rects, arrows) of the whole run, built once: a run drawn whole as glyphs sends
+        them all, so a zoom inside it builds nothing (Bokeh clips what is out of view)."""
+        if waits not in self._glyphs:
+            mask = self.visible(None)
+            none = (0.0, -1.0)
+            self._glyphs[waits] = (self.hover_frame(mask & (self.kind_code != _KINDS.index("comm"))), self.comm_frame(mask),
+                                   self.wait_frame(None) if waits else self.wait_frame(none),
+                                   self.arrow_frame(None) if waits else self.arrow_frame(none))  # fmt: skip
+        return self._glyphs[waits]
 
     # --- raster ----------------------------------------------------------------------
 
@@ -492,11 +517,15 @@ def timeline_view(
     else:
         raster = hv.RGB(np.zeros((1, 1, 4), np.uint8), bounds=(extent[0], -0.5, extent[1], top), kdims=["time_ms", "lane"],
                         vdims=list("RGBA"))  # fmt: skip
-        mask = data.visible(x_range)
-        rects = data.hover_frame(mask & (data.kind_code != _KINDS.index("comm")))
-        comm = data.comm_frame(mask)
-        wait_rects = data.wait_frame(x_range) if with_waits else data.wait_frame((0.0, -1.0))
-        arrows = data.arrow_frame(x_range) if with_waits else data.arrow_frame((0.0, -1.0))
+        whole = data.n_visible(None) <= max_glyphs and (data.why is None or len(data.why) <= MAX_ARROWS)
+        if whole:  # the run fits in the glyph budget: its glyphs are built once and sent whole, a zoom rebuilds none
+            rects, comm, wait_rects, arrows = data.whole_glyphs(with_waits)
+        else:
+            mask = data.visible(x_range)
+            rects = data.hover_frame(mask & (data.kind_code != _KINDS.index("comm")))
+            comm = data.comm_frame(mask)
+            wait_rects = data.wait_frame(x_range) if with_waits else data.wait_frame((0.0, -1.0))
+            arrows = data.arrow_frame(x_range) if with_waits else data.arrow_frame((0.0, -1.0))
         mode = f"{n:,} kernels in view"
     raster = raster.opts(default_tools=[])
     kvd = [c for c in rects.columns if c not in ("start_ms", "lane_lo", "end_ms", "lane_hi")]

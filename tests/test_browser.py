@@ -92,13 +92,13 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _serve(dataset, log: Path):
+def _serve(dataset, log: Path, *, code: str = "from overlapviz.cli import main; main()", env: dict | None = None):
     """``overlapviz serve`` on a free port with a known token; yields (url, log path)."""
     port = _free_port()
-    env = dict(os.environ, OVERLAPVIZ_TOKEN=TOKEN)
+    env = dict(os.environ, OVERLAPVIZ_TOKEN=TOKEN, **(env or {}))
     with open(log, "wb") as fh:
         proc = subprocess.Popen(
-            [sys.executable, "-c", "from overlapviz.cli import main; main()", "serve", *([str(dataset)] if dataset else []),
+            [sys.executable, "-c", code, "serve", *([str(dataset)] if dataset else []),
              "--port", str(port), "--no-show"], stdout=fh, stderr=subprocess.STDOUT, env=env,
         )  # fmt: skip
     try:
@@ -598,11 +598,13 @@ def test_tabs_are_named_after_what_they_show(loaded):
     assert pages(loaded) == ["Overview", "Timeline", "Why late", "Collectives", "Residency", "Compare"]
 
 
-def test_perfetto_button_downloads_the_run_s_trace(loaded, downloads, server_log):
+def test_perfetto_button_downloads_the_run_s_trace(loaded, server, downloads, server_log):
     # the run on screen as `overlapviz export --format perfetto` writes it: kernels, waits by cause, arrows, counters
     import gzip
 
     driver = loaded
+    driver.get(server)  # an earlier test may have left the shared browser on another server
+    wait_for(driver, lambda: idle(driver) and drawn_canvases(driver), timeout=180, what="the dashboard")
     open_page(driver, "Timeline")
     if not SAMPLES:  # a run whose collectives waited for the SMs the GEMM held (arrows from the blocker)
         _, labels = _configuration_labels(driver)
@@ -692,3 +694,60 @@ def test_overview_names_every_run_by_gemm_dtype_and_control(controls_server, bro
             "optimized · prio -3 · 1 connection · comm first"} == by_end, by_end  # fmt: skip
     groups = [r.split(" │ ")[0] for r in rows]
     assert all(groups.index(g) == i or groups[i - 1] == g for i, g in enumerate(groups)), groups  # a GEMM's rows together
+
+
+# the server of `overlapviz serve`, with explain held until a file exists (the test's stand-in for a run whose explain
+# takes seconds): what the Timeline shows before and after a run's why is computed
+GATED_EXPLAIN = """
+import os, time
+from overlapviz.dashboards import store
+real = store.ANALYSES["explain"]
+def gated(*args, **kwargs):
+    while not os.path.exists(os.environ["OVZ_TEST_WHY_GATE"]):
+        time.sleep(0.05)
+    return real(*args, **kwargs)
+store.ANALYSES["explain"] = gated
+from overlapviz.cli import main
+main()
+"""
+COMM_CAUSES_JS = PLOT_VIEW + """
+  for (const r of pv.renderer_views.values()) {
+    const d = r.model.data_source ? r.model.data_source.data : null;
+    if (d && d.cause && d.cause_key) return [...d.cause];
+  }
+  return null;"""
+WAIT_GLYPHS_JS = PLOT_VIEW + """
+  for (const r of pv.renderer_views.values()) {
+    const d = r.model.data_source ? r.model.data_source.data : null;
+    if (d && d.part && d.wait) return d.part.length;
+  }
+  return null;"""
+
+
+@pytest.fixture(scope="module")
+def why_gate(tmp_path_factory):
+    return tmp_path_factory.mktemp("gate") / "open"
+
+
+@pytest.fixture(scope="module")
+def gated_server(dataset, why_gate, tmp_path_factory):
+    env = {"OVERLAPVIZ_TABLE_CACHE": "0", "OVZ_TEST_WHY_GATE": str(why_gate)}  # no explain from an earlier server's cache
+    yield from _serve(dataset, tmp_path_factory.mktemp("server-gated") / "serve.log", code=GATED_EXPLAIN, env=env)
+
+
+def test_the_timeline_draws_before_the_why_and_adds_it_when_it_comes(gated_server, browser, why_gate):
+    # was: the first Timeline of a run waited for the run's explain (8.7 s on 1M kernels x 8 ranks) before drawing anything
+    browser.get(gated_server)
+    wait_for(browser, lambda: idle(browser) and drawn_canvases(browser), timeout=180, what="the dashboard")
+    open_page(browser, "Timeline")  # drawn while explain is held
+    assert "Computing why" in page_text(browser)
+    causes = browser.execute_script(COMM_CAUSES_JS, "Timeline of")
+    assert causes and set(causes) == {"—"}, causes  # the collectives are drawn, their why not yet
+    assert browser.execute_script(WAIT_GLYPHS_JS, "Timeline of") == 0
+    why_gate.touch()
+    wait_for(browser, lambda: "Computing why" not in page_text(browser) and idle(browser)
+             and "—" not in browser.execute_script(COMM_CAUSES_JS, "Timeline of"), what="the why added to the timeline")  # fmt: skip
+    assert browser.execute_script(WAIT_GLYPHS_JS, "Timeline of") > 0  # the wait tracks
+    comm = _hover_first(browser, "Timeline of", "cause")
+    for field in ("launch:", "ready → start:", "cause:", "blocker:", "fit:"):
+        assert field in comm, (field, comm)

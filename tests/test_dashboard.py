@@ -336,3 +336,83 @@ while not seen:
     assert "warm-up alive at exit: False" in out.stdout, out.stdout + out.stderr[-2000:]
     steps = int(out.stdout.split("'steps': ")[1].split("}")[0])
     assert steps < 5, out.stdout  # stopped after the table it was computing, not after every table
+
+
+def test_the_timeline_draws_the_kernels_at_once_and_adds_the_why_when_it_comes(dataset, monkeypatch):
+    """The first draw of a run never waits for its explain: the kernels come at once with a 'computing why' note,
+    the wait tracks, arrows and hover why fields are added to the same figure (same zoom) when the why is ready."""
+    import threading
+    import time
+
+    import holoviews as hv
+
+    from overlapviz.dashboards import store as store_mod
+    from overlapviz.dashboards.pages import COMPUTING_WHY, TimelinePage
+
+    monkeypatch.setenv(store_mod.TABLE_CACHE_ENV, "0")
+    store_mod._TABLES.clear()
+    store_mod._TIMELINES.clear()
+    gate = threading.Event()
+    real = store_mod.ANALYSES["explain"]
+
+    def slow(path, **kw):
+        gate.wait(60)
+        return real(path, **kw)
+
+    monkeypatch.setitem(store_mod.ANALYSES, "explain", slow)
+
+    def layers(frame):
+        rects = [e for e in frame.values() if isinstance(e, hv.Rectangles)]
+        waits = next(e for e in rects if "part" in [d.name for d in e.vdims])
+        comm = next(e for e in rects if "cause" in [d.name for d in e.vdims])
+        return len(waits.data), comm.data["cause"].astype(str).ne("—").sum(), len(comm.data)
+
+    store = store_mod.DataStore(dataset, warm_up=False)
+    page = TimelinePage(store)
+    page.shown = True
+    root = page._plot().get_root()  # drawn while explain is blocked: it must not wait for it
+    figure = next(iter(root.select({"type": Plot})))
+    assert page.why_note == COMPUTING_WHY and not store.why_ready()
+    n_waits, n_why, n_comm = layers(page._last[1])
+    assert n_waits == 0 and n_why == 0 and n_comm > 0  # the collectives are drawn, their why not yet
+    gate.set()
+    deadline = time.monotonic() + 60
+    while (page._fetching or page.why_note) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert page.why_note == "" and store.why_ready()
+    n_waits, n_why, n_comm = layers(page._last[1])
+    assert n_waits > 0 and n_why == n_comm  # the redraw has the wait tracks and every collective's why
+    assert next(iter(root.select({"type": Plot}))) is figure  # added to the drawn figure, not a new page
+
+
+def test_the_perfetto_trace_is_written_once_per_run_and_dataset_state(dataset, monkeypatch, tmp_path):
+    import gzip
+    import json
+
+    from overlapviz import perfetto
+    from overlapviz.dashboards import store as store_mod
+
+    monkeypatch.setenv("OVERLAPVIZ_CACHE_DIR", str(tmp_path / "cache"))
+    calls = []
+    real = perfetto.write_perfetto
+
+    def counted(path, run_id, out):
+        calls.append(run_id)
+        return real(path, run_id, out)
+
+    monkeypatch.setattr(perfetto, "write_perfetto", counted)
+    store = store_mod.DataStore(dataset, warm_up=False)
+    run = store.run_id
+    first = store.perfetto_trace(run)
+    assert store.perfetto_trace(run) == first and calls == [run]  # a second click: the same file, not written again
+    store_mod._FILES.clear()  # a restarted server: read from the table cache
+    assert store.perfetto_trace(run) == first and calls == [run]
+    exported = real(str(dataset), run, tmp_path / "t.json.gz").read_bytes()
+    assert gzip.decompress(exported) == gzip.decompress(first)  # what `export --format perfetto` writes
+    assert any(e.get("ph") == "X" for e in json.loads(gzip.decompress(first))["traceEvents"])
+    other = [r for r in store.runs["run_id"] if r != run][0]
+    store.perfetto_trace(other)
+    assert calls == [run, other]
+    # another dataset state (re-ingested: a new stamp) is written anew
+    store_mod.perfetto_trace(store.path, "another-stamp", run)
+    assert calls == [run, other, run]
