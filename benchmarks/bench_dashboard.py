@@ -327,8 +327,18 @@ def main() -> None:
     parser.add_argument("--browser-only", action="store_true", help="no server-side table timings (an older checkout has no store API for them)")
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
+    import overlapviz
+    import overlapviz.dashboards
     from overlapviz import samples
 
+    # the dashboards live outside the package in a checkout (pyproject maps them in): with PYTHONPATH=OTHER_CHECKOUT the
+    # editable install would still serve THIS checkout's dashboards unless OTHER_CHECKOUT/overlapviz/dashboards exists
+    code = Path(overlapviz.__file__).resolve().parent.parent
+    dash = Path(overlapviz.dashboards.__file__).resolve().parent.parent
+    if code != dash:
+        sys.exit(f"overlapviz comes from {code} but overlapviz.dashboards from {dash}: the timings would mix two checkouts "
+                 f"(ln -s ../dashboards {code}/overlapviz/dashboards)")
+    print(f"# code: {code}")
     datasets = {} if args.big_only else {"sample traces": samples.sample_dataset(cache=args.work / "cache")}
     if not args.samples_only:
         datasets[f"generated {args.kernels:,} kernels, {args.ranks} ranks"] = big_dataset(args.work, args.kernels, args.ranks)

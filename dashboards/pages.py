@@ -21,7 +21,7 @@ from overlapviz.analysis import ranks as ranks_analysis
 from overlapviz.dashboards.common import (PLOT_WIDTH, Page, export_button, export_buttons, hidden, notice, perfetto_button, plot,
                                           table, unavailable)  # fmt: skip
 from overlapviz.dashboards.pages_why import CollectivesPage, ResidencyPage, WhyPage
-from overlapviz.dashboards.store import DataStore, Unavailable, background, busy, stopping
+from overlapviz.dashboards.store import DataStore, Unavailable, background, busy, stopping, wait_idle
 
 __all__ = ["CollectivesPage", "ComparePage", "OverviewPage", "ResidencyPage", "TimelinePage", "WhyPage"]
 
@@ -233,6 +233,7 @@ class TimelinePage(Page):
                 self._why_arrived(run_id)
 
         def work():
+            wait_idle(5.0)  # the kernels' frame first: one interpreter, one GIL
             try:
                 self.store.timeline(run_id, ranks=[], why=True)
             except Exception as exc:  # noqa: BLE001  (a bug in the why: said on the page, in the log; the kernels stay)
@@ -286,6 +287,7 @@ class TimelinePage(Page):
         frame = frame.opts(hv.opts.RGB(framewise=True), hv.opts.Rectangles(framewise=True), hv.opts.Overlay(shared_axes=False))
         self._last = (key if x_range is not None else key[:-1] + (tuple(data.x_extent),), frame)
         self.why_note = note  # said (or cleared) with the frame it is about
+        busy()  # the frame is still to be laid out and sent: background tables wait a little longer
         return frame
 
     def live_pane(self) -> pn.pane.HoloViews:

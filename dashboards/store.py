@@ -392,6 +392,11 @@ def busy(seconds: float = 0.6) -> None:
     _BUSY["until"] = max(_BUSY["until"], time.monotonic() + seconds)
 
 
+def wait_idle(limit: float = 10.0) -> None:
+    """Wait (at most ``limit`` s) until no session has said it is drawing a page (``busy``)."""
+    _wait_idle(limit)
+
+
 def _wait_idle(limit: float = 10.0) -> None:
     deadline = time.monotonic() + limit  # never starve the warm-up: a table asked for later is computed then anyway
     while time.monotonic() < min(_BUSY["until"], deadline) and not _STOP.is_set():
@@ -413,7 +418,8 @@ def warm(path: str, stamp: str, run_id: str | None, pair: tuple[str, str] | None
         # (that run alone when the dataset has several), the Compare pair; then every run's tables
         steps = [
             (lambda: load_analysis(path, stamp, "config_table")) if configured else None,
-            (lambda: load_timeline(path, stamp, run_id, None)) if run_id else None,
+            (lambda: load_timeline(path, stamp, run_id, None, why=False)) if run_id else None,  # its kernels: drawn at once
+            (lambda: load_timeline(path, stamp, run_id, None)) if run_id else None,  # then its why, once no page is drawing
             "nice",
             *[(lambda n=n: run_analysis(path, stamp, n, run_id)) if run_id else None for n in ("summary", "blockers", "cells")],
             (lambda: load_timeline(path, stamp, pair[1], None)) if two else None,

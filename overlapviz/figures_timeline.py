@@ -443,12 +443,17 @@ _WAIT_HOVER = [("waiting for", "@{label}"), ("for", "@{wait}"), ("from", "@{star
 _RECT_KDIMS = [hv.Dimension("start_ms", label="Time since first kernel", unit="ms"), "lane_lo", "end_ms", "lane_hi"]
 
 
-LOD_TIMEOUT_MS = 120  # the wheel's zoom is sent to the server this long after the last turn (Bokeh's default: 500)
+LOD_TIMEOUT_MS = 80  # the wheel's zoom is sent to the server this long after the last turn (Bokeh's default: 500)
+RANGE_DEBOUNCE_MS = 40  # the server waits this long for more range events before redrawing (HoloViews' default: 100)
 
 
 def _quick_ranges(plot, element) -> None:
-    """Send a zoom to the server soon after the wheel stops: a redraw waits for Bokeh's ``lod_timeout`` first."""
+    """Send a zoom to the server soon after the wheel stops and redraw soon after it arrives: a redraw waits for
+    Bokeh's ``lod_timeout`` in the browser, then for HoloViews' range debounce on the server."""
     plot.state.lod_timeout = LOD_TIMEOUT_MS
+    for cb in getattr(plot, "callbacks", []):
+        if "Range" in type(cb).__name__ and getattr(cb, "debounce", None):
+            cb.debounce = RANGE_DEBOUNCE_MS
 
 
 def _arrows_hook(plot, element) -> None:
