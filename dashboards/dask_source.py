@@ -278,6 +278,12 @@ class DaskTimeline:
             self._view = _view(self.run, self.sel, _to_pandas(rows))
             return self._view.visible(x_range)
 
+    def whole_glyphs(self, waits: bool) -> tuple:
+        """``TimelineData.whole_glyphs``: the whole run read into this drawing's view (``timeline_view`` asks only
+        for a run that fits the glyph budget), its glyph frames built from it as the local path builds them."""
+        self.visible(None)
+        return self._view.whole_glyphs(waits)
+
     def rank_kernels(self, rank: int, t_ns: int, start_ns: int) -> pd.DataFrame:
         """The rank's kernels running at ``t_ns`` or starting at ``start_ns``, read on a worker (what
         ``DataStore._rank_kernels`` cuts from a local timeline's frame, in its row order and types)."""
