@@ -25,6 +25,19 @@ from overlapviz.dashboards.store import DataStore, Unavailable, background, busy
 
 __all__ = ["CollectivesPage", "ComparePage", "OverviewPage", "ResidencyPage", "TimelinePage", "WhyPage"]
 
+# the info note of a page (an Alert's look, drawn inline)
+NOTE_STYLE = {"background": "#e7f1fb", "color": "#0b3d66", "border": "1px solid #b6d4f2", "border-radius": "4px", "padding": "0 10px"}
+
+def _note_html(text: str) -> str:
+    """A page's info note (an Alert's look, styled inline), or nothing."""
+    if not text:
+        return ""
+    import html
+
+    style = "; ".join(f"{k}: {v}" for k, v in NOTE_STYLE.items())
+    return f'<div style="{style}"><p>{html.escape(text)}</p></div>'
+
+
 _METRICS = {"TimeRatio": "time_ratio", "Speedup": "speedup", "Overlap fraction": "overlap_fraction"}
 
 _CONFIG_TITLES = {
@@ -279,16 +292,33 @@ class TimelinePage(Page):
         key = (run_id, tuple(ranks), max_glyphs, waits, ready, None if x_range is None else tuple(x_range))
         if self._last is not None and self._last[0] == key:
             # the same view asked again: HoloViews re-asks once after the first draw, with the drawn range in the stream
-            self.why_note = note
+            self._say(note)
             return self._last[1]
         frame = ftl.timeline_view(data, x_range, steps=self.store.steps(run_id), max_glyphs=max_glyphs, waits=waits,
                                   title=figures._title(f"Timeline of {run_id}", self.store.is_stand_in(run_id)), width=PLOT_WIDTH)  # fmt: skip
         # framewise: each frame sets the axes (another run has another extent, lanes and zoom)
         frame = frame.opts(hv.opts.RGB(framewise=True), hv.opts.Rectangles(framewise=True), hv.opts.Overlay(shared_axes=False))
         self._last = (key if x_range is not None else key[:-1] + (tuple(data.x_extent),), frame)
-        self.why_note = note  # said (or cleared) with the frame it is about
+        self._say(note)  # said (or cleared) with the frame it is about
         busy()  # the frame is still to be laid out and sent: background tables wait a little longer
         return frame
+
+    def _say(self, note: str) -> None:
+        """Set the note above the plot after the frame being drawn is sent: a pane updated while the page around
+        it is still being rendered (its model not yet in the document) gets new stylesheet objects, resolved
+        to Panel's CDN (blocked by the CSP; no network offline) instead of the page's own."""
+        doc = pn.state.curdoc
+        if note == self.why_note:
+            return
+        if doc is None or doc.session_context is None:
+            self.why_note = note
+            return
+
+        def later():
+            with set_curdoc(doc):
+                self.why_note = note
+
+        doc.add_next_tick_callback(later)
 
     def live_pane(self) -> pn.pane.HoloViews:
         """The page's one timeline pane (built on first use with the current selection)."""
@@ -332,8 +362,9 @@ class TimelinePage(Page):
             "(stream order, event dependency, SM resources, launch latency); arrows come from the producer it waited "
             "for and from the computation kernel that held the SMs. Hover a collective for start, end, launch, delay, "
             "cause, blocker and fit.", sizing_mode="stretch_width", styles={"color": "#444"}, margin=(0, 10))  # fmt: skip
-        note = pn.pane.Alert(self.param.why_note, alert_type="info", visible=self.param.why_note.rx.bool(), margin=(0, 10),
-                             sizing_mode="stretch_width")  # fmt: skip
+        # the note as inline-styled HTML (no component type of its own to bring a stylesheet); it is set after the
+        # frame is drawn (_say), never while the page is being rendered
+        note = pn.pane.HTML(self.param.why_note.rx.pipe(_note_html), margin=(0, 10), sizing_mode="stretch_width")
         return pn.Column(controls, self._info(), legend, note, self._plot, sizing_mode="stretch_width", name="Timeline")
 
 

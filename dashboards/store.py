@@ -26,7 +26,7 @@ import pyarrow as pa
 
 from overlapviz import figures, schema
 from overlapviz.analysis import budget, explain, metrics, peers, residency, speedup
-from overlapviz.figures_timeline import TIMELINE_COLUMNS, TimelineData
+from overlapviz.figures_timeline import RESIDENCY_PENDING, TIMELINE_COLUMNS, TimelineData
 
 
 class Unavailable(ValueError):
@@ -311,7 +311,8 @@ def load_timeline(path: str, stamp: str, run_id: str, ranks: tuple[int, ...] | N
     if ENGINE["dask"] is not None:  # the kernels stay on the cluster (dashboards/dask_source.py)
         return ENGINE["dask"].timeline(path, stamp, run_id, ranks)
 
-    kernels = _TIMELINES.get((path, stamp, run_id, None, "kernels"), lambda: TimelineData(_read_kernels(path, run_id)))
+    kernels = _TIMELINES.get((path, stamp, run_id, None, "kernels"),
+                             lambda: TimelineData(_read_kernels(path, run_id), residency=RESIDENCY_PENDING))  # fmt: skip
     if why or (why is None and why_ready(path, stamp, run_id)):
         full = _TIMELINES.get((path, stamp, run_id, None),
                               lambda: kernels.with_why(**_why_parts(path, stamp, run_id, kernels.frame)))  # fmt: skip

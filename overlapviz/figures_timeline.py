@@ -345,9 +345,15 @@ def _dims3(frame: pd.DataFrame, prefix: str) -> np.ndarray:
     return (parts[0] + "×" + parts[1] + "×" + parts[2]).where(frame[cols[0]].notna(), "—").to_numpy(dtype=object)
 
 
-def _residency_text(sub: pd.DataFrame, residency: pd.DataFrame | None) -> np.ndarray:
+# the hover's residency of a timeline drawn before the run's residency is computed (it comes with the why)
+RESIDENCY_PENDING = "… (computing, with the why)"
+
+
+def _residency_text(sub: pd.DataFrame, residency: pd.DataFrame | str | None) -> np.ndarray:
     """'N blocks/SM (limited by X)' per kernel, joined from kernel_residency by launch shape; why not, else."""
     n = len(sub)
+    if isinstance(residency, str):  # RESIDENCY_PENDING: drawn before the run's residency was at hand
+        return np.full(n, residency, dtype=object)
     if residency is None or not len(residency) or not {"block_x", "regs_per_thread", "shared_mem_bytes"} <= set(sub.columns):
         return np.full(n, "— (no device limits)" if residency is None else "—", dtype=object)
     threads = sub["block_x"].astype("Int64") * sub["block_y"].fillna(1).astype("Int64") * sub["block_z"].fillna(1).astype("Int64")

@@ -409,6 +409,8 @@ def test_timeline_tooltips_show_the_fields_and_their_values(loaded):
     # was: `resident blocks/SM: 256×1×1s_per_sm` (HoloViews expanded @block inside @blocks_per_sm) and `???` limiters
     driver = loaded
     open_page(driver, "Timeline")
+    # the kernels are drawn at once, their residency and why when the run's explain is ready
+    wait_for(driver, lambda: "Computing why" not in page_text(driver) and idle(driver), what="the why of the run")
     # every field a tooltip names is a column of its glyphs' data, so no tooltip can print ??? or a mangled name
     bad = driver.execute_script(PLOT_VIEW + """
       const out = [];

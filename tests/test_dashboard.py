@@ -416,3 +416,18 @@ def test_the_perfetto_trace_is_written_once_per_run_and_dataset_state(dataset, m
     # another dataset state (re-ingested: a new stamp) is written anew
     store_mod.perfetto_trace(store.path, "another-stamp", run)
     assert calls == [run, other, run]
+
+
+def test_a_timeline_drawn_before_its_why_says_the_residency_is_coming_not_missing(tmp_path):
+    # the kernels-only timeline (drawn at once) must not claim "no device limits" for a run that has them
+    import numpy as np
+
+    from overlapviz import figures_timeline as ftl
+
+    frame = pd.DataFrame({"run_id": ["r"], "rank": [0], "stream": [7], "name": ["gemm"], "kind": ["compute"], "start_ns": [0],
+                          "end_ns": [10], "block_x": [128], "block_y": [1], "block_z": [1], "regs_per_thread": [64],
+                          "shared_mem_bytes": [0]})  # fmt: skip
+    pending = ftl.TimelineData(frame, residency=ftl.RESIDENCY_PENDING)
+    text = pending.hover_frame(np.ones(1, bool))["residency"].tolist()
+    assert text == [ftl.RESIDENCY_PENDING] and "no device limits" not in text[0]
+    assert ftl.TimelineData(frame).hover_frame(np.ones(1, bool))["residency"].tolist() == ["— (no device limits)"]
