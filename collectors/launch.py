@@ -18,15 +18,15 @@ only; elsewhere children may outlive a parent killed with SIGKILL.
 
 from __future__ import annotations
 
-import functools
 import os
 import signal
 import sys
 
+from overlapviz.lifetime import die_with_parent
+
 SAFE_PATH_ENV = "PYTHONSAFEPATH"
 MAX_CONNECTIONS_ENV = "CUDA_DEVICE_MAX_CONNECTIONS"
 SWEEP_PID_ENV = "OVERLAPVIZ_SWEEP_PID"  # the sweep process a locally started rank belongs to
-_PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 def python_command() -> list[str]:
@@ -51,37 +51,6 @@ def child_env(base: dict | None = None, *, max_connections: int | None = None, s
     if sweep_pid is not None:
         env[SWEEP_PID_ENV] = str(sweep_pid)
     return env
-
-
-def die_with_parent(sig: int = signal.SIGKILL, parent: int | None = None) -> bool:
-    """Have the kernel send ``sig`` to this process when its parent dies (Linux's
-    ``prctl(PR_SET_PDEATHSIG)``; the ingest pool has the same in ``overlapviz.ingest.pool``).
-
-    Call it in the child (a ``Popen`` preexec_fn, a rank's start). ``parent``: the parent's
-    pid as the parent knew it; if the child already has another parent (the parent died
-    before this ran, too early for the kernel to tell), ``sig`` is sent now. The kernel
-    sends it when the *thread* that forked the child ends: fork from the main thread.
-    Returns False where it cannot be set (not Linux).
-    """
-    libc = _libc()
-    if libc is None or libc.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0) != 0:
-        return False
-    if parent is not None and os.getppid() != parent:
-        os.kill(os.getpid(), sig)
-    return True
-
-
-@functools.lru_cache(maxsize=1)
-def _libc():
-    if not sys.platform.startswith("linux"):
-        return None
-    import ctypes
-
-    try:
-        libc = ctypes.CDLL(None)
-    except OSError:
-        return None
-    return libc if hasattr(libc, "prctl") else None
 
 
 def stay_with_parent() -> None:

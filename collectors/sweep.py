@@ -273,14 +273,14 @@ def _process_alive(pid: int) -> bool:
 
 def _popen(cmd: list[str], *, death_signal: int = signal.SIGTERM, **kwargs) -> subprocess.Popen:
     """``Popen`` in a new session (a timeout kills the whole group) that gets ``death_signal``
-    when this process dies, SIGKILL included (``pool.die_with_parent``; Linux). SIGTERM: a
+    when this process dies, SIGKILL included (``overlapviz.lifetime.die_with_parent``; Linux). SIGTERM: a
     launcher (torchrun, srun) then stops its own ranks."""
     import functools
 
-    from overlapviz.collectors.launch import _libc, die_with_parent
+    from overlapviz.lifetime import die_with_parent, load
 
     preexec = None
-    if _libc() is not None:  # loaded here: the child only calls it
+    if load():  # the C library loaded here: the child only calls it
         preexec = functools.partial(die_with_parent, death_signal, os.getpid())
     return subprocess.Popen(cmd, start_new_session=True, preexec_fn=preexec, **kwargs)
 

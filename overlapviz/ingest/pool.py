@@ -12,6 +12,8 @@ from pathlib import Path
 import pyarrow as pa
 
 from overlapviz.ingest.files import input_bytes
+from overlapviz import lifetime
+from overlapviz.lifetime import die_with_parent
 
 __all__ = ["POOL_MIN_BYTES", "ProcessPoolExecutor", "die_with_parent", "ordered_map", "progress_bar", "release_memory"]
 
@@ -41,42 +43,6 @@ def _glibc():  # ctypes is imported only when a big file asks for a trim
         return libc if hasattr(libc, "malloc_trim") else None
     except OSError:  # musl and others: nothing to trim
         return None
-
-
-_PR_SET_PDEATHSIG = 1  # linux/prctl.h
-
-
-def die_with_parent(sig: int = signal.SIGKILL, parent: int | None = None) -> bool:
-    """Have the kernel send ``sig`` to this process when its parent dies (Linux's
-    ``prctl(PR_SET_PDEATHSIG)``), so that a parent killed with SIGKILL leaves no child behind.
-
-    Call it in the child (a pool's initializer, a ``Popen`` preexec_fn). ``parent`` is the
-    parent's pid as the parent knew it: if the child already has another parent (the
-    parent died before this ran, too early for the kernel to tell), ``sig`` is sent now.
-    The kernel sends it when the *thread* that forked the child ends, so fork from a thread
-    that lives as long as the parent (the main thread). Returns False where it cannot be
-    set (not Linux): the child then outlives a killed parent, as before.
-    """
-    libc = _libc()
-    if libc is None or libc.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0) != 0:
-        return False
-    if parent is not None and os.getppid() != parent:
-        os.kill(os.getpid(), sig)
-    return True
-
-
-@functools.lru_cache(maxsize=1)
-def _libc():
-    """The C library's functions of this process (Linux: glibc or musl), None elsewhere."""
-    if not sys.platform.startswith("linux"):
-        return None
-    import ctypes
-
-    try:
-        libc = ctypes.CDLL(None)
-    except OSError:
-        return None
-    return libc if hasattr(libc, "prctl") else None
 
 
 def progress_bar(total: int, enabled: bool):
@@ -119,7 +85,7 @@ def ordered_map(work: Callable, jobs: Sequence[tuple], n_workers: int) -> Iterat
     import threading
 
     ctx = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
-    _libc()  # loaded here: the workers only call it
+    lifetime.load()  # loaded here: the workers only call it
     # a parent killed alone (SIGKILL, the OOM killer) takes its workers with it: none goes on
     # reading for nobody, holding its memory and writing into a temporary directory
     pool = ProcessPoolExecutor(max_workers=n_pool, mp_context=ctx, initializer=die_with_parent,
