@@ -11,6 +11,7 @@ import pandas as pd
 
 from overlapviz import figures
 from overlapviz.figures import CAUSE_COLORS, CAUSE_LABELS, KIND_COLORS, _plain, fmt_bytes
+from overlapviz.raster import coverage as _coverage  # the raster rule the Dask workers share
 
 MAX_GLYPHS = 20_000  # above this many kernels in view the timeline is rasterized
 MAX_ARROWS = 2_000  # producer/blocker arrows drawn at most (zoom in for the rest)
@@ -377,17 +378,6 @@ def _residency_text(sub: pd.DataFrame, residency: pd.DataFrame | str | None) -> 
 
 def _rgb(hexes: list[str]) -> np.ndarray:
     return np.array([[int(h[i : i + 2], 16) for i in (1, 3, 5)] for h in hexes], np.float64)
-
-
-def _coverage(s, e, lane, cat, n_cat, n_lanes, width, x0, x1) -> np.ndarray:
-    """Counts of intervals covering each (category, lane, pixel column): a difference array per row."""
-    scale = width / (x1 - x0)
-    c0 = np.clip(np.floor((np.asarray(s) - x0) * scale), 0, width - 1).astype(np.int64)
-    c1 = np.clip(np.floor((np.asarray(e) - x0) * scale), 0, width - 1).astype(np.int64)
-    row = np.asarray(cat, np.int64) * n_lanes + np.asarray(lane, np.int64)
-    size = n_cat * n_lanes * (width + 1)
-    diff = np.bincount(row * (width + 1) + c0, minlength=size) - np.bincount(row * (width + 1) + c1 + 1, minlength=size)
-    return np.cumsum(diff.reshape(n_cat, n_lanes, width + 1), axis=2)[:, :, :width]
 
 
 def _shade(counts: np.ndarray, colors: np.ndarray) -> np.ndarray:

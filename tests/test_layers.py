@@ -29,12 +29,13 @@ LAYERS = [
     ("overlapviz.vocabulary", set()),  # the communication vocabulary (vocabulary.toml)
     ("overlapviz.collectives", {"overlapviz.vocabulary"}),
     ("overlapviz.devices", set()),
-    ("overlapviz.lifetime", set()),  # children that die with their parent (the ingest pool, collect)
+    ("overlapviz.lifetime", set()),
+    ("overlapviz.raster", set()),  # the timeline's raster rule (numpy only: the figure and the Dask workers)  # children that die with their parent (the ingest pool, collect)
     ("overlapviz.rules", {"overlapviz.schema", "overlapviz.vocabulary"}),
     ("overlapviz.ingest", {"overlapviz", "overlapviz.schema", "overlapviz.rules", "overlapviz.collectives", "overlapviz.devices",
                            "overlapviz.lifetime"}),
     ("overlapviz.analysis", {"overlapviz", "overlapviz.schema", "overlapviz.rules", "overlapviz.collectives", "overlapviz.devices"}),
-    ("overlapviz.figures", {"overlapviz.schema", "overlapviz.analysis"}),
+    ("overlapviz.figures", {"overlapviz.schema", "overlapviz.analysis", "overlapviz.raster"}),
     ("overlapviz.perfetto", {"overlapviz.schema", "overlapviz.analysis"}),
 ]
 

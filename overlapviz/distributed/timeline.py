@@ -11,6 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from overlapviz import schema
+from overlapviz.raster import coverage as _coverage  # the figure's own rule, no HoloViews import
 from overlapviz.distributed.cluster import _key
 from overlapviz.distributed.partitions import (
     _batches,
@@ -66,18 +67,6 @@ def _counts_batch(root: str, where: str, rows: dict, n_rows: int, x0_ns: int, x1
     r0 = int(row.min())  # the rows of the batch's ranks, consecutive
     n = int(row.max()) - r0 + 1
     return r0, _coverage(s, e, row - r0, cat, len(KINDS), n, width, 0.0, float(x1_ns - x0_ns))
-
-
-def _coverage(s, e, lane, cat, n_cat, n_lanes, width, x0, x1) -> np.ndarray:
-    """Counts of intervals covering each (category, lane, pixel column): the rule of
-    ``figures_timeline._coverage``, here so workers need not import HoloViews."""
-    scale = width / (x1 - x0)
-    c0 = np.clip(np.floor((np.asarray(s) - x0) * scale), 0, width - 1).astype(np.int64)
-    c1 = np.clip(np.floor((np.asarray(e) - x0) * scale), 0, width - 1).astype(np.int64)
-    row = np.asarray(cat, np.int64) * n_lanes + np.asarray(lane, np.int64)
-    size = n_cat * n_lanes * (width + 1)
-    diff = np.bincount(row * (width + 1) + c0, minlength=size) - np.bincount(row * (width + 1) + c1 + 1, minlength=size)
-    return np.cumsum(diff.reshape(n_cat, n_lanes, width + 1), axis=2)[:, :, :width]
 
 
 def timeline_counts_on(client, dataset_path: str | os.PathLike, run_id: str, *, x_range_ns: tuple[int, int] | None = None,
@@ -247,7 +236,7 @@ def _lane_rows(t: pa.Table, lanes: dict) -> np.ndarray:
 def _view_counts_batch(root: str, where: str, lanes: dict, kinds: tuple, origin_ns: int, mask_ms: tuple, cover_ms: tuple,
                        width: int | None, bounds_ns: tuple, rels: list[str]):  # fmt: skip
     """Kernels of some files intersecting ``mask_ms`` (``TimelineData.visible``): their number and, with ``width``,
-    ``(first lane, counts per kind x lane x pixel column)`` over ``cover_ms`` (``figures_timeline._coverage``)."""
+    ``(first lane, counts per kind x lane x pixel column)`` over ``cover_ms`` (``overlapviz.raster.coverage``)."""
     cut = (pc.field("end_ns") >= bounds_ns[0]) & (pc.field("start_ns") <= bounds_ns[1])
     parts, n = [], 0
     for rel in rels:
@@ -318,30 +307,15 @@ def rank_summaries_on(client, dataset_path, run_id: str, kinds: tuple) -> list[d
     return [row for part in client.gather(futures) for row in part]
 
 
-def _glyph_batch(root: str, where: str, columns: list[str], dictionary: tuple, bounds_ns: tuple, comm_ns: tuple | None,
-                 rels: list[str]) -> pa.Table:  # fmt: skip
-    cut = (pc.field("end_ns") >= bounds_ns[0]) & (pc.field("start_ns") <= bounds_ns[1])
-    if comm_ns is not None:  # and the collectives an arrow can point into (TimelineData.arrow_frame looks one window ahead)
-        cut = cut | ((pc.field("kind") == "comm") & (pc.field("start_ns") >= comm_ns[0]) & (pc.field("start_ns") <= comm_ns[1]))
-    parts = [_read_file(root, rel, columns, dictionary, where, filter=cut) for rel in rels]
-    return pa.concat_tables(parts) if parts else None
-
-
 def glyph_rows_on(client, dataset_path, run_id: str, ranks: Sequence[int] | None, columns: list[str], dictionary: tuple,
                   bounds_ns: tuple | None, comm_ns: tuple | None = None) -> pa.Table:  # fmt: skip
     """The kernels of a run's ``ranks`` in ``bounds_ns`` (all when None), and the comm kernels starting in ``comm_ns``,
     in ``schema.read_kernels``' row order (run x rank file order, each rank's by start)."""
-    target = pa.schema([pa.field(c, pa.dictionary(pa.int32(), schema.KERNELS.field(c).type)) if c in dictionary
-                        else schema.KERNELS.field(c) for c in columns])  # fmt: skip
-    order = {f: i for i, f in enumerate(_kernel_files(dataset_path, [run_id]))}
-    files = sorted(_files_of(dataset_path, run_id, ranks), key=order.__getitem__)
-    if not files:
-        return target.empty_table()
-    root = os.path.abspath(dataset_path)
     bounds = (-(1 << 62), 1 << 62) if bounds_ns is None else bounds_ns
-    futures = [client.submit(_glyph_batch, root, str(dataset_path), list(columns), tuple(dictionary), bounds, comm_ns, b,
-                             key=_key("ovz-glyphs")) for b in _batches(root, files, client)]  # fmt: skip
-    return pa.concat_tables([t for t in client.gather(futures) if t is not None] or [target.empty_table()])
+    cut = (pc.field("end_ns") >= bounds[0]) & (pc.field("start_ns") <= bounds[1])
+    if comm_ns is not None:  # and the collectives an arrow can point into (TimelineData.arrow_frame looks one window ahead)
+        cut = cut | ((pc.field("kind") == "comm") & (pc.field("start_ns") >= comm_ns[0]) & (pc.field("start_ns") <= comm_ns[1]))
+    return rows_on(client, dataset_path, run_id, ranks, columns, dictionary, cut)
 
 
 def _rows_batch(root: str, where: str, columns: list[str], dictionary: tuple, cut, rels: list[str]) -> pa.Table | None:
@@ -349,9 +323,10 @@ def _rows_batch(root: str, where: str, columns: list[str], dictionary: tuple, cu
     return pa.concat_tables(parts) if parts else None
 
 
-def rows_on(client, dataset_path, run_id: str, ranks: Sequence[int], columns: list[str], dictionary: tuple, cut) -> pa.Table:
-    """The kernels of a run's ``ranks`` that ``cut`` (a ``pyarrow.compute`` expression) keeps, read on the workers, in
-    ``schema.read_kernels``' row order: a few rows of a few ranks (the SM budget's resident kernels) for the server."""
+def rows_on(client, dataset_path, run_id: str, ranks: Sequence[int] | None, columns: list[str], dictionary: tuple,
+            cut) -> pa.Table:  # fmt: skip
+    """The kernels of a run's ``ranks`` (all when None) that ``cut`` (a ``pyarrow.compute`` expression) keeps, read on
+    the workers, in ``schema.read_kernels``' row order (a zoomed-in window's glyphs, the SM budget's resident kernels)."""
     target = pa.schema([pa.field(c, pa.dictionary(pa.int32(), schema.KERNELS.field(c).type)) if c in dictionary
                         else schema.KERNELS.field(c) for c in columns])  # fmt: skip
     order = {f: i for i, f in enumerate(_kernel_files(dataset_path, [run_id]))}
