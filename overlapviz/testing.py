@@ -508,3 +508,13 @@ def write_rows_dataset(path, kernels: list[dict], syncs=(), *, ranks=(0,), devic
                 w.add("syncs", table(mine, schema.SYNCS))
         w.commit()
     return path
+
+
+def process_alive(pid: int) -> bool:
+    """Whether ``pid`` runs (Linux ``/proc``; a zombie, which a container's init may never reap, does not): for tests
+    that kill a parent and check its children are gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"

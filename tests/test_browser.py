@@ -69,21 +69,8 @@ PLOT_VIEW = """const pv = [...Bokeh.index.all_views()].filter(v => v.renderer_vi
   && v.model.title.text.startsWith(arguments[0]) && v.el.isConnected)[0];"""
 
 
-# a hang must not eat CI's time: a test running past this dumps every thread's stack and ends the run
-# (pytest's own faulthandler_timeout, when given, takes precedence)
+# a hang must not eat CI's time: a test running past this dumps every thread's stack and ends the run (conftest)
 HANG_S = 300
-
-
-@pytest.fixture(autouse=True)
-def _hang_net(request):
-    if request.config.getini("faulthandler_timeout"):
-        yield
-        return
-    import faulthandler
-
-    faulthandler.dump_traceback_later(HANG_S, exit=True, file=sys.__stderr__)
-    yield
-    faulthandler.cancel_dump_traceback_later()
 
 
 def _free_port() -> int:

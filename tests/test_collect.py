@@ -21,6 +21,7 @@ from overlapviz.collectors.config import PRESETS, CollectConfig, cb_ar, gloo_smo
 from overlapviz.analysis.statistics import bootstrap_median
 from overlapviz.collectors.workload import resolve_backend
 from overlapviz.schema import RUNS, read_frame
+from overlapviz.testing import process_alive
 
 torch = pytest.importorskip("torch")
 import torch.distributed as dist  # noqa: E402
@@ -399,15 +400,6 @@ setup = ["sequential", "baseline", "optimized"]
 """
 
 
-def _alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie, which a container's init may never reap, does not)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
 def _processes_of(run_id_: str, under: Path) -> dict[int, str]:
     """pid -> command line of the live processes started for run ``run_id_`` of the sweep under ``under``."""
     found = {}
@@ -418,7 +410,7 @@ def _processes_of(run_id_: str, under: Path) -> dict[int, str]:
             cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        if run_id_ in cmd and str(under) in cmd and _alive(int(d.name)):
+        if run_id_ in cmd and str(under) in cmd and process_alive(int(d.name)):
             found[int(d.name)] = cmd
     return found
 
@@ -465,9 +457,9 @@ def test_sigkill_of_a_sweep_mid_run_leaves_no_rank_nothing_half_written_and_resu
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
         deadline = time.monotonic() + 30
-        while any(_alive(p) for p in ranks) and time.monotonic() < deadline:
+        while any(process_alive(p) for p in ranks) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert not {p: c[:80] for p, c in ranks.items() if _alive(p)}, "ranks outlived the killed sweep"
+        assert not {p: c[:80] for p, c in ranks.items() if process_alive(p)}, "ranks outlived the killed sweep"
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -527,13 +519,13 @@ def test_a_rank_dies_with_its_launcher_and_never_starts_for_a_dead_sweep(tmp_pat
     launcher = subprocess.Popen([sys.executable, "-c", _LAUNCHER, _RANK], stdout=subprocess.PIPE, start_new_session=True)
     try:
         rank = int(launcher.stdout.readline())
-        assert _alive(rank)
+        assert process_alive(rank)
         os.kill(launcher.pid, signal.SIGKILL)
         launcher.wait()
         deadline = time.monotonic() + 10  # it would sleep 120 s
-        while _alive(rank) and time.monotonic() < deadline:
+        while process_alive(rank) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert not _alive(rank), "the rank outlived its launcher"
+        assert not process_alive(rank), "the rank outlived its launcher"
     finally:
         if launcher.poll() is None:
             launcher.kill()

@@ -11,22 +11,8 @@ from overlapviz import schema
 from overlapviz.testing import write_grid_dataset
 
 
-# a hang must not eat CI's time: a test running past this dumps every thread's stack and ends the run
-# (pytest's own faulthandler_timeout, when given, takes precedence)
+# a hang must not eat CI's time: a test running past this dumps every thread's stack and ends the run (conftest)
 HANG_S = 240
-
-
-@pytest.fixture(autouse=True)
-def _hang_net(request):
-    if request.config.getini("faulthandler_timeout"):
-        yield
-        return
-    import faulthandler
-    import sys
-
-    faulthandler.dump_traceback_later(HANG_S, exit=True, file=sys.__stderr__)
-    yield
-    faulthandler.cancel_dump_traceback_later()
 
 
 @pytest.fixture(scope="module")

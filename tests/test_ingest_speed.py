@@ -22,6 +22,7 @@ from overlapviz.testing import (
     generate_trace,
     kernel_event,
     kineto_trace,
+    process_alive,
     runtime_event,
     write_trace,
 )
@@ -220,15 +221,6 @@ def test_failed_file_stops_the_worker_before_the_directory_goes(tmp_path, monkey
     assert sorted(p.name for p in tmp_path.iterdir()) == ["gen", "reads.log"]  # nothing a worker wrote is left
 
 
-def _alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie, which a container's init may never reap, does not)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
 _HANGING_READER = """
 import os, sys, time
 from pathlib import Path
@@ -262,13 +254,13 @@ def test_forked_readers_die_with_a_parent_killed_alone(tmp_path):
             assert time.monotonic() < deadline and parent.poll() is None, "the readers never started"
             time.sleep(0.05)
         workers = pids - {parent.pid}
-        assert len(workers) == 2 and all(_alive(w) for w in workers)
+        assert len(workers) == 2 and all(process_alive(w) for w in workers)
         os.kill(parent.pid, signal.SIGKILL)  # the parent only: the workers are in its group, not signalled
         parent.wait()
         deadline = time.monotonic() + 10  # they would sleep 120 s
-        while any(_alive(w) for w in workers) and time.monotonic() < deadline:
+        while any(process_alive(w) for w in workers) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert not [w for w in workers if _alive(w)], "a forked reader outlived its parent"
+        assert not [w for w in workers if process_alive(w)], "a forked reader outlived its parent"
     finally:
         if parent.poll() is None:
             parent.kill()
