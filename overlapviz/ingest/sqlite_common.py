@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import sqlite3
 from collections.abc import Collection, Iterator, Mapping, Sequence
@@ -16,6 +17,11 @@ import pyarrow.csv as pcsv
 from overlapviz import schema
 from overlapviz.ingest.base import RankTrace
 from overlapviz.schema import conform
+
+try:
+    from overlapviz.ingest import _sqlite
+except ImportError:  # built without a C compiler: fetch reads through json_array
+    _sqlite = None
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
@@ -79,6 +85,7 @@ def open_readonly(path: Path) -> Iterator[sqlite3.Connection]:
         db = sqlite3.connect(uri, uri=True)
     except sqlite3.Error as exc:
         raise ValueError(f"{path}: cannot open as SQLite ({exc})") from None
+    _OPENED[id(db)] = (db, uri)  # fetch's C reader opens the same URI
     # exports hold a few strings that are not UTF-8 (environment dumps): never fail on them
     db.text_factory = lambda b: b.decode("utf-8", "replace")
     try:
@@ -88,7 +95,13 @@ def open_readonly(path: Path) -> Iterator[sqlite3.Connection]:
             raise ValueError(f"{path}: not a readable SQLite database ({exc})") from None
         yield db
     finally:
+        _OPENED.pop(id(db), None)
         db.close()
+
+
+# open_readonly's connections (id -> connection, URI): the only ones fetch's C reader reads
+# again through its own connection (another may hold temporary tables or uncommitted rows)
+_OPENED: dict[int, tuple[sqlite3.Connection, str]] = {}
 
 
 def check_sqlite_file(path: Path) -> None:
@@ -145,11 +158,16 @@ def fetch(db: sqlite3.Connection, columns: Mapping[str, str], tail: str, *, wher
           params=(), order_by: Sequence[str] = ()) -> dict[str, pa.Array]:  # fmt: skip
     """``SELECT <columns> <tail>`` as Arrow arrays: exact int64, or strings for the aliases in ``strings``.
 
-    No Python object per value: SQLite renders each row's integers as one JSON array in C
-    (``json_array``: integers in decimal, NULL as ``null``, text quoted, reals with a
-    point or an exponent), a block of rows is parsed by ``pyarrow.csv`` as int64 columns
-    (multithreaded), and only those strings cross into Python. A value that is not an
-    integer (text, a real, a blob) therefore never parses as one: it is refused.
+    No Python object per value. Where the C column reader (``_sqlite``, see
+    ``c_reader_available``) is there and ``db`` is one of ``open_readonly``'s, it runs the
+    SELECT on its own connection to the same URI and returns each column's buffers (int64
+    values and validity; string offsets and bytes). Otherwise SQLite renders each row's
+    integers as one JSON array in C (``json_array``: integers in decimal, NULL as ``null``,
+    text quoted, reals with a point or an exponent), a block of rows is parsed by
+    ``pyarrow.csv`` as int64 columns (multithreaded), and only those strings cross into
+    Python. Both take exactly SQLite's storage classes: an integer column holds INTEGER or
+    NULL (text, a real, a blob is refused), a string column TEXT, NULL or a blob's bytes
+    (an integer or a real is refused); both give the same arrays.
 
     Parameters
     ----------
@@ -169,12 +187,82 @@ def fetch(db: sqlite3.Connection, columns: Mapping[str, str], tail: str, *, wher
     ------
     ValueError
         ``"<where>: field '<column>' holds a text value ('x'), not an integer"`` (or a
-        real, a blob; a string column holding a number).
+        real, a blob; a string column holding a number): the first such value in the
+        order the rows are handed over.
     sqlite3.Error
         The database cannot be read (corrupt pages).
     """
-    ints = [a for a in columns if a not in strings]
     texts = [a for a in columns if a in strings]
+    out = _fetch_c(db, columns, tail, where, texts, params, order_by) if c_reader_available() else None
+    if out is None:
+        out = _fetch_json(db, columns, tail, where, texts, params, order_by)
+    return _sorted(out, order_by) if order_by else out
+
+
+def c_reader_available() -> bool:
+    """Whether ``fetch`` may read through the C column reader: built, bound to the SQLite
+    library Python's ``sqlite3`` uses, and not turned off by ``OVERLAPVIZ_PURE_PYTHON``."""
+    global _BOUND
+    if _sqlite is None or os.environ.get("OVERLAPVIZ_PURE_PYTHON", "") not in ("", "0"):
+        return False
+    if _BOUND is None:
+        _BOUND = _bind()
+    return bool(_BOUND)
+
+
+_BOUND: str | None = None  # the library the C reader bound ("" none), once tried
+
+
+def _bind() -> str:
+    """Bind ``_sqlite`` to Python's own SQLite: ``_sqlite3`` itself first (its symbols, or
+    those of the libsqlite3 it links), among the libraries already loaded, then by name."""
+    import _sqlite3
+
+    names = [getattr(_sqlite3, "__file__", None), "libsqlite3.so.0", "libsqlite3.so", "libsqlite3.dylib",
+             "/usr/lib/libsqlite3.dylib"]  # fmt: skip
+    return _sqlite.bind([n for n in names if n]) or ""
+
+
+def _fetch_c(db, columns: Mapping[str, str], tail: str, where: str, texts, params, order_by) -> dict | None:
+    """``fetch`` through ``_sqlite``; None where it leaves the query to the json_array path
+    (a connection not from ``open_readonly``, parameters it does not bind, any SQLite
+    error, which that path raises as it always has)."""
+    opened = _OPENED.get(id(db))
+    if opened is None or opened[0] is not db or not isinstance(params, (tuple, list)):
+        return None
+    kinds = "".join("s" if a in texts else "i" for a in columns)
+    got = _sqlite.read(opened[1], f"SELECT {', '.join(columns.values())} {tail}", tuple(params), kinds)
+    if got is None:
+        return None
+    if got[0] == "bad":  # (row, column, type) in SQLite's order; the message names the first in fetch's
+        bad = _first_bad_value(db, columns, tail + _order_sql(columns, order_by), params, texts)
+        if bad is None:
+            return None
+        raise ValueError(f"{where}: {bad}")
+    n, buffers = got
+    out = {}
+    for a, col in zip(columns, buffers):
+        if a in texts:
+            offsets, data, valid, nulls = col
+            raw = pa.Array.from_buffers(pa.binary(), n, [_buffer(valid), pa.py_buffer(offsets), pa.py_buffer(data)], nulls)
+            out[a] = _text(raw, db.text_factory)
+        else:
+            values, valid, nulls = col
+            out[a] = pa.Array.from_buffers(pa.int64(), n, [_buffer(valid), pa.py_buffer(values)], nulls)
+    return out
+
+
+def _buffer(data: bytes | None) -> pa.Buffer | None:
+    return None if data is None else pa.py_buffer(data)
+
+
+def _order_sql(columns: Mapping[str, str], order_by: Sequence[str]) -> str:
+    return f" ORDER BY {', '.join(columns[a] for a in order_by)}" if order_by else ""
+
+
+def _fetch_json(db, columns: Mapping[str, str], tail: str, where: str, texts, params, order_by) -> dict[str, pa.Array]:
+    """``fetch`` through ``json_array`` and ``pyarrow.csv`` (unsorted)."""
+    ints = [a for a in columns if a not in texts]
     exprs = [f"json_array('', {', '.join(columns[a] for a in ints)}, '')"] if ints else []
     exprs += [columns[a] for a in texts]
     first_text = 1 if ints else 0
@@ -189,22 +277,20 @@ def fetch(db: sqlite3.Connection, columns: Mapping[str, str], tail: str, *, wher
                 for a in ints:
                     parts[a].append(block.column(a).combine_chunks())
             for j, a in enumerate(texts, first_text):
-                parts[a].append(_text([r[j] for r in rows], decode))
+                parts[a].append(_text(pa.array([r[j] for r in rows], pa.binary()), decode))
     except (sqlite3.Error, pa.ArrowInvalid, pa.ArrowTypeError) as exc:
         db.text_factory = decode
         if "no such function: json_array" in str(exc):
             raise ValueError(f"{where}: this Python's SQLite library ({sqlite3.sqlite_version}) was built without "
                              "the JSON functions the reader needs (json_array)") from None  # fmt: skip
         # the first bad value in the order the rows are handed over (a corrupt database raises here again)
-        order = f" ORDER BY {', '.join(columns[a] for a in order_by)}" if order_by else ""
-        bad = _first_bad_value(db, columns, tail + order, params, texts)
+        bad = _first_bad_value(db, columns, tail + _order_sql(columns, order_by), params, texts)
         if bad is None:
             raise exc from None
         raise ValueError(f"{where}: {bad}") from None
     finally:
         db.text_factory = decode
-    out = {a: _concat(parts[a], pa.string() if a in texts else pa.int64()) for a in columns}
-    return _sorted(out, order_by) if order_by else out
+    return {a: _concat(parts[a], pa.string() if a in texts else pa.int64()) for a in columns}
 
 
 def _sorted(arrays: dict[str, pa.Array], keys: Sequence[str]) -> dict[str, pa.Array]:
@@ -239,15 +325,14 @@ def _parse_ints(text: bytes, names: list[str]) -> pa.Table:
     )
 
 
-def _text(values: list, decode) -> pa.Array:
-    """Stored text (bytes) as a string array; where some is not UTF-8, every value through the
-    connection's own decoding (``open_readonly``'s replaces what is not UTF-8)."""
-    raw = pa.array(values, pa.binary())
+def _text(raw: pa.Array, decode) -> pa.Array:
+    """Stored text (a binary array) as a string array; where some is not UTF-8, every value
+    through the connection's own decoding (``open_readonly``'s replaces what is not UTF-8)."""
     try:
         return raw.cast(pa.string())
     except pa.ArrowInvalid:
         decode = (lambda v: v.decode()) if decode is str else decode  # sqlite3's default: strict UTF-8
-        return pa.array([None if v is None else decode(v) for v in values], pa.string())
+        return pa.array([None if v is None else decode(v) for v in raw.to_pylist()], pa.string())
 
 
 def _concat(arrays: list[pa.Array], typ: pa.DataType) -> pa.Array:
