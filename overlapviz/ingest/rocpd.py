@@ -175,9 +175,13 @@ def _lowest_devices(tables: list[pa.Table]) -> dict[tuple[str | None, int | None
             if (of_guid & p_null).any():
                 lowest[(g, None)] = min(lowest.get((g, None), none), int(device[of_guid & p_null].min()))
             sel = of_guid & ~p_null
-            pids, inverse = np.unique(p[sel], return_inverse=True)
-            least = np.full(len(pids), none, np.int64)
-            np.minimum.at(least, inverse, device[sel])
+            ps, ds = p[sel], device[sel]
+            if len(ps) and ps.min() == ps.max():  # one process (a rank's own database): no grouping
+                pids, least = ps[:1], np.minimum(ds.min(keepdims=True), none)
+            else:
+                pids, inverse = np.unique(ps, return_inverse=True)
+                least = np.full(len(pids), none, np.int64)
+                np.minimum.at(least, inverse, ds)
             for q, d in zip(pids.tolist(), least.tolist()):
                 lowest[(g, q)] = min(lowest.get((g, q), none), d)
     return lowest
@@ -587,8 +591,8 @@ def _process(key, rank, kernels, copies, proc: dict, agents, api, stream_args, s
     parts = []
     for t in (kernels, copies):
         if t is not None:
-            mask = pc.and_(pc.equal(t.column("guid"), guid), pc.equal(t.column("pid"), pid_id))
-            parts.append(t.filter(pc.fill_null(mask, False)))
+            mask = pc.fill_null(pc.and_(pc.equal(t.column("guid"), guid), pc.equal(t.column("pid"), pid_id)), False)
+            parts.append(t if pc.all(mask).as_py() else t.filter(mask))  # one process: no copy
     acts = pa.concat_tables(parts, promote_options="default")
     n = acts.num_rows
     # stream: rocprofiler's HIP stream id when the trace has any non-zero one, else the HSA queue
@@ -622,7 +626,7 @@ def _process(key, rank, kernels, copies, proc: dict, agents, api, stream_args, s
             "launch_ns": acts.column("launch_ns"),
             "launch_tid": acts.column("launch_tid"),
             "collective": _collectives(acts, calls),
-            "source_format": pa.array([SOURCE_FORMAT] * n, pa.string()),
+            "source_format": pa.repeat(pa.scalar(SOURCE_FORMAT, pa.string()), n),
         },
         where=where,
     )  # fmt: skip
