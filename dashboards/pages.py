@@ -13,15 +13,34 @@ import numpy as np
 import pandas as pd
 import panel as pn
 import param
+from holoviews.plotting.bokeh.callbacks import RangeXCallback
+from holoviews.plotting.plot import Plot as HvPlot
+from overlapviz.dashboards.common import (
+    PLOT_WIDTH,
+    Page,
+    export_button,
+    export_buttons,
+    hidden,
+    notice,
+    perfetto_button,
+    plot,
+    table,  # fmt: skip
+    unavailable,
+)
+from overlapviz.dashboards.pages_why import CollectivesPage, ResidencyPage, WhyPage
+from overlapviz.dashboards.store import (
+    DataStore,
+    Unavailable,
+    background,
+    busy,
+    stopping,
+    wait_idle,
+)
 from panel.io.state import set_curdoc
 
 from overlapviz import figures
 from overlapviz import figures_timeline as ftl
 from overlapviz.analysis import ranks as ranks_analysis
-from overlapviz.dashboards.common import (PLOT_WIDTH, Page, export_button, export_buttons, hidden, notice, perfetto_button, plot,
-                                          table, unavailable)  # fmt: skip
-from overlapviz.dashboards.pages_why import CollectivesPage, ResidencyPage, WhyPage
-from overlapviz.dashboards.store import DataStore, Unavailable, background, busy, stopping, wait_idle
 
 __all__ = ["CollectivesPage", "ComparePage", "OverviewPage", "ResidencyPage", "TimelinePage", "WhyPage"]
 
@@ -160,6 +179,20 @@ TimelineSelection = hv.streams.Stream.define(
     max_glyphs=param.Integer(default=ftl.MAX_GLYPHS), waits=param.Boolean(default=True), window=param.Parameter(default=None),
     why=param.Integer(default=0, doc="Counts the runs whose why came after their first draw: a new value redraws with it"),
 )  # fmt: skip
+
+
+class ZoomRange(hv.streams.RangeX):
+    """The browser's time window, a stream of the Timeline's DynamicMap that does not redraw it by itself: HoloViews
+    subscribes each plot's refresh to every stream of its DynamicMap, this one refuses it and the page decides
+    (``TimelinePage._zoomed``). A redraw asked for another reason still gets the window in view."""
+
+    def add_subscriber(self, subscriber, precedence=0):
+        if getattr(subscriber, "__name__", None) == "refresh" and isinstance(getattr(subscriber, "__self__", None), HvPlot):
+            return
+        super().add_subscriber(subscriber, precedence)
+
+
+hv.streams.Stream._callbacks["bokeh"][ZoomRange] = RangeXCallback  # linked to the browser's range as RangeX is
 COMPUTING_WHY = "Computing why… the kernels are drawn; each collective's wait, arrows and hover why fields follow."
 
 
@@ -181,7 +214,7 @@ class TimelinePage(Page):
         super().__init__(store=store, **params)
         self._selection = None  # TimelineSelection stream of the live pane, created with it
         self._pane = None
-        self._range = None
+        self._range = None  # the browser's zoom (RangeX linked to the plot)
         self._drawn = None  # (run_id, ranks) of the last frame: a new one resets the zoom
         self._window = None  # a window asked for (focus on a kernel), applied once
         self._applied = None
@@ -324,10 +357,49 @@ class TimelinePage(Page):
         """The page's one timeline pane (built on first use with the current selection)."""
         if self._pane is None:
             self._selection = TimelineSelection(**self._current())
-            self._range = hv.streams.RangeX()
+            self._range = ZoomRange()
+            self._range.add_subscriber(self._zoomed)
             dmap = hv.DynamicMap(self._frame, streams=[self._range, self._selection])
             self._pane = plot(dmap, sizing_mode="stretch_width")
         return self._pane
+
+    def _zoomed(self, x_range=None) -> None:
+        """A zoom or pan from the browser. A run drawn whole as glyphs has every kernel, wait and arrow in the browser
+        already (Bokeh clips to the window): only the title's count and the axis format change, set on the figure in
+        place, with no frame built or sent. Otherwise the window is redrawn (raster, or the glyphs in view)."""
+        x_range = None if x_range is None else tuple(x_range)
+        plots = [p for p, _ in getattr(self._pane, "_plots", {}).values()]
+        doc = plots[0].document if len(plots) == 1 else None
+        if self._last is None or self._drawn is None or doc is None or doc.session_context is None:
+            self._selection.event()  # the frame for the window in view
+            return
+
+        def relabel():  # a model changes only under the document's lock: on the server's next tick
+            if not self._relabel(x_range, plots[0]):
+                self._selection.event()
+
+        doc.add_next_tick_callback(relabel)
+
+    def _relabel(self, x_range, drawn) -> bool:
+        """Set the title and axis format of the drawn figures for ``x_range`` when the drawn frame stays right for it."""
+        run_id, ranks = self._drawn
+        if x_range is None or self._selection is None or (self._selection.run_id, tuple(self._selection.ranks)) != self._drawn:
+            return False
+        data = self.store.timeline(run_id, ranks=list(ranks), why=None)
+        if not isinstance(data, ftl.TimelineData) or not ftl.drawn_whole(data, self.max_glyphs):
+            return False
+        if self._last[0][4] != self.store.why_ready(run_id):
+            return False  # the why arrived since the frame was drawn: a frame with its tracks
+        title, fmt = ftl.view_labels(data, x_range, max_glyphs=self.max_glyphs,
+                                     title=figures._title(f"Timeline of {run_id}", self.store.is_stand_in(run_id)))  # fmt: skip
+        from bokeh.models import PrintfTickFormatter
+
+        fig = drawn.state
+        fig.title.text = title
+        for axis in fig.xaxis:
+            if getattr(axis.formatter, "format", None) != fmt:
+                axis.formatter = PrintfTickFormatter(format=fmt)
+        return True
 
     def window(self) -> tuple[float, float] | None:
         """The time window in view (ms since the first kernel), None for the whole run."""

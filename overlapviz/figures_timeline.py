@@ -508,18 +508,17 @@ def timeline_view(
     n = data.n_visible(x_range)
     top = max(data.n_lanes, 1) - 0.5
     with_waits = waits and data.waits is not None
+    title, xformatter = view_labels(data, x_range, title=title, max_glyphs=max_glyphs, n=n)
     if n > max_glyphs:
         raster = data.raster(extent, width)
         none = np.zeros(len(data.start_ms), bool)
         rects, comm = data.hover_frame(none), data.comm_frame(none)
         wait_rects = data.wait_frame((0.0, -1.0))
         arrows = data.arrow_frame((0.0, -1.0))
-        mode = f"{n:,} kernels in view, rasterized: zoom in for single kernels, their waits and arrows"
     else:
         raster = hv.RGB(np.zeros((1, 1, 4), np.uint8), bounds=(extent[0], -0.5, extent[1], top), kdims=["time_ms", "lane"],
                         vdims=list("RGBA"))  # fmt: skip
-        whole = data.n_visible(None) <= max_glyphs and (data.why is None or len(data.why) <= MAX_ARROWS)
-        if whole:  # the run fits in the glyph budget: its glyphs are built once and sent whole, a zoom rebuilds none
+        if drawn_whole(data, max_glyphs):  # the run fits in the glyph budget: its glyphs are built once and sent whole, a zoom rebuilds none
             rects, comm, wait_rects, arrows = data.whole_glyphs(with_waits)
         else:
             mask = data.visible(x_range)
@@ -527,7 +526,6 @@ def timeline_view(
             comm = data.comm_frame(mask)
             wait_rects = data.wait_frame(x_range) if with_waits else data.wait_frame((0.0, -1.0))
             arrows = data.arrow_frame(x_range) if with_waits else data.arrow_frame((0.0, -1.0))
-        mode = f"{n:,} kernels in view"
     raster = raster.opts(default_tools=[])
     kvd = [c for c in rects.columns if c not in ("start_ms", "lane_lo", "end_ms", "lane_hi")]
     krects = hv.Rectangles(rects, kdims=_RECT_KDIMS, vdims=kvd).opts(
@@ -550,14 +548,34 @@ def timeline_view(
     parts = tuple(p for i, p in enumerate(_PARTS) if with_waits and data.parts_present[i])
     return (bands * raster * krects * wrects * crects * segs * _legend(kinds, parts)).opts(
         hv.opts.Overlay(
-            title=f"{title} — {mode}" if "\n" not in title else title.replace("\n", f" — {mode}\n", 1), width=width, height=height, yticks=list(enumerate(data.lane_labels)),
+            title=title, width=width, height=height, yticks=list(enumerate(data.lane_labels)),
             padding=0, legend_position="top", legend_cols=6,
             legend_opts={"background_fill_alpha": 0.0, "padding": 2, "margin": 0, "label_height": 12, "glyph_height": 12,
                          "label_text_font_size": "9pt", "spacing": 2},
             xlabel="Time since first kernel (ms)", ylabel="", show_grid=False, invert_yaxis=True,
-            active_tools=["xwheel_zoom", "xpan"], fontsize={"title": "11pt"}, hooks=[_quick_ranges], xformatter="%.3f" if _fine(extent) else "%.1f", **xlim,
+            active_tools=["xwheel_zoom", "xpan"], fontsize={"title": "11pt"}, hooks=[_quick_ranges], xformatter=xformatter, **xlim,
         )
     )  # fmt: skip
+
+
+def drawn_whole(data: TimelineData, max_glyphs: int) -> bool:
+    """Whether every window of the run is drawn from the same glyphs (the whole run fits the glyph budget, kernels and
+    arrows): a zoom then changes only what ``view_labels`` says, never a layer."""
+    return data.n_visible(None) <= max_glyphs and (data.why is None or len(data.why) <= MAX_ARROWS)
+
+
+def view_labels(data: TimelineData, x_range: tuple[float, float] | None, *, title: str, max_glyphs: int = MAX_GLYPHS,
+                n: int | None = None) -> tuple[str, str]:
+    """(the frame's title, its time axis' printf format) for the window ``x_range`` (ms; None: the whole run): the title
+    says how many kernels are in view and whether they are rasterized; the axis shows µs below a 5 ms window."""
+    n = data.n_visible(x_range) if n is None else n
+    kernels = "kernel" if n == 1 else "kernels"
+    if n > max_glyphs:
+        mode = f"{n:,} {kernels} in view, rasterized: zoom in for single kernels, their waits and arrows"
+    else:
+        mode = f"{n:,} {kernels} in view"
+    full = f"{title} — {mode}" if "\n" not in title else title.replace("\n", f" — {mode}\n", 1)
+    return full, "%.3f" if _fine(data.x_extent if x_range is None else x_range) else "%.1f"
 
 
 # the lane axis under its own names: two timelines in one layout share time, never lanes
