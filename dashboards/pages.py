@@ -15,32 +15,15 @@ import panel as pn
 import param
 from holoviews.plotting.bokeh.callbacks import RangeXCallback
 from holoviews.plotting.plot import Plot as HvPlot
-from overlapviz.dashboards.common import (
-    PLOT_WIDTH,
-    Page,
-    export_button,
-    export_buttons,
-    hidden,
-    notice,
-    perfetto_button,
-    plot,
-    table,  # fmt: skip
-    unavailable,
-)
-from overlapviz.dashboards.pages_why import CollectivesPage, ResidencyPage, WhyPage
-from overlapviz.dashboards.store import (
-    DataStore,
-    Unavailable,
-    background,
-    busy,
-    stopping,
-    wait_idle,
-)
 from panel.io.state import set_curdoc
 
 from overlapviz import figures
 from overlapviz import figures_timeline as ftl
 from overlapviz.analysis import ranks as ranks_analysis
+from overlapviz.dashboards.common import (PLOT_WIDTH, Page, export_button, export_buttons, hidden, notice, perfetto_button, plot,
+                                          table, unavailable)  # fmt: skip
+from overlapviz.dashboards.pages_why import CollectivesPage, ResidencyPage, WhyPage
+from overlapviz.dashboards.store import DataStore, Unavailable, background, busy, stopping, wait_idle
 
 __all__ = ["CollectivesPage", "ComparePage", "OverviewPage", "ResidencyPage", "TimelinePage", "WhyPage"]
 
