@@ -275,14 +275,19 @@ def main(argv=None) -> None:
         r["cpu_us_per_kernel"] = r["cpu_s"] / r["n_kernels"] * 1e6
         r["kernels_per_s_over_kineto"] = r["kernels_per_s"] / kineto["kernels_per_s"]
         r["cpu_over_kineto"] = r["cpu_s"] / kineto["cpu_s"]
+    from overlapviz.ingest.sqlite_common import c_reader_available
+
+    # the SQLite formats' column reader the ingest subprocesses used (same build, same environment)
+    sqlite_reader = "C (_sqlite)" if c_reader_available() else "json_array"
     report = {"kernels": args.kernels, "ranks": args.ranks, "workers": args.workers, "cpus": os.cpu_count(),
-              "load_avg": os.getloadavg(), "python": platform.python_version(), "sides": results,
+              "load_avg": os.getloadavg(), "python": platform.python_version(), "sqlite_reader": sqlite_reader,
+              "sides": results,
               "nsys_over_kineto": results[1]["kernels_per_s_over_kineto"],
               "rocpd_over_kineto": results[2]["kernels_per_s_over_kineto"], "reference": refs}  # fmt: skip
     (HERE / "out").mkdir(exist_ok=True)
     (HERE / "out" / "formats.json").write_text(json.dumps(report, indent=1))
     print(f"{args.kernels} kernels, {args.ranks} ranks, --workers {args.workers}, {os.cpu_count()} CPUs, "
-          f"load average {os.getloadavg()[0]:.1f}\n")  # fmt: skip
+          f"load average {os.getloadavg()[0]:.1f}, SQLite column reader {sqlite_reader}\n")  # fmt: skip
     print("| format | files | MB on disk | kernels | ingest s | kernels/s | CPU s | CPU / Kineto's | wall s (process) | peak RSS MB |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in results + refs:
