@@ -212,7 +212,9 @@ def test_a_connection_not_from_open_readonly_is_read_by_json_array(tmp_path, mon
     assert spy.calls == []
 
 
-def test_the_c_module_reports_row_column_and_type(tmp_path):
+def test_the_c_module_reports_row_column_and_type(tmp_path, monkeypatch):
+    use(monkeypatch, "c")
+    assert sqlite_common.c_reader_available()  # bound
     p = make(tmp_path / "a.db", "CREATE TABLE t (a, s)", [(1, "x"), (2, None), (None, "y"), (4, 5.5)])
     uri = p.resolve().as_uri() + "?mode=ro&immutable=1"
     read = sqlite_common._sqlite.read
@@ -304,3 +306,42 @@ def test_a_copy_with_nulls_everywhere_is_identical(tmp_path, monkeypatch, spy):
         assert {c[0] for c in spy.calls} == ({"rows"} if how == "c" else set())
         files[how] = {str(q.relative_to(out)): q.read_bytes() for q in sorted(out.rglob("*")) if q.is_file()}
     assert files["c"] == files["json"]
+
+
+def test_many_chunks_of_rows(tmp_path, monkeypatch, spy):
+    """More rows than the C reader steps between two looks at signals (262,144)."""
+    p = make(tmp_path / "a.db", "CREATE TABLE t (a INTEGER)", [(1,)])
+    cte = "FROM (WITH RECURSIVE c(x) AS (SELECT 0 UNION ALL SELECT x + 1 FROM c LIMIT 600000) SELECT x FROM c)"
+    got = both(monkeypatch, spy, p, {"x": "x", "odd": "CASE WHEN x % 2 THEN x END", "s": "printf('%d', x)"}, cte,
+               strings=("s",))  # fmt: skip
+    assert got["x"].to_pylist() == list(range(600_000)) and got["odd"].null_count == 300_000
+    assert got["s"][599_999].as_py() == "599999"
+
+
+def test_a_long_read_is_interrupted(tmp_path, monkeypatch):
+    """Ctrl-C (here: an exception raised by a SIGALRM handler) stops a long read between chunks."""
+    import signal
+    import time
+
+    class Stop(Exception):
+        pass
+
+    def stop(*_):
+        raise Stop
+
+    use(monkeypatch, "c")
+    assert sqlite_common.c_reader_available()  # bound
+    p = make(tmp_path / "a.db", "CREATE TABLE t (a INTEGER)", [(1,)])
+    uri = p.resolve().as_uri() + "?mode=ro&immutable=1"
+    # 20M rows: ~5 s to the end here; a reader that never looks at signals returns only then
+    sql = "WITH RECURSIVE c(x) AS (SELECT 0 UNION ALL SELECT x + 1 FROM c LIMIT 20000000) SELECT x FROM c"
+    old = signal.signal(signal.SIGALRM, stop)
+    t0 = time.monotonic()
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.3)
+        with pytest.raises(Stop):
+            sqlite_common._sqlite.read(uri, sql, (), "i")
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    assert time.monotonic() - t0 < 2

@@ -16,7 +16,8 @@
  * validity bitmap is Arrow's (bit i of byte i/8, set where valid). A value of another storage
  * class stops the read: ("bad", row, column, sqlite type). None: anything else (open, prepare
  * or step failed, a parameter it does not bind, more than 2 GiB of text): the caller takes the
- * json_array path, which raises as it always has. The GIL is released while stepping.
+ * json_array path, which raises as it always has. The GIL is released while stepping, and taken
+ * back every CHUNK_ROWS rows to look at signals (Ctrl-C interrupts a long read).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -155,7 +156,9 @@ typedef struct {
     Py_ssize_t nulls;
 } column;
 
-enum { R_DONE, R_BAD, R_FAIL, R_NOMEM };
+enum { R_DONE, R_BAD, R_FAIL, R_NOMEM, R_MORE };
+
+#define CHUNK_ROWS 262144 /* rows between two looks at signals (Ctrl-C), with the GIL */
 
 typedef struct {
     sqlite3_stmt *stmt;
@@ -190,9 +193,9 @@ static int grow_rows(reader *r) {
     return 1;
 }
 
-/* every row into the columns; runs without the GIL */
-static int step_all(reader *r) {
-    for (;;) {
+/* up to CHUNK_ROWS more rows into the columns (R_MORE: there may be more); runs without the GIL */
+static int step_chunk(reader *r) {
+    for (size_t stop = r->rows + CHUNK_ROWS; r->rows < stop;) {
         int rc = api.step(r->stmt);
         if (rc == SQ_DONE)
             return R_DONE;
@@ -252,6 +255,7 @@ static int step_all(reader *r) {
         }
         r->rows++;
     }
+    return R_MORE;
 }
 
 static int bind_params(sqlite3_stmt *stmt, PyObject *params) {
@@ -303,17 +307,25 @@ static PyObject *validity(column *col, size_t rows) {
     return PyBytes_FromStringAndSize((const char *)col->bits, (Py_ssize_t)((rows + 7) / 8));
 }
 
+static void free_column(column *col) {
+    free(col->values), free(col->offsets), free(col->data), free(col->bits);
+    col->values = NULL, col->offsets = NULL, col->data = NULL, col->bits = NULL;
+}
+
+/* the column as Python bytes; its buffers freed once copied (the peak: the columns plus one copy) */
 static PyObject *column_result(column *col, size_t rows) {
-    PyObject *valid = validity(col, rows);
+    PyObject *valid = validity(col, rows), *out;
     if (valid == NULL)
         return NULL;
-    if (col->kind == 'i')
-        return Py_BuildValue("(y#Nn)", rows ? (const char *)col->values : "", (Py_ssize_t)(rows * sizeof(int64_t)),
-                             valid, col->nulls);
-    int32_t zero = 0;
-    return Py_BuildValue("(y#y#Nn)", col->offsets ? (const char *)col->offsets : (const char *)&zero,
-                         (Py_ssize_t)((rows + 1) * sizeof(int32_t)), col->data ? col->data : "",
-                         (Py_ssize_t)col->data_len, valid, col->nulls);
+    if (col->kind == 'i') {
+        out = Py_BuildValue("(y#Nn)", rows ? (const char *)col->values : "", (Py_ssize_t)(rows * sizeof(int64_t)),
+                            valid, col->nulls);
+    } else {
+        out = Py_BuildValue("(y#y#Nn)", (const char *)col->offsets, (Py_ssize_t)((rows + 1) * sizeof(int32_t)),
+                            col->data ? col->data : "", (Py_ssize_t)col->data_len, valid, col->nulls);
+    }
+    free_column(col);
+    return out;
 }
 
 PyDoc_STRVAR(read_doc, "read(uri, sql, params, kinds) -> (n_rows, columns) | ('bad', row, column, type) | None\n\n"
@@ -370,9 +382,13 @@ static PyObject *read_columns(PyObject *self, PyObject *args) {
         if (r.cols[c].kind == 's')
             r.cols[c].offsets[0] = 0;
 
-    Py_BEGIN_ALLOW_THREADS
-    status = step_all(&r);
-    Py_END_ALLOW_THREADS
+    do {
+        Py_BEGIN_ALLOW_THREADS
+        status = step_chunk(&r);
+        Py_END_ALLOW_THREADS
+        if (status == R_MORE && PyErr_CheckSignals() < 0)
+            goto done; /* KeyboardInterrupt (or what a handler raised) propagates */
+    } while (status == R_MORE);
 
     if (status == R_NOMEM) {
         PyErr_NoMemory();
@@ -400,12 +416,8 @@ done:
     if (db != NULL)
         api.close(db);
     if (r.cols != NULL) {
-        for (int c = 0; c < r.ncol; c++) {
-            free(r.cols[c].values);
-            free(r.cols[c].offsets);
-            free(r.cols[c].data);
-            free(r.cols[c].bits);
-        }
+        for (int c = 0; c < r.ncol; c++)
+            free_column(&r.cols[c]);
         free(r.cols);
     }
     if (result == NULL && !PyErr_Occurred())
