@@ -277,7 +277,19 @@ def _derived(path: str, stamp: str, name: str, run_id: str | None = None):
 def _read_kernels(path: str, run_id: str) -> pd.DataFrame:
     cols = TIMELINE_COLUMNS + ["launch_ns"]
     table = schema.read_kernels(path, columns=cols, run_ids=[run_id], dictionary=("run_id", "name", "kind"))
-    return table.to_pandas(types_mapper=_NULLABLE.get)
+    return _frame_of(table)
+
+
+def _frame_of(table: pa.Table) -> pd.DataFrame:
+    """``table`` as pandas, integer columns without a null as NumPy arrays (no copy), the others nullable: building
+    the nullable dtypes' masks cost 0.8 s per million kernels in a fresh server, the slowest part of a first Timeline."""
+    cols = {}
+    for name, col in zip(table.column_names, table.columns):
+        if pa.types.is_integer(col.type) and col.null_count == 0:
+            cols[name] = col.to_numpy()
+        else:
+            cols[name] = col.to_pandas(types_mapper=_NULLABLE.get)
+    return pd.DataFrame(cols, copy=False)
 
 
 def _why_parts(path: str, stamp: str, run_id: str, kernels: pd.DataFrame) -> dict:

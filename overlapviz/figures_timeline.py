@@ -393,19 +393,32 @@ def _shade(counts: np.ndarray, colors: np.ndarray) -> np.ndarray:
 
 
 def _band_table(data: TimelineData) -> pd.DataFrame:
+    """One row per (rank, step) in that order: the step's GPU extent (x) over the rank's lanes (y) that hold a kernel of
+    a step; NumPy over rows kept in each rank's time order (a sort of nearly sorted keys), not a two-key groupby."""
     frame = data.frame
     cols = ["x0", "y0", "x1", "y1", "step_name", "shade"]
     if "step" not in frame or not frame["step"].notna().any():
         return pd.DataFrame({c: [] for c in cols})
-    step = pd.to_numeric(frame["step"], errors="coerce").astype("Float64").to_numpy(np.float64, na_value=np.nan)
+    raw = frame["step"]
+    numeric = pd.api.types.is_numeric_dtype(raw.dtype) and not pd.api.types.is_bool_dtype(raw.dtype)
+    step = (raw if numeric else pd.to_numeric(raw, errors="coerce")).to_numpy(np.float64, na_value=np.nan)
     ok = ~np.isnan(step)
-    sub = pd.DataFrame({"rank": _i64(frame["rank"])[ok], "step": step[ok].astype(np.int64), "s": data.start_ms[ok], "e": data.end_ms[ok],
-                        "lane": data.lane[ok]})  # fmt: skip
-    ext = sub.groupby(["rank", "step"], sort=True).agg(x0=("s", "min"), x1=("e", "max")).reset_index()
-    lanes = sub.groupby("rank").agg(y0=("lane", "min"), y1=("lane", "max")).reset_index()
-    ext = ext.merge(lanes, on="rank")
-    return ext.assign(y0=ext["y0"] - 0.48, y1=ext["y1"] + 0.48, step_name=ext["step"].map("step {}".format),
-                      shade=(ext["step"] % 2).astype(str))[cols]  # fmt: skip
+    rank, stp = _i64(frame["rank"])[ok], step[ok].astype(np.int64)
+    start, end, lane = data.start_ms[ok], data.end_ms[ok], data.lane[ok]
+    r0, s0 = int(rank.min()), int(stp.min())
+    span = int(stp.max()) - s0 + 1
+    if (int(rank.max()) - r0 + 1) * span >= 2**62:  # keys that would not fit one int64: sort on both
+        order = np.lexsort((stp, rank))
+    else:
+        order = np.argsort((rank - r0) * span + (stp - s0), kind="stable")
+    rk, st = rank[order], stp[order]
+    first = np.flatnonzero(np.r_[True, (rk[1:] != rk[:-1]) | (st[1:] != st[:-1])])
+    ext = pd.DataFrame({"rank": rk[first], "step": st[first], "x0": np.minimum.reduceat(start[order], first),
+                        "x1": np.maximum.reduceat(end[order], first)})  # fmt: skip
+    by_rank = pd.DataFrame({"rank": rank, "lane": lane}).groupby("rank", sort=False)["lane"]
+    lo, hi = by_rank.min(), by_rank.max()
+    return ext.assign(y0=lo.reindex(ext["rank"]).to_numpy(np.float64) - 0.48, y1=hi.reindex(ext["rank"]).to_numpy(np.float64) + 0.48,
+                      step_name=ext["step"].map("step {}".format), shade=(ext["step"] % 2).astype(str))[cols]  # fmt: skip
 
 
 def step_bands(data: TimelineData, steps: pd.DataFrame | None = None) -> hv.Rectangles:
