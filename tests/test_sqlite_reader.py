@@ -345,3 +345,20 @@ def test_a_long_read_is_interrupted(tmp_path, monkeypatch):
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
     assert time.monotonic() - t0 < 2
+
+
+@pytest.mark.parametrize("encoding", ["UTF-8", "UTF-16le", "UTF-16be"])
+def test_a_path_needing_uri_escapes_and_utf16_databases(tmp_path, monkeypatch, spy, encoding):
+    """The C reader opens the URI ``open_readonly`` built (``#``, ``?``, ``%``, spaces, non-ASCII
+    escaped), and hands text over as UTF-8 whatever the database's encoding."""
+    d = tmp_path / "run #1 ?x"
+    d.mkdir()
+    p = d / "a b#c?d%e é.sqlite"
+    db = sqlite3.connect(p)
+    db.execute(f"PRAGMA encoding = '{encoding}'")
+    db.execute("CREATE TABLE t (a INTEGER, s TEXT)")
+    db.executemany("INSERT INTO t VALUES (?, ?)", [(1, "héllo"), (2, None), (3, "x€"), (4, "")])
+    db.commit()
+    db.close()
+    got = both(monkeypatch, spy, p, {"a": "a", "s": "s"}, "FROM t ORDER BY a", strings=("s",))
+    assert got["s"].to_pylist() == ["héllo", None, "x€", ""] and got["a"].to_pylist() == [1, 2, 3, 4]
