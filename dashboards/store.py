@@ -46,6 +46,7 @@ ANALYSES = {
     "kernel_residency": residency.kernel_residency,
     "explain": explain.explain,
 }
+PAUSABLE = ("explain", "kernel_residency")  # analyses that call yield_to_pages between ranks
 _NULLABLE = {pa.int32(): pd.Int32Dtype(), pa.int64(): pd.Int64Dtype(), pa.bool_(): pd.BooleanDtype()}
 # `serve --scheduler`: a dashboards.dask_source.DaskSource computes the analyses it has and the timelines on its cluster
 ENGINE: dict = {"dask": None}
@@ -67,7 +68,16 @@ class _Memo:
                 self._values.move_to_end(key)
                 return self._unwrap(self._values[key])
             lock = self._locks.setdefault(key, threading.Lock())
-        with lock:
+        if not lock.acquire(blocking=False):
+            # another thread computes it: that one must not pause for pages (yield_to_pages) while a session waits for it
+            me = None if _is_background() else threading.get_ident()
+            if me is not None:
+                _WAITERS.add(me)
+            try:
+                lock.acquire()
+            finally:
+                _WAITERS.discard(me)
+        with _Acquired(lock):
             with self._lock:
                 if key in self._values:
                     return self._unwrap(self._values[key])
@@ -96,6 +106,26 @@ class _Memo:
     def clear(self) -> None:
         with self._lock:
             self._values.clear()
+
+
+class _Acquired:
+    """Releases an acquired lock on exit."""
+
+    def __init__(self, lock):
+        self.lock = lock
+
+    def __enter__(self):
+        return self.lock
+
+    def __exit__(self, *exc):
+        self.lock.release()
+
+
+def _is_background() -> bool:
+    return threading.current_thread().name.startswith("overlapviz-")
+
+
+_WAITERS: set = set()  # threads waiting for a table another thread computes
 
 
 _TABLES = _Memo(256)  # small tables and analysis results, per (path, stamp, name, args)
@@ -206,7 +236,10 @@ def load_analysis(path: str, stamp: str, name: str, *args, **kwargs) -> pd.DataF
     def compute():
         try:
             dask = ENGINE["dask"]
-            return (dask.analyses.get(name, ANALYSES[name]) if dask else ANALYSES[name])(path, *args, **kwargs)
+            if dask and name in dask.analyses:
+                return dask.analyses[name](path, *args, **kwargs)
+            extra = {"pause": yield_to_pages} if name in PAUSABLE else {}
+            return ANALYSES[name](path, *args, **kwargs, **extra)
         except ValueError as exc:
             return Unavailable(str(exc))  # kept on disk too: the reason is the dataset's, not this process's
 
@@ -403,6 +436,17 @@ def stop_background(timeout: float | None = None) -> None:
 def busy(seconds: float = 0.6) -> None:
     """Say that a session is drawing a page: the warm-up starts no new table for ``seconds``."""
     _BUSY["until"] = max(_BUSY["until"], time.monotonic() + seconds)
+
+
+def yield_to_pages(limit: float = 5.0) -> None:
+    """Called by a long analysis between ranks: on a background thread, wait (at most ``limit`` s) while a session draws
+    a page, unless a session waits for a table being computed. One interpreter runs both: a warm-up computing a run's
+    explain while the Timeline draws its first million kernels slowed that page by half again (GIL)."""
+    if not _is_background():
+        return  # a page's own computation
+    deadline = time.monotonic() + limit
+    while time.monotonic() < min(_BUSY["until"], deadline) and not _WAITERS and not _STOP.is_set():
+        time.sleep(0.02)
 
 
 def wait_idle(limit: float = 10.0) -> None:

@@ -417,3 +417,53 @@ def test_a_timeline_drawn_before_its_why_says_the_residency_is_coming_not_missin
     text = pending.hover_frame(np.ones(1, bool))["residency"].tolist()
     assert text == [ftl.RESIDENCY_PENDING] and "no device limits" not in text[0]
     assert ftl.TimelineData(frame).hover_frame(np.ones(1, bool))["residency"].tolist() == ["— (no device limits)"]
+
+
+def test_background_analysis_yields_to_a_page_being_drawn_unless_a_page_waits_for_it():
+    import threading
+    import time
+
+    from overlapviz.dashboards import store
+
+    def timed(name, before=None):
+        out = {}
+
+        def run():
+            if before:
+                before()
+            t0 = time.monotonic()
+            store.yield_to_pages(limit=3.0)
+            out["s"] = time.monotonic() - t0
+
+        t = threading.Thread(target=run, name=name)
+        t.start()
+        return t, out
+
+    store.busy(0.8)  # a session draws a page
+    t, out = timed("overlapviz-warm")
+    t.join()
+    assert 0.5 < out["s"] < 2.5, out  # paused until the page was drawn, not past it
+    assert store._BUSY["until"] <= time.monotonic()
+    store.busy(5.0)
+    t0 = time.monotonic()
+    store.yield_to_pages(limit=3.0)  # a page's own thread never pauses
+    assert time.monotonic() - t0 < 0.1
+    # a session waiting for a table the background thread computes lifts the pause
+    memo, started, release = store._Memo(4), threading.Event(), threading.Event()
+    paused = {}
+
+    def compute():
+        started.set()
+        t0 = time.monotonic()
+        store.yield_to_pages(limit=3.0)
+        paused["s"] = time.monotonic() - t0
+        return 1
+
+    bg = threading.Thread(target=lambda: memo.get("k", compute), name="overlapviz-warm")
+    bg.start()
+    started.wait(5)
+    time.sleep(0.2)
+    assert memo.get("k", lambda: 2) == 1  # waited for the background thread's value
+    bg.join()
+    assert paused["s"] < 1.0, paused
+    store._BUSY["until"] = 0.0

@@ -346,3 +346,22 @@ def test_carveout_preference_applies_to_the_kernels_the_collector_set_it_on(tmp_
 def test_configuration_a_kernel_joins(label, threads, regs, smem, carve, config, needed):
     r = occupancy(SM90, threads, regs, smem, carveout=carve)
     assert (r["shared_mem_config"], r["shared_mem_config_needed"]) == (config, needed)
+
+
+def test_pause_between_ranks_changes_nothing(tmp_path, monkeypatch):
+    # the dashboard's warm-up passes `pause` (it waits there while a page draws): rank_shapes then runs on blocks of whole
+    # ranks, whose rows concatenated must be the one-shot rows; explain calls it once per rank
+    from overlapviz.analysis import explain, residency
+    from overlapviz.testing import write_grid_dataset
+
+    ds = write_grid_dataset(tmp_path / "ds", ranks=3, iters=3)
+    ranks = schema.read_frame(ds, "kernels", columns=["run_id", "rank"]).drop_duplicates()
+    calls = []
+    for rows in (1, 10**9):  # a block per rank; one block
+        monkeypatch.setattr(residency, "PAUSE_ROWS", rows)
+        calls.clear()
+        pd.testing.assert_frame_equal(kernel_residency(ds, pause=lambda: calls.append(1)), kernel_residency(ds))
+        assert len(calls) == (len(ranks) if rows == 1 else 1)
+    calls.clear()
+    pd.testing.assert_frame_equal(explain.explain(ds, pause=lambda: calls.append(1)), explain.explain(ds))
+    assert len(calls) == len(ranks)

@@ -26,6 +26,7 @@ For a communication kernel ``c`` (start ``S``, launch ``L``):
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
@@ -84,13 +85,15 @@ def _strs(table: pa.Table, name: str) -> np.ndarray:
     return col.to_numpy(zero_copy_only=False).astype(object)
 
 
-def explain(dataset_path: str | os.PathLike, *, run_ids=None, kinds: tuple[str, ...] = ("comm",), device: str | None = None) -> pd.DataFrame:
+def explain(dataset_path: str | os.PathLike, *, run_ids=None, kinds: tuple[str, ...] = ("comm",), device: str | None = None,
+            pause: Callable[[], None] | None = None) -> pd.DataFrame:  # fmt: skip
     """One record per communication kernel (or per kernel of ``kinds``): why it started when it did (module docstring).
 
     The definitions are the same for any GPU activity; ``kinds=("comm", "compute", "memory", "other")``
     explains every one (a computation kernel that waited on an event, say). Peers are matched
     for communication kernels only. ``device`` names the GPU for ranks whose trace does not
-    (:func:`overlapviz.analysis.residency.device_table`).
+    (:func:`overlapviz.analysis.residency.device_table`). ``pause``, when given, is called before
+    each rank: a host computing this in the background (the dashboard) waits there while it draws a page.
 
     Returns
     -------
@@ -106,6 +109,8 @@ def explain(dataset_path: str | os.PathLike, *, run_ids=None, kinds: tuple[str, 
     carveouts = run_carveouts(dataset_path)
     parts = []
     for rk in _per_rank(k):
+        if pause is not None:
+            pause()
         g = {"run_id": rk.column("run_id")[0].as_py(), "rank": rk.column("rank")[0].as_py()}
         rs = None
         if syncs is not None and syncs.num_rows:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
@@ -240,7 +241,7 @@ def finish_shapes(out: pd.DataFrame, carveouts: dict) -> pd.DataFrame:
     return out[RESIDENCY_COLUMNS].sort_values(["run_id", "total_us"], ascending=[True, False], kind="stable").reset_index(drop=True)
 
 
-def kernel_residency(dataset_path, *, run_ids=None, device: str | None = None) -> pd.DataFrame:
+def kernel_residency(dataset_path, *, run_ids=None, device: str | None = None, pause: Callable[[], None] | None = None) -> pd.DataFrame:
     """One row per distinct kernel launch shape in a dataset, with its residency.
 
     Parameters
@@ -265,9 +266,44 @@ def kernel_residency(dataset_path, *, run_ids=None, device: str | None = None) -
         launch shape or the device's limits (``residency_note`` says which).
 
     Only :func:`merge_shapes` looks across ranks; ``overlapviz.distributed.residency_on`` computes
-    :func:`rank_shapes` per rank on a Dask cluster and merges them there, with this result.
+    :func:`rank_shapes` per rank on a Dask cluster and merges them there, with this result. With
+    ``pause`` (called before each rank: a host computing this in the background waits there while it
+    draws a page) :func:`rank_shapes` runs one rank at a time, with the same result.
     """
     k = schema.read_frame(dataset_path, "kernels", columns=KERNEL_COLUMNS, run_ids=run_ids)
     dev_limits = device_table(dataset_path, device)
     carveouts = run_carveouts(dataset_path)
-    return finish_shapes(merge_shapes(rank_shapes(k, dev_limits, carveouts)), carveouts)
+    blocks = _rank_blocks(k) if pause is not None else None
+    if blocks is None:
+        shapes = rank_shapes(k, dev_limits, carveouts)
+    else:
+        parts = []
+        for a, b in blocks:
+            pause()
+            parts.append(rank_shapes(k.iloc[a:b], dev_limits, carveouts))
+        shapes = pd.concat(parts, ignore_index=True)
+    return finish_shapes(merge_shapes(shapes), carveouts)
+
+
+PAUSE_ROWS = 200_000  # with ``pause``: kernels per call of rank_shapes (whole ranks; a call per small rank costs 4x)
+
+
+def _rank_blocks(k: pd.DataFrame) -> list[tuple[int, int]] | None:
+    """``[start, end)`` row ranges of ``k`` in dataset order, each whole ranks of ``PAUSE_ROWS`` kernels or more (the last
+    fewer); None unless each run x rank is one contiguous block (the dataset stores one file per run x rank), where
+    :func:`rank_shapes` of the blocks concatenated is :func:`rank_shapes` of ``k``."""
+    rows = PAUSE_ROWS
+    if len(k) < 2:
+        return None
+    run = pd.factorize(k["run_id"])[0].astype(np.int64)
+    rank = k["rank"].to_numpy(np.int64, na_value=-1)
+    change = np.flatnonzero((run[1:] != run[:-1]) | (rank[1:] != rank[:-1])) + 1
+    lo, hi = np.r_[0, change], np.r_[change, len(k)]
+    if len(set(zip(run[lo].tolist(), rank[lo].tolist()))) != len(lo):
+        return None
+    out, start = [], 0
+    for end in hi.tolist():
+        if end - start >= rows or end == len(k):
+            out.append((start, end))
+            start = end
+    return out
