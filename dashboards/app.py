@@ -22,7 +22,7 @@ from panel.viewable import Viewer
 from overlapviz import figures
 from overlapviz.dashboards import security
 from overlapviz.dashboards.pages import CollectivesPage, ComparePage, OverviewPage, ResidencyPage, TimelinePage, WhyPage
-from overlapviz.dashboards.store import DataStore
+from overlapviz.dashboards.store import DataStore, drawing
 
 # the tabs, named after what they show: the grid, one run's kernels, why its collectives started late (with one SM's
 # budget), the collectives across ranks, residency per launch shape, two runs side by side
@@ -71,12 +71,13 @@ class Dashboard(Viewer):
         self._fill()
 
     def _fill(self, *_) -> None:
-        active = self.tabs.active
-        for i, page in enumerate(self.pages):
-            page.shown = i == active  # hidden pages skip their re-render when the store changes
-        holder = self.holders[active]
-        if not holder.objects:
-            holder.objects = [self.pages[active]]
+        with drawing():  # the background tables wait meanwhile (one interpreter)
+            active = self.tabs.active
+            for i, page in enumerate(self.pages):
+                page.shown = i == active  # hidden pages skip their re-render when the store changes
+            holder = self.holders[active]
+            if not holder.objects:
+                holder.objects = [self.pages[active]]
 
     def open_timeline(self, run_id: str) -> None:
         self.tabs.active = PAGES.index("Timeline")

@@ -10,6 +10,7 @@ layer and keeps the results.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import hashlib
 import json
 import os
@@ -433,6 +434,27 @@ def stop_background(timeout: float | None = None) -> None:
             thread.join(timeout)
 
 
+_DRAWING = [0]  # pages being drawn now (``drawing``)
+_DRAWING_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def drawing():
+    """Around the drawing of a page: background tables wait (``yield_to_pages``, ``wait_idle``) until it is drawn."""
+    with _DRAWING_LOCK:
+        _DRAWING[0] += 1
+    try:
+        yield
+    finally:
+        with _DRAWING_LOCK:
+            _DRAWING[0] -= 1
+        busy()  # and while it is laid out and sent
+
+
+def _page_busy() -> bool:
+    return _DRAWING[0] > 0 or time.monotonic() < _BUSY["until"]
+
+
 def busy(seconds: float = 0.6) -> None:
     """Say that a session is drawing a page: the warm-up starts no new table for ``seconds``."""
     _BUSY["until"] = max(_BUSY["until"], time.monotonic() + seconds)
@@ -445,7 +467,7 @@ def yield_to_pages(limit: float = 5.0) -> None:
     if not _is_background():
         return  # a page's own computation
     deadline = time.monotonic() + limit
-    while time.monotonic() < min(_BUSY["until"], deadline) and not _WAITERS and not _STOP.is_set():
+    while _page_busy() and time.monotonic() < deadline and not _WAITERS and not _STOP.is_set():
         time.sleep(0.02)
 
 
@@ -456,7 +478,7 @@ def wait_idle(limit: float = 10.0) -> None:
 
 def _wait_idle(limit: float = 10.0) -> None:
     deadline = time.monotonic() + limit  # never starve the warm-up: a table asked for later is computed then anyway
-    while time.monotonic() < min(_BUSY["until"], deadline) and not _STOP.is_set():
+    while _page_busy() and time.monotonic() < deadline and not _STOP.is_set():
         time.sleep(0.05)
 
 
@@ -475,7 +497,8 @@ def warm(path: str, stamp: str, run_id: str | None, pair: tuple[str, str] | None
         # (that run alone when the dataset has several), the Compare pair; then every run's tables
         steps = [
             (lambda: load_analysis(path, stamp, "config_table")) if configured else None,
-            (lambda: load_timeline(path, stamp, run_id, None, why=False)) if run_id else None,  # its kernels: drawn at once
+            # its kernels, read at once (Arrow decodes without the GIL): the Timeline a user opens next draws them
+            ("now", lambda: load_timeline(path, stamp, run_id, None, why=False)) if run_id else None,
             (lambda: load_timeline(path, stamp, run_id, None)) if run_id else None,  # then its why, once no page is drawing
             "nice",
             *[(lambda n=n: run_analysis(path, stamp, n, run_id)) if run_id else None for n in ("summary", "blockers", "cells")],
@@ -501,7 +524,9 @@ def warm(path: str, stamp: str, run_id: str | None, pair: tuple[str, str] | None
                 continue
             if step is None:
                 continue
-            if i:
+            now = isinstance(step, tuple)
+            step = step[1] if now else step
+            if i and not now:
                 _wait_idle()
             if _STOP.is_set():
                 return

@@ -350,7 +350,7 @@ def test_configuration_a_kernel_joins(label, threads, regs, smem, carve, config,
 
 def test_pause_between_ranks_changes_nothing(tmp_path, monkeypatch):
     # the dashboard's warm-up passes `pause` (it waits there while a page draws): rank_shapes then runs on blocks of whole
-    # ranks, whose rows concatenated must be the one-shot rows; explain calls it once per rank
+    # ranks, whose rows concatenated must be the one-shot rows; both call it before reading and explain before each rank
     from overlapviz.analysis import explain, residency
     from overlapviz.testing import write_grid_dataset
 
@@ -361,7 +361,7 @@ def test_pause_between_ranks_changes_nothing(tmp_path, monkeypatch):
         monkeypatch.setattr(residency, "PAUSE_ROWS", rows)
         calls.clear()
         pd.testing.assert_frame_equal(kernel_residency(ds, pause=lambda: calls.append(1)), kernel_residency(ds))
-        assert len(calls) == (len(ranks) if rows == 1 else 1)
+        assert len(calls) == 1 + (len(ranks) if rows == 1 else 1)  # before reading, before each block
     calls.clear()
     pd.testing.assert_frame_equal(explain.explain(ds, pause=lambda: calls.append(1)), explain.explain(ds))
-    assert len(calls) == len(ranks)
+    assert len(calls) == 1 + len(ranks)

@@ -92,7 +92,7 @@ def explain(dataset_path: str | os.PathLike, *, run_ids=None, kinds: tuple[str, 
     The definitions are the same for any GPU activity; ``kinds=("comm", "compute", "memory", "other")``
     explains every one (a computation kernel that waited on an event, say). Peers are matched
     for communication kernels only. ``device`` names the GPU for ranks whose trace does not
-    (:func:`overlapviz.analysis.residency.device_table`). ``pause``, when given, is called before
+    (:func:`overlapviz.analysis.residency.device_table`). ``pause``, when given, is called before reading and
     each rank: a host computing this in the background (the dashboard) waits there while it draws a page.
 
     Returns
@@ -101,6 +101,8 @@ def explain(dataset_path: str | os.PathLike, *, run_ids=None, kinds: tuple[str, 
         ``KEYS`` then ``EXTRA`` columns; times int64 ns (nullable), ``start_delay_us`` and
         ``peer_wait_us`` float µs computed from exact ns. Sorted by run, rank, start.
     """
+    if pause is not None:
+        pause()
     k = schema.read_kernels(dataset_path, columns=_READ, run_ids=run_ids, dictionary=_DICTIONARY)
     syncs = schema.read_table(dataset_path, "syncs") if "syncs" in schema.TABLES else None
     if syncs is not None and run_ids is not None:

@@ -267,9 +267,11 @@ def kernel_residency(dataset_path, *, run_ids=None, device: str | None = None, p
 
     Only :func:`merge_shapes` looks across ranks; ``overlapviz.distributed.residency_on`` computes
     :func:`rank_shapes` per rank on a Dask cluster and merges them there, with this result. With
-    ``pause`` (called before each rank: a host computing this in the background waits there while it
+    ``pause`` (called before reading and before each rank: a host computing this in the background waits there while it
     draws a page) :func:`rank_shapes` runs one rank at a time, with the same result.
     """
+    if pause is not None:
+        pause()
     k = schema.read_frame(dataset_path, "kernels", columns=KERNEL_COLUMNS, run_ids=run_ids)
     dev_limits = device_table(dataset_path, device)
     carveouts = run_carveouts(dataset_path)
