@@ -216,7 +216,10 @@ def _updates(s: Session, out: dict) -> None:
         _try(out, "Overview metric change (widget update)", lambda: s.change(
             "RadioButtonGroup", None, 1, lambda: "Speedup" in " ".join(s.js(TITLES_JS)) or s.js(CANVAS_JS) > 0, prop="active"))
         s.js(SET_JS, "RadioButtonGroup", "active", 0, None)
+        time.sleep(1.0)  # the server redraws the Overview for the reset: a zoom sent meanwhile would queue behind it
+        wait(lambda: s.js(IDLE_JS), 30)
     s.open("Timeline")
+    time.sleep(1.0)  # the Timeline's why may still be coming (a redraw); the zoom is timed on a settled page
     _try(out, "Timeline zoom (wheel, redrawn)", lambda: s.zoom("Timeline of"))
     ranks = s.js(f"return {MODELS}.find(m => m.type === 'MultiChoice').options")
     if ranks and len(ranks) > 1:

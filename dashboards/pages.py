@@ -288,6 +288,8 @@ class TimelinePage(Page):
         if self._selection is None or self.store.run_id != run_id:
             return  # another run is shown now: its own frame asked for its why
         self._why_tick += 1
+        if not self.shown:
+            return  # another tab is open (its page is being drawn): the redraw waits for this tab (_follow)
         self._selection.event(why=self._why_tick)
 
     def _frame(self, x_range, run_id, ranks, max_glyphs, waits, window, why=0) -> hv.Overlay:

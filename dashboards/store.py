@@ -127,6 +127,7 @@ def _is_background() -> bool:
 
 
 _WAITERS: set = set()  # threads waiting for a table another thread computes
+_YIELDING: set = set()  # background threads past what the first pages wait for: they pause for pages (yield_to_pages)
 
 
 _TABLES = _Memo(256)  # small tables and analysis results, per (path, stamp, name, args)
@@ -327,11 +328,9 @@ def _frame_of(table: pa.Table) -> pd.DataFrame:
 
 
 def _why_parts(path: str, stamp: str, run_id: str, kernels: pd.DataFrame) -> dict:
-    """The run's residency (the hover's blocks per SM and limiter) and explain records with their waits (the why tracks)."""
-    try:
-        res = run_analysis(path, stamp, "kernel_residency", run_id)
-    except Unavailable:  # the hover's residency is optional: a timeline without it beats no timeline
-        res = None
+    """The run's residency (the hover's blocks per SM and limiter) and explain records with their waits (the why tracks).
+
+    Explain first: the Why late and Collectives pages wait for it too, the residency only the Timeline's hover."""
     why = waits = None
     try:
         why = run_analysis(path, stamp, "explain", run_id)
@@ -339,6 +338,10 @@ def _why_parts(path: str, stamp: str, run_id: str, kernels: pd.DataFrame) -> dic
         waits = budget.wait_segments(why)
     except Unavailable:
         pass
+    try:
+        res = run_analysis(path, stamp, "kernel_residency", run_id)
+    except Unavailable:  # the hover's residency is optional: a timeline without it beats no timeline
+        res = None
     return {"residency": res, "why": why, "waits": waits}
 
 
@@ -464,8 +467,8 @@ def yield_to_pages(limit: float = 5.0) -> None:
     """Called by a long analysis between ranks: on a background thread, wait (at most ``limit`` s) while a session draws
     a page, unless a session waits for a table being computed. One interpreter runs both: a warm-up computing a run's
     explain while the Timeline draws its first million kernels slowed that page by half again (GIL)."""
-    if not _is_background():
-        return  # a page's own computation
+    if not _is_background() or threading.get_ident() not in _YIELDING:
+        return  # a page's own computation, or what the next pages wait for
     deadline = time.monotonic() + limit
     while _page_busy() and time.monotonic() < deadline and not _WAITERS and not _STOP.is_set():
         time.sleep(0.02)
@@ -499,7 +502,8 @@ def warm(path: str, stamp: str, run_id: str | None, pair: tuple[str, str] | None
             (lambda: load_analysis(path, stamp, "config_table")) if configured else None,
             # its kernels, read at once (Arrow decodes without the GIL): the Timeline a user opens next draws them
             ("now", lambda: load_timeline(path, stamp, run_id, None, why=False)) if run_id else None,
-            (lambda: load_timeline(path, stamp, run_id, None)) if run_id else None,  # then its why, once no page is drawing
+            # then its why, at once and not paused for pages (the next pages wait for it): what pages wait for first
+            ("now", lambda: load_timeline(path, stamp, run_id, None)) if run_id else None,
             "nice",
             *[(lambda n=n: run_analysis(path, stamp, n, run_id)) if run_id else None for n in ("summary", "blockers", "cells")],
             (lambda: load_timeline(path, stamp, pair[1], None)) if two else None,
@@ -516,7 +520,8 @@ def warm(path: str, stamp: str, run_id: str | None, pair: tuple[str, str] | None
         for i, step in enumerate(steps):
             if step == "nice":
                 # what a page waits for came first at the server's priority (a page waiting on a niced thread waits
-                # longer on a busy machine); the rest yields the CPU to the sessions
+                # longer on a busy machine); the rest yields the CPU (nice) and the GIL (yield_to_pages) to the sessions
+                _YIELDING.add(threading.get_ident())
                 try:
                     os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
                 except (AttributeError, OSError):
@@ -706,7 +711,7 @@ class DataStore(param.Parameterized):
     def _rank_kernels(self, record: dict) -> pd.DataFrame | None:
         """The record's rank's kernels around its ready time, from the cached timeline when it is loaded."""
         try:
-            data = self.timeline(record["run_id"], ranks=[])
+            data = self.timeline(record["run_id"], ranks=[], why=None)  # its kernels: the run's why is not waited for
         except Exception:  # noqa: BLE001  (fall back to reading the dataset)
             return None
         t = record.get("ready_ns")
