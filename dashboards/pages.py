@@ -90,12 +90,18 @@ class OverviewPage(Page):
 
     def _frame(self, value: str, workload: str):
         table_ = self._configured(workload)
-        self._grid = figures.config_grid(table_)
+        # the grid and heatmap of a metric and workload are the same for every session: built once per dataset
+        self._grid, frame = self.store.memo(("overview heatmap", value, workload), lambda: self._build(table_, value))
+        return frame
+
+    @staticmethod
+    def _build(table_: pd.DataFrame, value: str) -> tuple[pd.DataFrame, hv.Overlay]:
+        grid = figures.config_grid(table_)
         sub = table_.loc[pd.to_numeric(table_[value], errors="coerce").notna()] if value in table_ else table_.iloc[:0]
         if not len(sub):  # one element type in every frame: an empty grid says so in its title
-            return figures.heatmap(table_.assign(**{value: 1.0}).iloc[:0], value=value).opts(
+            return grid, figures.heatmap(table_.assign(**{value: 1.0}).iloc[:0], value=value).opts(
                 title=f"No {figures.VALUE_SHORT[value]} for these runs (needs sequential and baseline runs)")
-        return figures.heatmap(sub, value=value).opts(hv.opts.HeatMap(framewise=True), hv.opts.Overlay(framewise=True))
+        return grid, figures.heatmap(sub, value=value).opts(hv.opts.HeatMap(framewise=True), hv.opts.Overlay(framewise=True))
 
     @param.depends("shown")
     def _heatmaps(self):
