@@ -247,3 +247,19 @@ def test_compare_computes_each_config_table_once(tmp_path, monkeypatch):
     table = config_table(ds)
     assert compare(ds, "seq", "opt", table=table).equals(compare(ds, "seq", "opt"))
     assert len(calls) == 3
+
+
+def test_bootstrap_medians_equal_numpy_median_bit_for_bit():
+    # _boot_medians sorts each resample and takes its middle: it must be numpy.median's value exactly (odd and even
+    # lengths, ties, a single sample, infinities, NaN) for the same draws
+    from overlapviz.analysis.statistics import _boot_medians
+
+    gen = np.random.default_rng(7)
+    samples = [gen.random(n) * 10.0 ** gen.integers(-3, 9) for n in (1, 2, 3, 4, 5, 6, 11, 12, 31, 64)]
+    samples += [np.array([3.0, 3.0, 1.0, 3.0]), np.array([1e308, 1.7e308]), np.array([-np.inf, 1.0, np.inf, 2.0]),
+                np.array([1.0, np.nan, 2.0]), np.round(gen.random(40) * 4)]  # fmt: skip
+    for x in samples:
+        got = _boot_medians(x, np.random.default_rng(3), 500)
+        idx = np.random.default_rng(3).integers(0, len(x), size=(500, len(x)))
+        want = np.median(x[idx], axis=1)
+        assert np.array_equal(got, want, equal_nan=True), x
