@@ -540,7 +540,13 @@ def warm(path: str, stamp: str, run_id: str | None, pair: tuple[str, str] | None
             except Exception:  # noqa: BLE001  (a page asking later reports it; the warm-up goes on with the next table)
                 continue
 
-    return background(work, "overlapviz-warm")
+    def run():
+        try:
+            work()
+        finally:
+            _YIELDING.discard(threading.get_ident())  # a later thread may get the same id
+
+    return background(run, "overlapviz-warm")
 
 
 def _true(value) -> bool:
