@@ -533,6 +533,10 @@ def warm(path: str, stamp: str, run_id: str | None, pair: tuple[str, str] | None
             step = step[1] if now else step
             if i and not now:
                 _wait_idle()
+            elif now:  # not while a page's server side is drawn (the browser's part is not waited for)
+                deadline = time.monotonic() + 3.0
+                while _DRAWING[0] > 0 and time.monotonic() < deadline and not _STOP.is_set():
+                    time.sleep(0.02)
             if _STOP.is_set():
                 return
             try:
