@@ -241,6 +241,19 @@ def _updates(s: Session, out: dict) -> None:
             _try(out, "Compare zoom (wheel, both redrawn)", lambda: s.zoom("A: "))
 
 
+def bench_first_ever(dataset: Path, repeat: int) -> None:
+    """``repeat`` fresh servers, each with an empty table cache: every page opened once, one after the other as soon as the
+    previous one is drawn (no time to look at a page: the warm-up gets none), printed one line per server."""
+    for _ in range(repeat):
+        os.environ["OVERLAPVIZ_CACHE_DIR"] = tempfile.mkdtemp(prefix="ovz-bench-cache-")
+        s = Session(dataset)
+        try:
+            out = [("Overview", s.load())] + [(page, s.open(page)) for page in s.pages()[1:]]
+        finally:
+            s.close()
+        print(" / ".join(f"{p} {t:.2f}" for p, t in out) + f" · sum {sum(t for _, t in out):.2f}", flush=True)
+
+
 def bench_exports(dataset: Path) -> dict:
     """Every page's export (PNG), as the dashboard's button makes it: from the warm store, one chromium kept."""
     from overlapviz import export
@@ -327,6 +340,8 @@ def main() -> None:
     parser.add_argument("--samples-only", action="store_true", help="skip the generated dataset")
     parser.add_argument("--big-only", action="store_true", help="skip the sample traces")
     parser.add_argument("--no-exports", action="store_true")
+    parser.add_argument("--first-ever", type=int, default=0, metavar="N",
+                        help="only N fresh servers with nothing computed, every page opened back to back (one line each)")
     parser.add_argument("--browser-only", action="store_true", help="no server-side table timings (an older checkout has no store API for them)")
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
@@ -348,6 +363,10 @@ def main() -> None:
     load = os.getloadavg()[0]
     print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load average {load:.2f}, {os.cpu_count()} CPUs")
     for name, path in datasets.items():
+        if args.first_ever:
+            print(f"\n## {name} ({path}): first ever, pages back to back")
+            bench_first_ever(path, args.first_ever)
+            continue
         print(f"\n## {name} ({path})\n\n| measure | seconds |\n|---|---|")
         # a table cache of the benchmark's own: the first server finds nothing computed
         os.environ["OVERLAPVIZ_CACHE_DIR"] = tempfile.mkdtemp(prefix="ovz-bench-cache-")
