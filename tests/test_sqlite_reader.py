@@ -23,6 +23,7 @@ import pytest
 
 from overlapviz.ingest import sqlite_common
 from overlapviz.ingest.sqlite_common import fetch, open_readonly
+from test_nsys_fetch import make  # one table-maker for the SQLite reader tests
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -59,16 +60,6 @@ def spy(monkeypatch):
 
 def use(monkeypatch, path: str) -> None:
     monkeypatch.setenv("OVERLAPVIZ_PURE_PYTHON", "1" if path == "json" else "0")
-
-
-def make(path: Path, ddl: str, rows: list[tuple]) -> Path:
-    db = sqlite3.connect(path)
-    db.execute(ddl)
-    if rows:
-        db.executemany(f"INSERT INTO t VALUES ({', '.join('?' * len(rows[0]))})", rows)
-    db.commit()
-    db.close()
-    return path
 
 
 def both(monkeypatch, spy, path: Path, columns: dict, tail: str, **kw) -> dict[str, pa.Array]:
