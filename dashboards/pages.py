@@ -319,13 +319,17 @@ class TimelinePage(Page):
             self._say(note)
             return self._last[1]
         frame = ftl.timeline_view(data, x_range, steps=self.store.steps(run_id), max_glyphs=max_glyphs, waits=waits,
-                                  title=figures._title(f"Timeline of {run_id}", self.store.is_stand_in(run_id)), width=PLOT_WIDTH)  # fmt: skip
+                                  title=self._title(run_id), width=PLOT_WIDTH)  # fmt: skip
         # framewise: each frame sets the axes (another run has another extent, lanes and zoom)
         frame = frame.opts(hv.opts.RGB(framewise=True), hv.opts.Rectangles(framewise=True), hv.opts.Overlay(shared_axes=False))
         self._last = (key if x_range is not None else key[:-1] + (tuple(data.x_extent),), frame)
         self._say(note)  # said (or cleared) with the frame it is about
         busy()  # the frame is still to be laid out and sent: background tables wait a little longer
         return frame
+
+    def _title(self, run_id: str) -> str:
+        """The run's timeline title, before the count of kernels in view (``ftl.view_labels`` adds it)."""
+        return figures._title(f"Timeline of {run_id}", self.store.is_stand_in(run_id))
 
     def _say(self, note: str) -> None:
         """Set the note above the plot after the frame being drawn is sent: a pane updated while the page around
@@ -381,8 +385,7 @@ class TimelinePage(Page):
             return False
         if self._last[0][4] != self.store.why_ready(run_id):
             return False  # the why arrived since the frame was drawn: a frame with its tracks
-        title, fmt = ftl.view_labels(data, x_range, max_glyphs=self.max_glyphs,
-                                     title=figures._title(f"Timeline of {run_id}", self.store.is_stand_in(run_id)))  # fmt: skip
+        title, fmt = ftl.view_labels(data, x_range, max_glyphs=self.max_glyphs, title=self._title(run_id))
         from bokeh.models import PrintfTickFormatter
 
         fig = drawn.state

@@ -78,7 +78,7 @@ class _Memo:
                 lock.acquire()
             finally:
                 _WAITERS.discard(me)
-        with _Acquired(lock):
+        try:
             with self._lock:
                 if key in self._values:
                     return self._unwrap(self._values[key])
@@ -91,6 +91,8 @@ class _Memo:
                 self._locks.pop(key, None)
                 while len(self._values) > self.max_items:
                     self._values.popitem(last=False)
+        finally:
+            lock.release()
         return self._unwrap(value)
 
     @staticmethod
@@ -107,19 +109,6 @@ class _Memo:
     def clear(self) -> None:
         with self._lock:
             self._values.clear()
-
-
-class _Acquired:
-    """Releases an acquired lock on exit."""
-
-    def __init__(self, lock):
-        self.lock = lock
-
-    def __enter__(self):
-        return self.lock
-
-    def __exit__(self, *exc):
-        self.lock.release()
 
 
 def _is_background() -> bool:
@@ -458,6 +447,13 @@ def _page_busy() -> bool:
     return _DRAWING[0] > 0 or time.monotonic() < _BUSY["until"]
 
 
+def _wait_while(condition, limit: float, poll: float) -> None:
+    """Sleep in steps of ``poll`` while ``condition()`` holds, at most ``limit`` s, until the process stops."""
+    deadline = time.monotonic() + limit
+    while condition() and time.monotonic() < deadline and not _STOP.is_set():
+        time.sleep(poll)
+
+
 def busy(seconds: float = 0.6) -> None:
     """Say that a session is drawing a page: the warm-up starts no new table for ``seconds``."""
     _BUSY["until"] = max(_BUSY["until"], time.monotonic() + seconds)
@@ -467,11 +463,9 @@ def yield_to_pages(limit: float = 5.0) -> None:
     """Called by a long analysis between ranks: on a background thread, wait (at most ``limit`` s) while a session draws
     a page, unless a session waits for a table being computed. One interpreter runs both: a warm-up computing a run's
     explain while the Timeline draws its first million kernels slowed that page by half again (GIL)."""
-    if not _is_background() or threading.get_ident() not in _YIELDING:
+    if threading.get_ident() not in _YIELDING:
         return  # a page's own computation, or what the next pages wait for
-    deadline = time.monotonic() + limit
-    while _page_busy() and time.monotonic() < deadline and not _WAITERS and not _STOP.is_set():
-        time.sleep(0.02)
+    _wait_while(lambda: _page_busy() and not _WAITERS, limit, 0.02)
 
 
 def wait_idle(limit: float = 10.0) -> None:
@@ -480,9 +474,7 @@ def wait_idle(limit: float = 10.0) -> None:
 
 
 def _wait_idle(limit: float = 10.0) -> None:
-    deadline = time.monotonic() + limit  # never starve the warm-up: a table asked for later is computed then anyway
-    while _page_busy() and time.monotonic() < deadline and not _STOP.is_set():
-        time.sleep(0.05)
+    _wait_while(_page_busy, limit, 0.05)  # limited: never starve the warm-up (a table asked for later is computed then)
 
 
 def warm(path: str, stamp: str, run_id: str | None, pair: tuple[str, str] | None = None) -> threading.Thread | None:
@@ -534,9 +526,7 @@ def warm(path: str, stamp: str, run_id: str | None, pair: tuple[str, str] | None
             if i and not now:
                 _wait_idle()
             elif now:  # not while a page's server side is drawn (the browser's part is not waited for)
-                deadline = time.monotonic() + 3.0
-                while _DRAWING[0] > 0 and time.monotonic() < deadline and not _STOP.is_set():
-                    time.sleep(0.02)
+                _wait_while(lambda: _DRAWING[0] > 0, 3.0, 0.02)
             if _STOP.is_set():
                 return
             try:
