@@ -1,14 +1,19 @@
 """Child processes that die with their parent: Linux's ``prctl(PR_SET_PDEATHSIG)``, for the ingest pool's
-forked readers and every process ``overlapviz collect`` starts (a parent killed with SIGKILL leaves none behind)."""
+forked readers and every process ``overlapviz collect`` starts (a parent killed with SIGKILL leaves none behind);
+and signals held back while such children are started (``signals_deferred``)."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import signal
 import sys
+import threading
 
-__all__ = ["die_with_parent", "load"]
+__all__ = ["die_with_parent", "load", "signals_deferred"]
+
+_DEFERRED = tuple(s for s in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)) if s is not None)
 
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
@@ -48,3 +53,48 @@ def _libc():
     except OSError:
         return None
     return libc if hasattr(libc, "prctl") else None
+
+
+@contextlib.contextmanager
+def signals_deferred(signums: tuple[int, ...] = _DEFERRED):
+    """Act on SIGINT, SIGTERM and SIGHUP only when the block ends: for a step that must not be cut
+    in two, such as forking a pool's workers and starting the thread that manages them.
+
+    Cut there (a ``KeyboardInterrupt`` raised between a fork and that thread's start), a pool has
+    a worker no shutdown reaches, forked after a signal to the job's process group and so never
+    told, and the interpreter's exit waits for it for ever. Inside the block a signal is only
+    noted; at its end each one noted is raised again, to the handlers that were there before.
+    A child forked inside inherits the note-taker: there it restores the default action and
+    dies by the signal (a forked reader ends with its job). Outside the main thread, where
+    Python delivers no signal, it does nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    owner = os.getpid()
+    noted: list[int] = []
+
+    def note(signum, frame):
+        if os.getpid() != owner:
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        noted.append(signum)
+
+    saved = {}
+    for sig in signums:
+        previous = signal.getsignal(sig)
+        if previous is None:  # a handler not set from Python could not be put back: left as it is
+            continue
+        try:
+            signal.signal(sig, note)
+        except (ValueError, OSError):
+            continue
+        saved[sig] = previous
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+        for sig in dict.fromkeys(noted):
+            signal.raise_signal(sig)

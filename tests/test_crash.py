@@ -23,6 +23,7 @@ import pytest
 from test_hostile import CLI, EVENT_SYNC, check_dataset, snapshot
 
 from overlapviz import outdir
+from overlapviz.ingest.pool import POOL_MIN_BYTES
 
 DATA = Path(__file__).parent / "data"
 NCCL = DATA / "hta_nccl_parser_config" / "nccl_data.json.gz"  # a real 1-rank NCCL trace, 750 KB gzipped
@@ -142,6 +143,56 @@ def test_sigterm_unwinds_and_leaves_nothing(tmp_path):
         assert beside(out) == [], beside(out)
     else:
         check_dataset(out)
+
+
+# a pool whose worker is forked and then, before the thread that manages the pool starts, the
+# parent is interrupted: the instant a SIGTERM to the whole job can land in (the worker, forked
+# after it, is never told). The exit then waited for that worker for ever (a CI run hung so).
+_FORK_THEN_INTERRUPT = """
+import multiprocessing, os, signal, sys
+from overlapviz.ingest import pool
+
+def size(path):
+    return os.path.getsize(path)
+
+fork = multiprocessing.get_context("fork")
+
+class Interrupted(type(fork).Process):
+    def start(self):
+        super().start()
+        os.kill(os.getpid(), signal.SIGINT)  # this process only: the worker has already forked
+
+class Context(type(fork)):
+    Process = Interrupted
+
+real = pool.ProcessPoolExecutor
+pool.ProcessPoolExecutor = lambda *a, mp_context, **k: real(*a, mp_context=Context(), **k)
+try:
+    for _ in pool.ordered_map(size, [(i, (sys.argv[1],)) for i in range(4)], 3):
+        pass
+except KeyboardInterrupt:
+    print("interrupted", multiprocessing.active_children(), flush=True)
+    sys.exit(3)
+print("not interrupted")
+"""
+
+
+@pytest.mark.skipif("fork" not in __import__("multiprocessing").get_all_start_methods(), reason="no fork here")
+def test_an_interrupt_while_the_pool_forks_leaves_no_worker_behind(tmp_path):
+    big = tmp_path / "big.bin"
+    with open(big, "wb") as fh:  # sparse: its size alone makes the pool pay
+        fh.truncate(POOL_MIN_BYTES)
+    p = subprocess.Popen([sys.executable, "-c", _FORK_THEN_INTERRUPT, str(big)], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        stdout, stderr = p.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.communicate()
+        pytest.fail("the interrupted process never ended: its exit waited for a worker no shutdown reached")
+    assert p.returncode == 3, (stdout + stderr).decode(errors="replace")
+    assert stdout.decode().strip() == "interrupted []", stdout  # every worker was ended and reaped
+    _wait_gone(p.pid)
 
 
 def test_a_dataset_moved_aside_by_a_killed_replacement_goes_back(tmp_path):

@@ -134,8 +134,10 @@ def ordered_map(work: Callable, jobs: Sequence[tuple], n_workers: int) -> Iterat
     emitted = 0
     try:
         # fork the workers from this thread, before any other thread runs (a fork copies
-        # only the thread that forks: a lock another thread held would stay held)
-        pool.submit(os.getpid).result()
+        # only the thread that forks: a lock another thread held would stay held); a
+        # Ctrl-C or SIGTERM waits until the pool can be shut down (lifetime.signals_deferred)
+        with lifetime.signals_deferred():
+            pool.submit(os.getpid).result()
         feeders = [threading.Thread(target=feed, daemon=True) for _ in range(n_pool)]
         for f in feeders:
             f.start()
