@@ -85,6 +85,7 @@ def client_for(address: str | None = None, *, connect_timeout: float = CONNECT_T
                 raise ValueError(f"{address}: cannot start a local Dask cluster ({_first_line(exc)}); a Python "
                                  "script that starts one must do it under `if __name__ == '__main__':`") from None  # fmt: skip
             client = stack.enter_context(distributed.Client(cluster, set_as_default=False))
+            stack.callback(_quiet_workers, client)  # first on the way out: before the client and cluster close
         else:
             where = {"scheduler_file": address} if _is_scheduler_file(address) else {"address": address}
             if "address" in where and "://" not in address and not re.match(r"^[\w.\-\[\]:]+:\d+$", address):
@@ -96,6 +97,24 @@ def client_for(address: str | None = None, *, connect_timeout: float = CONNECT_T
             stack.enter_context(client)
             _wait_for_workers(client, address, wait_for_workers)
         yield client
+
+
+def _quiet_workers(client) -> None:
+    """Before a local cluster this process started is stopped: its workers log no error for a heartbeat
+    cut by that stop (distributed logs one, with a traceback, when the scheduler closes while a
+    worker's heartbeat is on its way: a user stopping ``serve --scheduler local`` would read it as
+    a failure). Errors of the work itself have been reported through the client by then."""
+    try:
+        client.run(_silence_heartbeat_errors, wait=True)
+    except Exception:  # noqa: BLE001,S110 - the cluster is being stopped either way; a worker already gone says nothing
+        pass
+
+
+def _silence_heartbeat_errors() -> None:
+    """(Runs on a worker.)"""
+    import logging
+
+    logging.getLogger("distributed.worker").setLevel(logging.CRITICAL)
 
 
 def _cores() -> int:
