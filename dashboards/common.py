@@ -39,12 +39,51 @@ def plot(obj, **kw) -> pn.pane.HoloViews:
     return pn.pane.HoloViews(obj, backend="bokeh", linked_axes=False, **kw)
 
 
+def static_plot(store: DataStore, key, build) -> pn.pane.Bokeh:
+    """A figure with no server-side interaction (its hover, zoom and pan run in the browser), drawn by
+    HoloViews once per dataset and ``key`` for every session: each session gets a copy of the Bokeh
+    models made from the first drawing's serialized form, with model ids of its own (a document may
+    hold two copies). A copy costs a quarter of a drawing (a 12.5k-point scatter: 0.07 s, drawn 0.31 s).
+    Not for a figure with streams or a DynamicMap: their callbacks belong to the HoloViews plot."""
+    serialized = store.memo(("static plot", key), lambda: _serialized(build()))
+    return pn.pane.Bokeh(_copy_of(serialized))
+
+
+def _serialized(obj):
+    import holoviews as hv
+    from bokeh.core.serialization import Serializer
+
+    return Serializer().serialize(hv.render(obj, backend="bokeh"))
+
+
+def _copy_of(serialized):
+    """New Bokeh models from ``Serializer().serialize(model)`` (the model and every model it refers to)."""
+    from bokeh.core.serialization import Deserializer, Serialized
+    from bokeh.util.serialization import make_id
+
+    ids: dict[str, str] = {}
+
+    def renamed(rep):
+        if isinstance(rep, dict):
+            # a model ({"type": "object", "id": ...}) or a reference to one ({"id": ...}); any other
+            # mapping is {"type": "map", "entries": [...]} in this form
+            if "id" in rep and (rep.get("type") == "object" or len(rep) == 1):
+                new = ids.setdefault(rep["id"], make_id())
+                return {k: new if k == "id" else renamed(v) for k, v in rep.items()}
+            return {k: renamed(v) for k, v in rep.items()}
+        if isinstance(rep, list):
+            return [renamed(v) for v in rep]
+        return rep
+
+    return Deserializer().deserialize(Serialized(content=renamed(serialized.content), buffers=serialized.buffers))
+
+
 def table(frame: pd.DataFrame, *, titles: dict | None = None, page_size: int = 12, remote: bool = False, height: int | None = None,
           selectable=False, **kw) -> pn.widgets.Tabulator:  # fmt: skip
     """A read-only Tabulator: paginated (remotely for long tables: only the shown page travels), readable titles."""
     return pn.widgets.Tabulator(
         frame, disabled=True, show_index=False, pagination="remote" if remote else "local", page_size=page_size,
-        titles=titles or {}, sizing_mode="stretch_width", layout="fit_data_stretch", selectable=selectable, height=height, **kw,
+        titles=titles or {}, sizing_mode="stretch_width", layout=kw.pop("layout", "fit_data_stretch"), selectable=selectable, height=height, **kw,
     )  # fmt: skip
 
 

@@ -13,7 +13,7 @@ import param
 
 from overlapviz import figures, figures_why
 from overlapviz.analysis import budget, ranks as ranks_analysis
-from overlapviz.dashboards.common import PLOT_WIDTH, Page, plot, export_buttons, notice, table, unavailable
+from overlapviz.dashboards.common import PLOT_WIDTH, Page, export_buttons, notice, static_plot, table, unavailable
 from overlapviz.dashboards.store import DataStore, Unavailable
 
 _CAUSES = {"all causes": "all", **{figures.CAUSE_LABELS[c]: c for c in
@@ -138,9 +138,10 @@ class WhyPage(Page):
         line = (f"**{int(summary['n_comm_kernels'].sum()):,} collectives** on {len(summary)} rank(s) started "
                 f"{figures.fmt_duration(sum(total.values()))} after their launches in all; most of it **{figures.CAUSE_LABELS[worst]}** "
                 f"({figures.fmt_duration(total[worst])}). {int(summary['n_blocked'].sum()):,} were held off the SMs by computation.")  # fmt: skip
-        panes = [plot(figures_why.late_by_cause(summary, width=600))]
+        run = self.store.run_id
+        panes = [static_plot(self.store, ("late by cause", run), lambda: figures_why.late_by_cause(summary, width=600))]
         if len(blocked):
-            panes.append(plot(figures_why.blockers(blocked, width=480)))
+            panes.append(static_plot(self.store, ("blockers", run), lambda: figures_why.blockers(blocked, width=480)))
         return pn.Column(pn.pane.Markdown(line, margin=(0, 10)), pn.Row(*panes), sizing_mode="stretch_width")
 
     @param.depends("store.run_id", "cause", "rank", "shown")
@@ -204,7 +205,8 @@ class WhyPage(Page):
         note = f"\n\n{facts['note']}" if facts.get("note") else ""
         return pn.Column(
             pn.pane.Markdown(f"#### SM budget of the chosen collective at its ready time\n{where}{extra}{note}", margin=(10, 10, 0, 10)),
-            plot(figures_why.sm_budget(tab, facts, width=PLOT_WIDTH - 100)),
+            static_plot(self.store, ("sm budget", r["run_id"], int(r["rank"]), int(r["start_ns"]), self.what_if),
+                        lambda: figures_why.sm_budget(tab, facts, width=PLOT_WIDTH - 100)),
             sizing_mode="stretch_width",
         )
 
@@ -262,7 +264,7 @@ class ResidencyPage(Page):
         fmts = {"occupancy": {"type": "progress", "max": 1, "legend": True}, "total_us": {"type": "money", "precision": 1, "symbol": ""},
                 "waves": {"type": "money", "precision": 2, "symbol": ""}}  # fmt: skip
         return pn.Column(
-            plot(figures.residency(t, width=PLOT_WIDTH)),
+            static_plot(self.store, ("residency", self.store.run_id), lambda: figures.residency(t, width=PLOT_WIDTH)),
             table(shown, titles=cols, formatters={k: v for k, v in fmts.items() if k in shown}, page_size=10,
                   remote=len(shown) > 200),
             sizing_mode="stretch_width",
@@ -319,7 +321,7 @@ class CollectivesPage(Page):
             *self._collective_plots(cells, inst),
             pn.pane.Markdown("#### Instances, largest arrival skew first", margin=(10, 10, 0, 10)),
             table(shown.assign(slowest_rank=shown["slowest_rank"].astype("Int64").astype(str)), titles=_INSTANCE_TITLES,
-                  remote=len(shown) > 200, page_size=10,
+                  remote=len(shown) > 200, page_size=10, layout="fit_columns",
                   formatters={c: num for c in ("arrival_skew_us", "max_peer_wait_us", "time_us", "busbw_gbps") if c in shown}),
             sizing_mode="stretch_width",
         )  # fmt: skip
@@ -327,13 +329,14 @@ class CollectivesPage(Page):
     def _collective_plots(self, cells: pd.DataFrame, inst: pd.DataFrame) -> list:
         """The collectives' figures (built once per run and cell value for every session), as panes."""
 
-        def build():
-            grid = figures_why.arrival_grid(cells, width=PLOT_WIDTH, value=self.value)
-            waits = figures_why.rank_waits(cells, inst, width=PLOT_WIDTH // 2 - 10)
-            return grid, figures_why.arrival_skew(inst, width=PLOT_WIDTH), waits, figures_why.bus_bandwidth(inst, width=PLOT_WIDTH)
-
-        grid, skew, waits, bw = self.store.memo(("collectives figures", self.store.run_id, self.value), build)
-        return [plot(grid), plot(skew), pn.Row(*[plot(b) for b in waits]), *([plot(bw)] if bw is not None else [])]
+        store, run, value = self.store, self.store.run_id, self.value
+        drawn = [static_plot(store, ("arrival grid", run, value), lambda: figures_why.arrival_grid(cells, width=PLOT_WIDTH, value=value)),
+                 static_plot(store, ("arrival skew", run), lambda: figures_why.arrival_skew(inst, width=PLOT_WIDTH)),
+                 pn.Row(*[static_plot(store, ("rank waits", run, i), lambda i=i: figures_why.rank_waits(cells, inst, width=PLOT_WIDTH // 2 - 10)[i])
+                          for i in (0, 1)])]  # fmt: skip
+        if pd.to_numeric(inst["busbw_gbps"], errors="coerce").notna().any():  # else no figure (figures_why.bus_bandwidth)
+            drawn.append(static_plot(store, ("bus bandwidth", run), lambda: figures_why.bus_bandwidth(inst, width=PLOT_WIDTH)))
+        return drawn
 
     @param.depends("store.run_id", "shown")
     def _ranks(self):
@@ -356,8 +359,9 @@ class CollectivesPage(Page):
         num = {"type": "money", "precision": 1, "symbol": "", "thousand": ","}
         return pn.Column(
             pn.pane.Markdown("#### Per rank: communication overlapped vs exposed, and GPU span", margin=(10, 10, 0, 10)),
-            pn.Row(*[plot(panel) for panel in figures.ranks(mine)]),  # two panes: a Layout in one pane lost its size here
-            table(shown, titles=cols, page_size=16, formatters={c: num for c in cols if c.endswith("_us") and c in shown}),
+            # two panes: a Layout in one pane lost its size here
+            pn.Row(*[static_plot(self.store, ("ranks", self.store.run_id, i), lambda i=i: figures.ranks(mine)[i]) for i in (0, 1)]),
+            table(shown, titles=cols, page_size=16, layout="fit_columns", formatters={c: num for c in cols if c.endswith("_us") and c in shown}),
             sizing_mode="stretch_width",
         )  # fmt: skip
 

@@ -225,7 +225,7 @@ def test_the_why_page_follows_the_chosen_collective(dataset):
     assert facts["fit"] == 0 and facts["limiter"] == "registers"
     page.what_if = names[next(k for k in names if "★" in k and "smem pad" in k)]
     budget_pane = page._budget()
-    assert "what if" in str(budget_pane.objects[1].object.opts.get().kwargs["title"])
+    assert "what if" in budget_pane.objects[1].object.title.text  # the Bokeh figure (drawn once per dataset, copied per session)
     page.cause = "sm_resources"
     kernels = page._kernels()
     assert set(kernels.objects[1].value["cause"]) == {"SM resources"}
@@ -487,3 +487,34 @@ def test_background_analysis_yields_to_a_page_being_drawn_unless_a_page_waits_fo
     bg.join()
     assert paused["s"] < 1.0, paused
     store._BUSY["until"] = 0.0
+
+
+def test_a_static_plot_is_drawn_once_and_each_copy_has_models_of_its_own(dataset):
+    import holoviews as hv
+    from bokeh.document import Document
+    from bokeh.embed.util import standalone_docs_json
+
+    from overlapviz.dashboards.common import static_plot
+    from overlapviz.dashboards.store import DataStore
+
+    store = DataStore(dataset, warm_up=False)
+    drawn = []
+
+    def build():
+        drawn.append(1)
+        return hv.Scatter(([1, 2, 3], [4.0, 5.0, 6.5]), "x", "y").opts(title="scatter", tools=["hover"], color="#123456")
+
+    a, b = (static_plot(store, ("test scatter",), build) for _ in range(2))
+    assert drawn == [1]  # HoloViews drew it once
+    ma, mb = a.object, b.object
+    ids_a, ids_b = {m.id for m in ma.references()}, {m.id for m in mb.references()}
+    assert len(ids_a) == len(ma.references()) > 10 and not ids_a & ids_b
+    assert ma.title.text == mb.title.text == "scatter"
+    glyph = next(r for r in mb.renderers if hasattr(r, "data_source"))
+    assert list(glyph.data_source.data["y"]) == [4.0, 5.0, 6.5]
+    assert getattr(glyph.glyph.fill_color, "value", glyph.glyph.fill_color) == "#123456"  # a value spec once copied
+    assert any(type(t).__name__ == "HoverTool" for t in mb.toolbar.tools)
+    doc = Document()  # one document holds both copies (a page drawn again with the same figure)
+    doc.add_root(ma)
+    doc.add_root(mb)
+    assert standalone_docs_json([ma, mb])
