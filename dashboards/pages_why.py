@@ -321,7 +321,7 @@ class CollectivesPage(Page):
             *self._collective_plots(cells, inst),
             pn.pane.Markdown("#### Instances, largest arrival skew first", margin=(10, 10, 0, 10)),
             table(shown.assign(slowest_rank=shown["slowest_rank"].astype("Int64").astype(str)), titles=_INSTANCE_TITLES,
-                  remote=len(shown) > 200, page_size=10, layout="fit_columns",
+                  remote=len(shown) > 200, page_size=10,
                   formatters={c: num for c in ("arrival_skew_us", "max_peer_wait_us", "time_us", "busbw_gbps") if c in shown}),
             sizing_mode="stretch_width",
         )  # fmt: skip
@@ -361,7 +361,7 @@ class CollectivesPage(Page):
             pn.pane.Markdown("#### Per rank: communication overlapped vs exposed, and GPU span", margin=(10, 10, 0, 10)),
             # two panes: a Layout in one pane lost its size here
             pn.Row(*[static_plot(self.store, ("ranks", self.store.run_id, i), lambda i=i: figures.ranks(mine)[i]) for i in (0, 1)]),
-            table(shown, titles=cols, page_size=16, layout="fit_columns", formatters={c: num for c in cols if c.endswith("_us") and c in shown}),
+            table(shown, titles=cols, page_size=16, formatters={c: num for c in cols if c.endswith("_us") and c in shown}),
             sizing_mode="stretch_width",
         )  # fmt: skip
 

@@ -451,12 +451,13 @@ def residency(table: pd.DataFrame, *, width: int = 1000, top: int = RESIDENCY_TO
     )  # fmt: skip
     shapes = shapes.drop_duplicates("kernel")
     palette = {"registers": "#0072B2", "shared_memory": "#E69F00", "warps": "#009E73", "blocks": "#CC79A7", "sgprs": "#56B4E9"}
-    more = f" (top {len(shapes)} of {n_all} by time; all in the table)" if n_all > len(shapes) else ""
+    more = f"top {len(shapes)} of {n_all} by time, all in the table; " if n_all > len(shapes) else ""
     return hv.Bars(_plain(shapes[::-1]), kdims=[hv.Dimension("kernel", label="Kernel launch shape")],
                    vdims=[hv.Dimension("blocks_per_sm", label="Resident blocks per SM"), "limiter", "name", "time"]).opts(
         color=hv.dim("limiter").categorize(palette, default="#999999"), invert_axes=True, tools=["hover"], default_tools=["save"],
         width=width, height=max(200, 24 * len(shapes) + 110), show_legend=False, fontsize={"title": TITLE_FONT},
-        title=f"Resident blocks per SM by kernel launch shape{more} — colour: limiting resource",
+        # two lines: a long kernel name's axis labels leave the title little of the figure's width
+        title=f"Resident blocks per SM by kernel launch shape\n({more}colour: limiting resource)",
         hover_tooltips=[("kernel", "@{name}"), ("blocks/SM", "@{blocks_per_sm}"), ("limited by", "@{limiter}"), ("total time", "@{time} µs")],
     )  # fmt: skip
 
