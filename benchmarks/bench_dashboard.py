@@ -12,6 +12,8 @@ million kernels over 8 ranks (``overlapviz.testing.generate_trace`` per rank, in
 
 Run against any checkout: ``PYTHONPATH=/path/to/other/checkout python benchmarks/bench_dashboard.py`` times
 that code (the previous figures in docs/dashboard.md were taken that way, on the same datasets).
+On a machine whose speed drifts, ``--interleave OLD_CHECKOUT --page PAGE`` alternates fresh servers of the two
+checkouts instead (warm pages only).
 
     .venv/bin/python benchmarks/bench_dashboard.py [--kernels 1000000] [--ranks 8] [--repeat 3] [--work /tmp/ovz-bench] [--samples-only]
 """
@@ -254,6 +256,34 @@ def bench_first_ever(dataset: Path, repeat: int) -> None:
         print(" / ".join(f"{p} {t:.2f}" for p, t in out) + f" · sum {sum(t for _, t in out):.2f}", flush=True)
 
 
+def bench_interleaved(dataset: Path, page: str, other: Path, rounds: int, visits: int) -> None:
+    """Side by side on a machine whose speed drifts: ``rounds`` pairs of fresh servers, one of the ``other`` checkout
+    (``PYTHONPATH``) then one of this one, each with every table computed (every page opened once), then ``visits``
+    new sessions each opening the Overview and ``page`` (warm), printed as one line per pair."""
+    here = str(Path(__file__).resolve().parent.parent)
+    for _ in range(rounds):
+        line = []
+        for label, code in (("before", str(other)), ("after", here)):
+            os.environ["PYTHONPATH"] = code
+            s = Session(dataset)
+            try:
+                s.load()
+                for p in s.pages()[1:]:
+                    s.open(p)
+                time.sleep(3)  # the warm-up's last tables
+                times = []
+                for _ in range(visits):
+                    s.driver.get("about:blank")
+                    time.sleep(2)
+                    overview = s.load()
+                    time.sleep(1.5)
+                    times.append(f"{overview:.2f}/{s.open(page):.2f}")
+            finally:
+                s.close()
+            line.append(f"{label}: {' '.join(times)}")
+        print(" | ".join(line), flush=True)
+
+
 def bench_exports(dataset: Path) -> dict:
     """Every page's export (PNG), as the dashboard's button makes it: from the warm store, one chromium kept."""
     from overlapviz import export
@@ -343,6 +373,11 @@ def main() -> None:
     parser.add_argument("--first-ever", type=int, default=0, metavar="N",
                         help="only N fresh servers with nothing computed, every page opened back to back (one line each)")
     parser.add_argument("--browser-only", action="store_true", help="no server-side table timings (an older checkout has no store API for them)")
+    parser.add_argument("--interleave", type=Path, metavar="OTHER_CHECKOUT",
+                        help="only pairs of warm servers, OTHER_CHECKOUT's then this one's (--page, --repeat pairs, --visits): "
+                             "warm Overview/PAGE seconds per new session")
+    parser.add_argument("--page", default="Collectives", help="the page --interleave opens")
+    parser.add_argument("--visits", type=int, default=3, help="new sessions per server with --interleave")
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     import overlapviz
@@ -363,6 +398,10 @@ def main() -> None:
     load = os.getloadavg()[0]
     print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load average {load:.2f}, {os.cpu_count()} CPUs")
     for name, path in datasets.items():
+        if args.interleave:
+            print(f"\n## {name} ({path}): warm Overview / {args.page} (s), {args.interleave} then this checkout")
+            bench_interleaved(path, args.page, args.interleave.resolve(), args.repeat, args.visits)
+            continue
         if args.first_ever:
             print(f"\n## {name} ({path}): first ever, pages back to back")
             bench_first_ever(path, args.first_ever)
