@@ -120,6 +120,7 @@ _YIELDING: set = set()  # background threads past what the first pages wait for:
 
 
 _TABLES = _Memo(256)  # small tables and analysis results, per (path, stamp, name, args)
+_FIGURES = _Memo(64)  # serialized static figures (common.static_plot): apart, so that figures never evict tables
 TABLE_CACHE_ENV = "OVERLAPVIZ_TABLE_CACHE"  # "0": keep the computed tables in memory only
 
 
@@ -691,6 +692,10 @@ class DataStore(param.Parameterized):
     def memo(self, key, build):
         """``build()`` once per dataset and server process for ``key`` (shared by every session)."""
         return _TABLES.get((self.path, self.stamp, "memo", key), build)
+
+    def figure(self, key, build):
+        """``build()`` (a serialized figure) once per dataset and server process for ``key``, in a cache of its own."""
+        return _FIGURES.get((self.path, self.stamp, key), build)
 
     def budget(self, record: dict, what_if: dict | None = None):
         """``budget.kernel_budget`` of one explain record (the run's kernels from the timeline cache)."""
