@@ -64,9 +64,9 @@ def signals_deferred(signums: tuple[int, ...] = _DEFERRED):
     a worker no shutdown reaches, forked after a signal to the job's process group and so never
     told, and the interpreter's exit waits for it for ever. Inside the block a signal is only
     noted; at its end each one noted is raised again, to the handlers that were there before.
-    A child forked inside inherits the note-taker: there it restores the default action and
-    dies by the signal (a forked reader ends with its job). Outside the main thread, where
-    Python delivers no signal, it does nothing.
+    A child forked inside inherits the note-taker: there a signal goes to the handler it replaced,
+    as in a child forked outside (ignored if it was ignored, a forked reader's end otherwise).
+    Outside the main thread, where Python delivers no signal, it does nothing.
     """
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -75,8 +75,8 @@ def signals_deferred(signums: tuple[int, ...] = _DEFERRED):
     noted: list[int] = []
 
     def note(signum, frame):
-        if os.getpid() != owner:
-            signal.signal(signum, signal.SIG_DFL)
+        if os.getpid() != owner:  # a child forked inside: the handler it would have had
+            signal.signal(signum, saved[signum])
             os.kill(os.getpid(), signum)
             return
         noted.append(signum)

@@ -195,6 +195,40 @@ def test_an_interrupt_while_the_pool_forks_leaves_no_worker_behind(tmp_path):
     _wait_gone(p.pid)
 
 
+_DEFERRED = """
+import os, signal, time
+from overlapviz import lifetime
+
+def child(then):
+    pid = os.fork()
+    if pid == 0:
+        time.sleep(then)
+        os._exit(7)
+    time.sleep(0.3)  # past the child's start (a signal before it is lost in CPython's fork, block or not)
+    return pid
+
+signal.signal(signal.SIGHUP, signal.SIG_IGN)
+with lifetime.signals_deferred():
+    ignoring, dying = child(0.6), child(5)
+    os.kill(ignoring, signal.SIGHUP)  # ignored there, as in a child forked outside the block
+    os.kill(dying, signal.SIGTERM)  # the default action there: it dies by it
+    os.kill(os.getpid(), signal.SIGHUP)  # noted here, then ignored
+    try:
+        os.kill(os.getpid(), signal.SIGINT)  # noted here, raised when the block ends
+        time.sleep(0.05)
+        print("inside", flush=True)
+    finally:
+        status = {pid: os.waitpid(pid, 0)[1] for pid in (ignoring, dying)}
+        print(os.WEXITSTATUS(status[ignoring]), os.WTERMSIG(status[dying]), flush=True)
+"""
+
+
+def test_signals_deferred_holds_signals_here_and_not_in_a_forked_child():
+    p = subprocess.run([sys.executable, "-c", _DEFERRED], capture_output=True, text=True, timeout=60)
+    assert p.stdout.split() == ["inside", "7", str(int(signal.SIGTERM))], p.stdout + p.stderr
+    assert "KeyboardInterrupt" in p.stderr and p.returncode == -signal.SIGINT, p.stderr  # SIGINT, once the block ended
+
+
 def test_a_dataset_moved_aside_by_a_killed_replacement_goes_back(tmp_path):
     """Where the file system has no atomic exchange, a replacement is two renames; a run killed
     between them left the old dataset aside and ``-o`` missing: the next run puts it back."""
