@@ -21,7 +21,7 @@ from overlapviz import figures
 from overlapviz import figures_timeline as ftl
 from overlapviz.analysis import ranks as ranks_analysis
 from overlapviz.dashboards.common import (PLOT_WIDTH, Page, export_button, export_buttons, hidden, notice, perfetto_button, plot,
-                                          table, unavailable)  # fmt: skip
+                                          static_plot, table, unavailable)  # fmt: skip
 from overlapviz.dashboards.pages_why import CollectivesPage, ResidencyPage, WhyPage
 from overlapviz.dashboards.store import DataStore, Unavailable, background, busy, stopping, wait_idle
 
@@ -88,11 +88,33 @@ class OverviewPage(Page):
             if self.on_open is not None:
                 self.on_open(hit.iloc[0])
 
-    def _frame(self, value: str, workload: str):
+    def _heatmap(self) -> pn.pane.Bokeh:
+        """The chosen metric's heatmap over the chosen workload's grid: drawn once per dataset (a copy per
+        session, ``static_plot``), a click on a cell opening its run (a Python callback on this copy's tap)."""
+        from bokeh.events import Tap
+
+        value, workload = self.value, self.workload
         table_ = self._configured(workload)
-        # the grid and heatmap of a metric and workload are the same for every session: built once per dataset
+        # the grid (cell -> run) and the heatmap of a metric and workload are the same for every session
         self._grid, frame = self.store.memo(("overview heatmap", value, workload), lambda: self._build(table_, value))
-        return frame
+        pane = static_plot(self.store, ("overview heatmap", value, workload), lambda: frame)
+        figure = pane.object
+        figure.on_event(Tap, lambda event: self._tapped(figure, event))
+        return pane
+
+    def _tapped(self, figure, event) -> None:
+        """A tap at (x, y) in the heatmap's categorical coordinates: factor k spans [k, k + 1] on its axis."""
+        xs, ys = list(figure.x_range.factors), list(figure.y_range.factors)
+        if event.x is None or event.y is None:
+            return
+        i, j = int(np.floor(event.x)), int(np.floor(event.y))
+        if 0 <= i < len(xs) and 0 <= j < len(ys):
+            self._open(xs[i], ys[j])
+
+    @param.depends("value", "workload", watch=True)
+    def _redraw(self) -> None:
+        if self._pane is not None and self.shown:  # (a hidden page draws its copy when its tab opens)
+            self._pane.objects = [self._heatmap()]
 
     @staticmethod
     def _build(table_: pd.DataFrame, value: str) -> tuple[pd.DataFrame, hv.Overlay]:
@@ -101,20 +123,18 @@ class OverviewPage(Page):
         if not len(sub):  # one element type in every frame: an empty grid says so in its title
             return grid, figures.heatmap(table_.assign(**{value: 1.0}).iloc[:0], value=value).opts(
                 title=f"No {figures.VALUE_SHORT[value]} for these runs (needs sequential and baseline runs)")
-        return grid, figures.heatmap(sub, value=value).opts(hv.opts.HeatMap(framewise=True), hv.opts.Overlay(framewise=True))
+        return grid, figures.heatmap(sub, value=value)
 
     @param.depends("shown")
     def _heatmaps(self):
-        # the one page that lets its plot go while its tab is closed (and draws the same pane again when it
-        # opens): the dashboard opens on it, so a document holds at most one heatmap besides the open page
+        # the one page that lets its plot go while its tab is closed (and draws a new copy when it opens: the
+        # copy of a figure taken out of the page and put back answered no tap): the dashboard opens on it
         if not self.shown:
             if self._keys.get("heatmaps") == "dropped":
                 raise param.Skip
             self._keys["heatmaps"] = "dropped"
             return hidden()
         self._keys["heatmaps"] = "shown"
-        if self._pane is not None:
-            return self._pane
         try:
             table_ = self._configured()
         except Unavailable as exc:
@@ -123,10 +143,7 @@ class OverviewPage(Page):
             return notice("These runs are imported traces without an experiment configuration (workload, setup, "
                           "shaping, priority): there is no grid to show. Open them on the **Timeline**, "
                           "**Why late** (with the SM budget), **Collectives** and **Residency** pages.", "info")  # fmt: skip
-        dmap = hv.DynamicMap(self._frame, streams=[hv.streams.Params(self, ["value", "workload"])])
-        tap = hv.streams.Tap(source=dmap)
-        tap.add_subscriber(lambda x, y: self._open(x, y))
-        self._pane = pn.Column(plot(dmap), max_height=900, scroll=True, sizing_mode="stretch_width")
+        self._pane = pn.Column(self._heatmap(), max_height=900, scroll=True, sizing_mode="stretch_width")
         return self._pane
 
     @param.depends("workload", "shown")

@@ -333,6 +333,36 @@ def _configuration_labels(driver) -> tuple[str, list[str]]:
     return value, [o if isinstance(o, str) else o[0] for o in labels]
 
 
+def test_a_heatmap_cell_opens_its_run_on_the_timeline(loaded):
+    """A click on a cell of the Overview's heatmap opens that cell's run on the Timeline (the topmost and the
+    rightmost cells that hold a run, so a wrong row or column would open another run)."""
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    driver = loaded
+    open_page(driver, "Timeline")
+    before, _ = _configuration_labels(driver)
+    for corner in ("top", "right"):
+        open_page(driver, "Overview")
+        wait_for(driver, lambda: driver.execute_script(PLOT_VIEW + "return !!pv;", "TimeRatio"), what="the heatmap in the page")
+        el = driver.execute_script(PLOT_VIEW + "return pv.canvas_view.events_el;", "TimeRatio")
+        run, px, py = driver.execute_script(PLOT_VIEW + """
+          const r = pv.model.renderers.find(r => r.data_source && 'run_id' in r.data_source.data);
+          const d = r.data_source.data, xf = r.glyph.x.field, yf = r.glyph.y.field;
+          const cells = [...d.run_id].map((run, i) => [run, pv.frame.x_scale.compute(d[xf][i]), pv.frame.y_scale.compute(d[yf][i])]);
+          cells.sort((a, b) => arguments[1] === 'top' ? a[2] - b[2] : b[1] - a[1]);
+          return cells[0];""", "TimeRatio", corner)  # fmt: skip
+        dx, dy = int(px - el.size["width"] / 2), int(py - el.size["height"] / 2)
+        driver.execute_script("arguments[0].scrollIntoView({block: 'center'});", el)
+        ActionChains(driver).move_to_element_with_offset(el, dx, dy).click().perform()
+        wait_for(driver, lambda: any(t.startswith(f"Timeline of {run}") for t in driver.execute_script(TITLES_JS))
+                 and driver.execute_script(f"return {MODELS}.filter(m => m.type === 'panel.models.tabs.Tabs')[0].active")
+                 == pages(driver).index("Timeline"), what=f"the Timeline of {run}")  # fmt: skip
+    set_model(driver, "panel.models.widgets.CustomSelect", "value", before, where="Configuration")  # as the other tests found it
+    run = before.split(" — ")[0]
+    wait_for(driver, lambda: idle(driver) and any(t.startswith(f"Timeline of {run}") for t in driver.execute_script(TITLES_JS)),
+             what="the first run again")
+
+
 @pytest.mark.skipif(SAMPLES, reason="the grid dataset's run names")
 def test_widget_change_updates_the_timeline(loaded):
     driver = loaded
