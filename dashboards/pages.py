@@ -95,9 +95,9 @@ class OverviewPage(Page):
 
         value, workload = self.value, self.workload
         table_ = self._configured(workload)
-        # the grid (cell -> run) and the heatmap of a metric and workload are the same for every session
-        self._grid, frame = self.store.memo(("overview heatmap", value, workload), lambda: self._build(table_, value))
-        pane = static_plot(self.store, ("overview heatmap", value, workload), lambda: frame)
+        # the grid (cell -> run, whatever the metric) and the heatmap are the same for every session
+        self._grid = self.store.memo(("overview grid", workload), lambda: figures.config_grid(table_))
+        pane = static_plot(self.store, ("overview heatmap", value, workload), lambda: self._build(table_, value))
         figure = pane.object
         figure.on_event(Tap, lambda event: self._tapped(figure, event))
         return pane
@@ -117,13 +117,12 @@ class OverviewPage(Page):
             self._pane.objects = [self._heatmap()]
 
     @staticmethod
-    def _build(table_: pd.DataFrame, value: str) -> tuple[pd.DataFrame, hv.Overlay]:
-        grid = figures.config_grid(table_)
+    def _build(table_: pd.DataFrame, value: str) -> hv.Overlay:
         sub = table_.loc[pd.to_numeric(table_[value], errors="coerce").notna()] if value in table_ else table_.iloc[:0]
-        if not len(sub):  # one element type in every frame: an empty grid says so in its title
-            return grid, figures.heatmap(table_.assign(**{value: 1.0}).iloc[:0], value=value).opts(
+        if not len(sub):  # an empty grid says so in its title
+            return figures.heatmap(table_.assign(**{value: 1.0}).iloc[:0], value=value).opts(
                 title=f"No {figures.VALUE_SHORT[value]} for these runs (needs sequential and baseline runs)")
-        return grid, figures.heatmap(sub, value=value)
+        return figures.heatmap(sub, value=value)
 
     @param.depends("shown")
     def _heatmaps(self):

@@ -334,7 +334,7 @@ class CollectivesPage(Page):
                  static_plot(store, ("arrival skew", run), lambda: figures_why.arrival_skew(inst, width=PLOT_WIDTH)),
                  pn.Row(*[static_plot(store, ("rank waits", run, i), lambda i=i: figures_why.rank_waits(cells, inst, width=PLOT_WIDTH // 2 - 10)[i])
                           for i in (0, 1)])]  # fmt: skip
-        if pd.to_numeric(inst["busbw_gbps"], errors="coerce").notna().any():  # else no figure (figures_why.bus_bandwidth)
+        if figures_why.has_bus_bandwidth(inst):
             drawn.append(static_plot(store, ("bus bandwidth", run), lambda: figures_why.bus_bandwidth(inst, width=PLOT_WIDTH)))
         return drawn
 

@@ -236,12 +236,17 @@ def rank_waits(cells: pd.DataFrame, instances: pd.DataFrame, *, width: int = 540
     return slow, pw
 
 
+def has_bus_bandwidth(instances: pd.DataFrame) -> bool:
+    """Whether any instance has a bus bandwidth (a known message size): else ``bus_bandwidth`` draws nothing."""
+    return bool(pd.to_numeric(instances["busbw_gbps"], errors="coerce").notna().any())
+
+
 def bus_bandwidth(instances: pd.DataFrame, *, width: int = 1100) -> hv.Scatter | None:
     """Bus bandwidth per instance (nccl-tests' convention), None where no message size is known."""
+    if not has_bus_bandwidth(instances):
+        return None
     inst = instances.sort_values("first_start_ns", kind="stable").reset_index(drop=True)
     bw = pd.to_numeric(inst["busbw_gbps"], errors="coerce")
-    if not bw.notna().any():
-        return None
     return hv.Scatter(pd.DataFrame({"instance": np.arange(len(inst)), "busbw": bw, "collective": inst["collective"].fillna("—")}),
                       kdims=[hv.Dimension("instance", label="Collective instance (by first start)")],
                       vdims=[hv.Dimension("busbw", label="bus bandwidth (GB/s)"), "collective"]).opts(
