@@ -380,6 +380,8 @@ class TimelinePage(Page):
         place, with no frame built or sent. Otherwise the window is redrawn (raster, or the glyphs in view)."""
         x_range = None if x_range is None else tuple(x_range)
         plots = [p for p, _ in getattr(self._pane, "_plots", {}).values()]
+        if not plots:
+            return  # HoloViews' first trigger, with the range of the frame being drawn: nothing to redraw
         doc = plots[0].document if len(plots) == 1 else None
         if self._last is None or self._drawn is None or doc is None or doc.session_context is None:
             self._selection.event()  # the frame for the window in view
@@ -500,8 +502,7 @@ class ComparePage(Page):
             last = self._drawn.get(("frame", which))
             if last is not None and last[0] == key:  # asked again for the same view (HoloViews does after the first draw)
                 return last[1]
-            label = figures._title(f"{which.upper()}: {run}", self.store.is_stand_in(run))
-            ov = ftl.timeline_view(data, x_range, title=label, width=PLOT_WIDTH, steps=self.store.steps(run))
+            ov = ftl.timeline_view(data, x_range, title=self._label(which, run), width=PLOT_WIDTH, steps=self.store.steps(run))
             frame = ftl.own_lanes(ov, which).opts(hv.opts.RGB(framewise=True), hv.opts.Rectangles(framewise=True))
             self._drawn[("frame", which)] = (key if x_range is not None else (run, tuple(data.x_extent)), frame)
             return frame
@@ -511,11 +512,64 @@ class ComparePage(Page):
     def live_pane(self) -> pn.pane.HoloViews:
         if self._pane is None:
             self._selection = CompareSelection(run_a=self.store.run_a, run_b=self.store.run_b)
-            self._range = hv.streams.RangeX()  # one range for both: zoom either, both follow and redraw
+            self._range = ZoomRange()  # one range for both: zoom either, both follow; what is redrawn: _zoomed
+            self._range.add_subscriber(self._zoomed)
             a = hv.DynamicMap(self._frame("a"), streams=[self._range, self._selection])
             b = hv.DynamicMap(self._frame("b"), streams=[self._range, self._selection])
             self._pane = plot((a + b).cols(1), sizing_mode="stretch_width")
         return self._pane
+
+    def _zoomed(self, x_range=None) -> None:
+        """A zoom or pan (of either panel: they share the time axis). Two runs drawn whole as glyphs are in the browser
+        already: only their titles' counts and the axis format change, in place. Otherwise both windows are redrawn.
+        Also called once after the first draw with the drawn range, which then redraws nothing."""
+        plots = [p for p, _ in getattr(self._pane, "_plots", {}).values()]
+        if not plots:
+            return  # HoloViews' first trigger, with the range of the frames being drawn: nothing to redraw
+        doc = plots[0].document if len(plots) == 1 else None
+        if doc is None or doc.session_context is None:
+            self._selection.event()
+            return
+
+        def relabel():  # a model changes only under the document's lock: on the server's next tick
+            if not self._relabel(None if x_range is None else tuple(x_range), plots[0]):
+                self._selection.event()
+
+        doc.add_next_tick_callback(relabel)
+
+    def _relabel(self, x_range, drawn) -> bool:
+        """Set both panels' titles and time-axis format for ``x_range`` when their drawn frames stay right for it."""
+        if x_range is None or self._selection is None:
+            return False
+        runs = (self._selection.run_a, self._selection.run_b)
+        figures_ = {}
+        for which, run in zip("ab", runs):
+            if self._drawn.get(which) != runs:
+                return False
+            data = self.store.timeline(run, ranks=[])
+            if not isinstance(data, ftl.TimelineData) or not ftl.drawn_whole(data, ftl.MAX_GLYPHS):
+                return False
+            figures_[which] = (data, run)
+        from bokeh.models import PrintfTickFormatter
+        from bokeh.plotting import figure as BokehFigure
+
+        shown = {}
+        for fig in drawn.state.select({"type": BokehFigure}):
+            for which in "ab":
+                if fig.title is not None and str(fig.title.text).startswith(f"{which.upper()}: "):
+                    shown[which] = fig
+        if set(shown) != {"a", "b"}:
+            return False
+        for which, (data, run) in figures_.items():
+            title, fmt = ftl.view_labels(data, x_range, title=self._label(which, run))
+            shown[which].title.text = title
+            for axis in shown[which].xaxis:
+                if getattr(axis.formatter, "format", None) != fmt:
+                    axis.formatter = PrintfTickFormatter(format=fmt)
+        return True
+
+    def _label(self, which: str, run: str) -> str:
+        return figures._title(f"{which.upper()}: {run}", self.store.is_stand_in(run))
 
     def window(self):
         return None if self._range is None or self._range.x_range is None else tuple(float(v) for v in self._range.x_range)

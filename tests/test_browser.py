@@ -542,6 +542,13 @@ def test_compare_redraws_on_zoom(loaded):
         return n[0] < n0[0] and n[1] < n0[1] and b["x"] == a["x"]
 
     wait_for(driver, redrawn, what="both compare panels redrawn for the zoomed window")
+    # runs drawn whole are relabelled in place, not rebuilt: each count must still be its own panel's window
+    wait_for(driver, lambda: idle(driver), what="the page idle")
+    time.sleep(0.5)  # every turn of the wheel answered
+    for prefix in ("A: ", "B: "):
+        state = plot_state(driver, prefix)
+        assert "rasterized" not in state["title"], state["title"]  # the premise: both runs drawn whole
+        assert _in_view(state["title"]) == driver.execute_script(KERNELS_IN_VIEW_JS, prefix), (prefix, state)
 
 
 def _click_button(driver, label: str) -> None:
