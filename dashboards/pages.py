@@ -399,10 +399,13 @@ class TimelinePage(Page):
         if x_range is None or self._selection is None or (self._selection.run_id, tuple(self._selection.ranks)) != self._drawn:
             return False
         data = self.store.timeline(run_id, ranks=list(ranks), why=None)
-        if not isinstance(data, ftl.TimelineData) or not ftl.drawn_whole(data, self.max_glyphs):
+        if not isinstance(data, ftl.TimelineData):
             return False
-        if self._last[0][4] != self.store.why_ready(run_id):
-            return False  # the why arrived since the frame was drawn: a frame with its tracks
+        drawn_as = self._last[0]  # (run, ranks, max_glyphs, waits, why ready, window)
+        if drawn_as[2:5] != (self._selection.max_glyphs, self._selection.waits, self.store.why_ready(run_id)):
+            return False  # drawn with another budget or waits, or the why arrived since: a new frame
+        if not ftl.drawn_whole(data, self.max_glyphs) and not self._reraster(data, x_range, drawn, drawn_as):
+            return False
         title, fmt = ftl.view_labels(data, x_range, max_glyphs=self.max_glyphs, title=self._title(run_id))
         from bokeh.models import PrintfTickFormatter
 
@@ -411,6 +414,22 @@ class TimelinePage(Page):
         for axis in fig.xaxis:
             if getattr(axis.formatter, "format", None) != fmt:
                 axis.formatter = PrintfTickFormatter(format=fmt)
+        return True
+
+    def _reraster(self, data: ftl.TimelineData, x_range, drawn, drawn_as) -> bool:
+        """A window rasterized after a frame that was (no glyph layer then or now): only the image changes. It is set in
+        the drawn figure's image source, from HoloViews' own conversion of the new raster, instead of HoloViews updating
+        every layer of the overlay (most of a million-kernel zoom's server time). False if a frame must be drawn."""
+        from holoviews.plotting.bokeh.raster import RGBPlot
+
+        drawn_window = drawn_as[5]
+        if data.n_visible(drawn_window) <= self.max_glyphs or data.n_visible(x_range) <= self.max_glyphs:
+            return False
+        image = next((p for p in drawn.subplots.values() if isinstance(p, RGBPlot) and "source" in p.handles), None)
+        if image is None:
+            return False
+        frame, _, _ = image.get_data(data.raster(x_range, PLOT_WIDTH), {}, {})
+        image.handles["source"].data.update(frame)
         return True
 
     def window(self) -> tuple[float, float] | None:

@@ -137,8 +137,13 @@ def imported(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def imported_server(imported, tmp_path_factory):
-    yield from _serve(imported, tmp_path_factory.mktemp("server2") / "serve.log")
+def imported_log(tmp_path_factory):
+    return tmp_path_factory.mktemp("server2") / "serve.log"
+
+
+@pytest.fixture(scope="module")
+def imported_server(imported, imported_log):
+    yield from _serve(imported, imported_log)
 
 
 @pytest.fixture(scope="module")
@@ -664,6 +669,49 @@ def test_a_one_run_imported_dataset_says_why_on_every_page(imported_server, brow
     wait_for(driver, lambda: "Export failed" in page_text(driver) and "two or more ranks" in page_text(driver), what="the reason")
     open_page(driver, "Timeline")
     assert not drawn_canvases(driver) == []
+
+
+IMAGE_JS = PLOT_VIEW + """
+  // the raster layer's source: its window and a checksum of its pixels
+  for (const rv of pv.renderer_views.values()) {
+    const d = rv.model.data_source && rv.model.data_source.data;
+    if (!d || !('image' in d) || !('dw' in d)) continue;
+    const fresh = d.image !== window.__ovzImage;  // another image column than the one marked by the last call
+    window.__ovzImage = d.image;
+    const img = d.image[0], flat = img.length !== undefined && img[0] !== undefined && img[0].length !== undefined ? img.flat() : img;
+    let sum = 0, lit = 0;
+    for (let i = 0; i < flat.length; i++) { sum = (sum * 31 + (flat[i] >>> 0)) % 2147483647; if (flat[i]) lit++; }
+    return {x: d.x[0], dw: d.dw[0], n: flat.length, sum: sum, lit: lit, fresh: fresh};
+  }
+  return null;"""
+
+
+def test_a_rasterized_zoom_draws_the_window_as_a_full_redraw_would(imported_server, browser, imported_log):
+    # a zoom that stays rasterized sets only the image (not a frame through HoloViews): it must be the window's
+    # image, the same pixels a frame drawn for that window has
+    driver = browser
+    driver.get(imported_server)
+    wait_for(driver, lambda: idle(driver) and "no grid to show" in page_text(driver), timeout=180, what="the dashboard")
+    open_page(driver, "Timeline")
+    set_model(driver, "Spinner", "value", 1000, where="Glyphs up to (kernels in view)")
+    wait_for(driver, lambda: "rasterized" in plot_state(driver, "Timeline of")["title"] and idle(driver), what="the run rasterized")
+    time.sleep(0.5)
+    whole = driver.execute_script(IMAGE_JS, "Timeline of")
+    before = plot_state(driver, "Timeline of")
+    wheel(driver, "Timeline of", clicks=1)
+    wait_for(driver, lambda: plot_state(driver, "Timeline of")["title"] != before["title"] and idle(driver), what="the zoom drawn")
+    time.sleep(0.5)  # the turn of the wheel answered
+    zoomed, state = driver.execute_script(IMAGE_JS, "Timeline of"), plot_state(driver, "Timeline of")
+    assert "rasterized" in state["title"], state["title"]  # the premise: still more kernels in view than the budget
+    assert zoomed["fresh"] and zoomed["sum"] != whole["sum"] and zoomed["lit"] > 0, (whole, zoomed)
+    assert zoomed["x"] == pytest.approx(state["x"][0]) and zoomed["x"] + zoomed["dw"] == pytest.approx(state["x"][1])
+    set_model(driver, "Checkbox", "active", False, where="Waits and arrows")  # a frame drawn for the same window
+    redrawn = wait_for(driver, lambda: idle(driver) and (i := driver.execute_script(IMAGE_JS, "Timeline of"))["fresh"] and i,
+                       what="the frame drawn again")  # fmt: skip
+    assert plot_state(driver, "Timeline of")["x"] == state["x"]
+    assert {**redrawn, "fresh": True} == {**zoomed, "fresh": True}, (zoomed, redrawn)
+    set_model(driver, "Checkbox", "active", True, where="Waits and arrows")
+    assert not server_errors(imported_log), server_errors(imported_log)
 
 
 def test_tabs_are_named_after_what_they_show(loaded):
