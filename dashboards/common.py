@@ -53,10 +53,7 @@ def _serialized(obj):
     import holoviews as hv
     from bokeh.core.serialization import Serializer
 
-    drawn = Serializer().serialize(hv.render(obj, backend="bokeh"))
-    for buffer in drawn.buffers or []:  # the same objects as in the content: the arrays as bytes of their own, picklable
-        buffer.data = buffer.to_bytes()
-    return drawn
+    return Serializer().serialize(hv.render(obj, backend="bokeh"))
 
 
 def _copy_of(serialized):

@@ -134,21 +134,6 @@ def _code_stamp() -> str:
     return ";".join(f"{f.name}:{f.stat().st_size}:{f.stat().st_mtime_ns}" for f in files if f.exists())
 
 
-@__import__("functools").cache
-def _figure_stamp() -> str:
-    """What a static figure's drawing depends on besides the tables: the figure and page code, and the plotting libraries."""
-    import bokeh
-    import holoviews
-    import panel
-
-    import overlapviz
-
-    root = Path(overlapviz.__file__).parent
-    files = sorted([*root.glob("figures*.py"), *(root / "dashboards").glob("*.py")])
-    code = ";".join(f"{f.name}:{f.stat().st_size}:{f.stat().st_mtime_ns}" for f in files if f.exists())
-    return f"bokeh {bokeh.__version__}, holoviews {holoviews.__version__}, panel {panel.__version__}; {code}"
-
-
 def _disk_dir(path: str, stamp: str) -> Path | None:
     """Where a dataset's computed tables are kept between server processes: the overlapviz cache
     (``$OVERLAPVIZ_CACHE_DIR``, else ``$XDG_CACHE_HOME/overlapviz``, else ``~/.cache/overlapviz``) under
@@ -709,10 +694,8 @@ class DataStore(param.Parameterized):
         return _TABLES.get((self.path, self.stamp, "memo", key), build)
 
     def figure(self, key, build):
-        """``build()`` (a serialized figure, picklable) once per dataset for ``key``, in a memory cache of its own, and
-        kept in the table cache with the tables: a restarted server copies it instead of drawing it again."""
-        name = repr(("figure", key, _figure_stamp()))
-        return _FIGURES.get((self.path, self.stamp, key), lambda: _on_disk(self.path, self.stamp, name, build))
+        """``build()`` (a serialized figure) once per dataset and server process for ``key``, in a cache of its own."""
+        return _FIGURES.get((self.path, self.stamp, key), build)
 
     def budget(self, record: dict, what_if: dict | None = None):
         """``budget.kernel_budget`` of one explain record (the run's kernels from the timeline cache)."""

@@ -489,16 +489,13 @@ def test_background_analysis_yields_to_a_page_being_drawn_unless_a_page_waits_fo
     store._BUSY["until"] = 0.0
 
 
-def test_a_static_plot_is_drawn_once_and_each_copy_has_models_of_its_own(dataset, monkeypatch, tmp_path):
+def test_a_static_plot_is_drawn_once_and_each_copy_has_models_of_its_own(dataset):
     import holoviews as hv
     from bokeh.document import Document
     from bokeh.embed.util import standalone_docs_json
 
-    from overlapviz.dashboards import store as store_mod
     from overlapviz.dashboards.common import static_plot
     from overlapviz.dashboards.store import DataStore
-
-    monkeypatch.setenv("OVERLAPVIZ_CACHE_DIR", str(tmp_path / "cache"))
 
     store = DataStore(dataset, warm_up=False)
     drawn = []
@@ -521,14 +518,3 @@ def test_a_static_plot_is_drawn_once_and_each_copy_has_models_of_its_own(dataset
     doc.add_root(ma)
     doc.add_root(mb)
     assert standalone_docs_json([ma, mb])
-    # a restarted server copies the drawing kept in the table cache (not drawn again)...
-    store_mod._FIGURES.clear()
-    c = static_plot(DataStore(dataset, warm_up=False), ("test scatter",), build).object
-    assert drawn == [1] and c.title.text == "scatter" and not {m.id for m in c.references()} & ids_a
-    assert list(next(r for r in c.renderers if hasattr(r, "data_source")).data_source.data["y"]) == [4.0, 5.0, 6.5]
-    # ...unless what draws it changed (the figure code or the plotting libraries)
-    store_mod._FIGURES.clear()
-    monkeypatch.setattr(store_mod, "_figure_stamp", lambda: "other drawing code")
-    static_plot(DataStore(dataset, warm_up=False), ("test scatter",), build)
-    assert drawn == [1, 1]
-    assert all(oct(f.stat().st_mode & 0o777) == "0o600" for f in (tmp_path / "cache" / "tables").rglob("*.pickle"))
