@@ -198,6 +198,36 @@ class ZoomRange(hv.streams.RangeX):
 
 
 hv.streams.Stream._callbacks["bokeh"][ZoomRange] = RangeXCallback  # linked to the browser's range as RangeX is
+
+
+def _on_zoom(pane, selection, x_range, relabel, *, ready: bool = True) -> None:
+    """A ``ZoomRange`` event of ``pane``: ``relabel(x_range, plot)`` on the server's next tick (a model changes only under
+    the document's lock), else (it returns False, or there is no live document) a frame through ``selection``.
+    HoloViews' first trigger, sent while the plot is built with the range being drawn, redraws nothing."""
+    x_range = None if x_range is None else tuple(x_range)
+    plots = [p for p, _ in getattr(pane, "_plots", {}).values()]
+    if not plots:
+        return
+    doc = plots[0].document if len(plots) == 1 else None
+    if not ready or doc is None or doc.session_context is None:
+        selection.event()  # the frame for the window in view
+        return
+
+    def later():
+        if not relabel(x_range, plots[0]):
+            selection.event()
+
+    doc.add_next_tick_callback(later)
+
+
+def _set_labels(fig, title: str, fmt: str) -> None:
+    """A drawn timeline figure's title and time-axis printf format (``ftl.view_labels``), set in place."""
+    from bokeh.models import PrintfTickFormatter
+
+    fig.title.text = title
+    for axis in fig.xaxis:
+        if getattr(axis.formatter, "format", None) != fmt:
+            axis.formatter = PrintfTickFormatter(format=fmt)
 COMPUTING_WHY = "Computing why… the kernels are drawn; each collective's wait, arrows and hover why fields follow."
 
 
@@ -378,20 +408,7 @@ class TimelinePage(Page):
         """A zoom or pan from the browser. A run drawn whole as glyphs has every kernel, wait and arrow in the browser
         already (Bokeh clips to the window): only the title's count and the axis format change, set on the figure in
         place, with no frame built or sent. Otherwise the window is redrawn (raster, or the glyphs in view)."""
-        x_range = None if x_range is None else tuple(x_range)
-        plots = [p for p, _ in getattr(self._pane, "_plots", {}).values()]
-        if not plots:
-            return  # HoloViews' first trigger, with the range of the frame being drawn: nothing to redraw
-        doc = plots[0].document if len(plots) == 1 else None
-        if self._last is None or self._drawn is None or doc is None or doc.session_context is None:
-            self._selection.event()  # the frame for the window in view
-            return
-
-        def relabel():  # a model changes only under the document's lock: on the server's next tick
-            if not self._relabel(x_range, plots[0]):
-                self._selection.event()
-
-        doc.add_next_tick_callback(relabel)
+        _on_zoom(self._pane, self._selection, x_range, self._relabel, ready=self._last is not None and self._drawn is not None)
 
     def _relabel(self, x_range, drawn) -> bool:
         """Set the title and axis format of the drawn figures for ``x_range`` when the drawn frame stays right for it."""
@@ -406,14 +423,7 @@ class TimelinePage(Page):
             return False  # drawn with another budget or waits, or the why arrived since: a new frame
         if not ftl.drawn_whole(data, self.max_glyphs) and not self._reraster(data, x_range, drawn, drawn_as):
             return False
-        title, fmt = ftl.view_labels(data, x_range, max_glyphs=self.max_glyphs, title=self._title(run_id))
-        from bokeh.models import PrintfTickFormatter
-
-        fig = drawn.state
-        fig.title.text = title
-        for axis in fig.xaxis:
-            if getattr(axis.formatter, "format", None) != fmt:
-                axis.formatter = PrintfTickFormatter(format=fmt)
+        _set_labels(drawn.state, *ftl.view_labels(data, x_range, max_glyphs=self.max_glyphs, title=self._title(run_id)))
         return True
 
     def _reraster(self, data: ftl.TimelineData, x_range, drawn, drawn_as) -> bool:
@@ -542,19 +552,7 @@ class ComparePage(Page):
         """A zoom or pan (of either panel: they share the time axis). Two runs drawn whole as glyphs are in the browser
         already: only their titles' counts and the axis format change, in place. Otherwise both windows are redrawn.
         Also called once after the first draw with the drawn range, which then redraws nothing."""
-        plots = [p for p, _ in getattr(self._pane, "_plots", {}).values()]
-        if not plots:
-            return  # HoloViews' first trigger, with the range of the frames being drawn: nothing to redraw
-        doc = plots[0].document if len(plots) == 1 else None
-        if doc is None or doc.session_context is None:
-            self._selection.event()
-            return
-
-        def relabel():  # a model changes only under the document's lock: on the server's next tick
-            if not self._relabel(None if x_range is None else tuple(x_range), plots[0]):
-                self._selection.event()
-
-        doc.add_next_tick_callback(relabel)
+        _on_zoom(self._pane, self._selection, x_range, self._relabel)
 
     def _relabel(self, x_range, drawn) -> bool:
         """Set both panels' titles and time-axis format for ``x_range`` when their drawn frames stay right for it."""
@@ -569,7 +567,6 @@ class ComparePage(Page):
             if not isinstance(data, ftl.TimelineData) or not ftl.drawn_whole(data, ftl.MAX_GLYPHS):
                 return False
             figures_[which] = (data, run)
-        from bokeh.models import PrintfTickFormatter
         from bokeh.plotting import figure as BokehFigure
 
         shown = {}
@@ -580,11 +577,7 @@ class ComparePage(Page):
         if set(shown) != {"a", "b"}:
             return False
         for which, (data, run) in figures_.items():
-            title, fmt = ftl.view_labels(data, x_range, title=self._label(which, run))
-            shown[which].title.text = title
-            for axis in shown[which].xaxis:
-                if getattr(axis.formatter, "format", None) != fmt:
-                    axis.formatter = PrintfTickFormatter(format=fmt)
+            _set_labels(shown[which], *ftl.view_labels(data, x_range, title=self._label(which, run)))
         return True
 
     def _label(self, which: str, run: str) -> str:
