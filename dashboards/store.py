@@ -336,8 +336,20 @@ def _why_parts(path: str, stamp: str, run_id: str, kernels: pd.DataFrame) -> dic
 
 
 def why_ready(path: str, stamp: str, run_id: str) -> bool:
-    """Whether the run's timeline with its why (explain, waits, residency) is at hand: drawing it waits for nothing."""
-    return ENGINE["dask"] is not None or _TIMELINES.has((path, stamp, run_id, None))
+    """Whether the run's timeline with its why (explain, waits, residency) is at hand, or only its joining to the kernels
+    is left (the run's explain and residency are computed: 0.03 s for a sample run, 0.3 s for a 1M-kernel one, less
+    than drawing the kernels alone and then a second frame with the why)."""
+    if ENGINE["dask"] is not None or _TIMELINES.has((path, stamp, run_id, None)):
+        return True
+    return all(_run_at_hand(path, stamp, name, run_id) for name in ("explain", "kernel_residency"))
+
+
+def _run_at_hand(path: str, stamp: str, name: str, run_id: str) -> bool:
+    """Whether ``run_analysis(path, stamp, name, run_id)`` waits for no analysis (its table, whole or the run's, is computed)."""
+    if _whole_at_hand(path, stamp, name):
+        return True
+    key = (path, stamp, "analysis", name, (), (("run_ids", (run_id,)),))
+    return len(load_runs(path, stamp)) > 1 and _at_hand(path, stamp, key, repr(key[2:]))
 
 
 def load_timeline(path: str, stamp: str, run_id: str, ranks: tuple[int, ...] | None, why: bool | None = True) -> TimelineData:

@@ -371,6 +371,35 @@ def test_the_timeline_draws_the_kernels_at_once_and_adds_the_why_when_it_comes(d
     assert next(iter(root.select({"type": Plot}))) is figure  # added to the drawn figure, not a new page
 
 
+def test_a_run_whose_explain_is_computed_is_drawn_with_its_why_in_one_frame(dataset, monkeypatch):
+    """A run switch after the warm-up (explain and residency computed, the run's timeline not): the first frame already
+    has the waits and every collective's why, with no 'computing why' note and no second frame."""
+    import holoviews as hv
+
+    from overlapviz.dashboards import store as store_mod
+    from overlapviz.dashboards.pages import TimelinePage
+
+    monkeypatch.setenv(store_mod.TABLE_CACHE_ENV, "0")
+    store_mod._TABLES.clear()
+    store_mod._TIMELINES.clear()
+    store = store_mod.DataStore(dataset, warm_up=False)
+    page = TimelinePage(store)
+    page.shown = True
+    page._plot().get_root()
+    assert page._fetching or page.why_note  # nothing computed: the kernels first
+    for name in ("explain", "kernel_residency"):
+        store_mod.load_analysis(store.path, store.stamp, name)
+    other = next(r for r in store.runs["run_id"] if r != store.run_id)
+    assert not store_mod._TIMELINES.has((store.path, store.stamp, other, None)) and store.why_ready(other)
+    store.run_id = other
+    rects = [e for e in page._last[1].values() if isinstance(e, hv.Rectangles)]
+    waits = next(e for e in rects if "part" in [d.name for d in e.vdims])
+    comm = next(e for e in rects if "cause" in [d.name for d in e.vdims])
+    assert page._last[0][:1] == (other,) and page._last[0][4] is True
+    assert len(waits.data) > 0 and comm.data["cause"].astype(str).ne("—").sum() == len(comm.data) > 0
+    assert page.why_note == "" and other not in page._fetching
+
+
 def test_the_perfetto_trace_is_written_once_per_run_and_dataset_state(dataset, monkeypatch, tmp_path):
     import gzip
     import json
