@@ -86,7 +86,7 @@ class Dashboard(Viewer):
         store = self.store
         header = pn.pane.Markdown(
             f"## overlapviz · computation-communication overlap\n"
-            f"Dataset `{store.path}` · {len(store.runs)} runs · {_n_kernels(store.path):,} GPU activities",
+            f"Dataset `{store.path}` · {len(store.runs):,} run{'' if len(store.runs) == 1 else 's'} · {_n_kernels(store.path):,} GPU activities",
             sizing_mode="stretch_width", margin=(0, 10),
         )  # fmt: skip
         parts = [header]

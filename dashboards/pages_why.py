@@ -108,7 +108,7 @@ class WhyPage(Page):
         e = self.store.explained(run_id)
         origin = self.store.timeline(run_id, ranks=[], why=None).origin_ns
         return pd.DataFrame({
-            "rank": e["rank"].astype(int).to_numpy(), "stream": e["stream"].astype("Int64").astype(str).to_numpy(),
+            "rank": e["rank"].astype(int).to_numpy(), "stream": figures.int_text(e["stream"]),
             "collective": figures.short_names(e["name"], 40),
             "start": (e["start_ns"].to_numpy(np.int64) - origin) / 1e6,
             "late": pd.to_numeric(e["start_minus_launch_ns"], errors="coerce").astype("float64").to_numpy() / 1e3,
@@ -116,8 +116,7 @@ class WhyPage(Page):
             "cause": e["cause"].map(figures.CAUSE_LABELS).fillna("—").to_numpy(),
             "resource": e["blocking_resource"].fillna("").astype(str).str.replace("_", " ").to_numpy(),
             "blocker": np.where(e["blocker"].notna(), figures.short_names(e["blocker"], 40), ""),
-            "fit": e["comm_blocks_fit_per_sm"].astype("Int64").astype(str).replace("<NA>", "—").to_numpy(),
-            "free": e["free_sms"].astype("Int64").astype(str).replace("<NA>", "—").to_numpy(),
+            "fit": figures.int_text(e["comm_blocks_fit_per_sm"]), "free": figures.int_text(e["free_sms"]),
             "peer": pd.to_numeric(e["peer_wait_us"], errors="coerce").astype("float64").to_numpy(),
         }, index=e.index)  # fmt: skip
 
@@ -320,7 +319,7 @@ class CollectivesPage(Page):
             pn.pane.Markdown(line, margin=(0, 10)),
             *self._collective_plots(cells, inst),
             pn.pane.Markdown("#### Instances, largest arrival skew first", margin=(10, 10, 0, 10)),
-            table(shown.assign(slowest_rank=shown["slowest_rank"].astype("Int64").astype(str)), titles=_INSTANCE_TITLES,
+            table(shown.assign(slowest_rank=figures.int_text(shown["slowest_rank"])), titles=_INSTANCE_TITLES,
                   remote=len(shown) > 200, page_size=10,
                   formatters={c: num for c in ("arrival_skew_us", "max_peer_wait_us", "time_us", "busbw_gbps") if c in shown}),
             sizing_mode="stretch_width",

@@ -114,6 +114,16 @@ def fmt_num(v) -> str:
     return str(v)
 
 
+def int_text(values, missing: str = "—") -> np.ndarray:
+    """Integers as text (object array), ``missing`` where a value is missing or not a number. Not ``astype(str)``: pandas
+    3 keeps a missing value missing there (a table shows it as NaN), where pandas 2 wrote "<NA>"."""
+    v = pd.to_numeric(pd.Series(values, copy=False), errors="coerce")
+    out = np.full(len(v), missing, dtype=object)
+    ok = v.notna().to_numpy(bool)
+    out[ok] = v[ok].to_numpy(np.int64).astype(str)
+    return out
+
+
 def fmt_duration(us) -> str:
     """A duration given in µs, in the unit that reads best: ``930.1 µs``, ``12.3 ms``, ``81.4 s``."""
     if _null(us):

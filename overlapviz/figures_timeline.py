@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from overlapviz import figures
-from overlapviz.figures import CAUSE_COLORS, CAUSE_LABELS, KIND_COLORS, _plain, fmt_bytes
+from overlapviz.figures import CAUSE_COLORS, CAUSE_LABELS, KIND_COLORS, _plain, fmt_bytes, int_text
 from overlapviz.raster import coverage as _coverage  # the raster rule the Dask workers share
 
 MAX_GLYPHS = 20_000  # above this many kernels in view the timeline is rasterized
@@ -186,10 +186,10 @@ class TimelineData:
             "kind": np.asarray(_KINDS, dtype=object)[self.kind_code[mask]],
             "name": sub["name"].astype(str).to_numpy(object) if "name" in sub else "",
             "duration_us": dur, "start": s, "end": e,
-            "where": ("rank " + sub["rank"].astype(str) + " · stream " + sub["stream"].astype(str)).to_numpy(object),
-            "step": _text(sub["step"]) if "step" in sub else "—",
+            "where": "rank " + int_text(sub["rank"]) + " · stream " + int_text(sub["stream"]),
+            "step": int_text(sub["step"]) if "step" in sub else "—",
             "grid": _dims3(sub, "grid"), "block": _dims3(sub, "block"),
-            "regs": _text(sub["regs_per_thread"]) if "regs_per_thread" in sub else "—",
+            "regs": int_text(sub["regs_per_thread"]) if "regs_per_thread" in sub else "—",
             "smem": sub["shared_mem_bytes"].map(fmt_bytes).to_numpy(object) if "shared_mem_bytes" in sub else "—",
         })  # fmt: skip
         out["residency"] = _residency_text(sub, self.residency) if len(sub) else np.empty(0, object)
@@ -333,17 +333,12 @@ def _kind_codes(kind: pd.Series) -> np.ndarray:
     return np.where(cat.codes < 0, other, cat.codes).astype(np.int8)
 
 
-def _text(s: pd.Series) -> np.ndarray:
-    v = pd.to_numeric(s, errors="coerce")
-    return v.map(lambda x: "—" if pd.isna(x) else f"{int(x)}").to_numpy(object)
-
-
 def _dims3(frame: pd.DataFrame, prefix: str) -> np.ndarray:
     cols = [f"{prefix}_{a}" for a in "xyz"]
     if not all(c in frame for c in cols) or not len(frame):
         return np.full(len(frame), "—", dtype=object)
-    parts = [frame[c].astype("Int64").astype(str).replace("<NA>", "?") for c in cols]
-    return (parts[0] + "×" + parts[1] + "×" + parts[2]).where(frame[cols[0]].notna(), "—").to_numpy(dtype=object)
+    parts = [int_text(frame[c], "?") for c in cols]
+    return np.where(frame[cols[0]].notna().to_numpy(bool), parts[0] + "×" + parts[1] + "×" + parts[2], "—").astype(object)
 
 
 # the hover's residency of a timeline drawn before the run's residency is computed (it comes with the why)

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 from bokeh.models import NumeralTickFormatter
 
-from overlapviz.figures import CAUSE_COLORS, CAUSE_LABELS, KIND_COLORS, TITLE_FONT, _plain, fmt_bytes, fmt_us, short_name, time_unit
+from overlapviz.figures import CAUSE_COLORS, CAUSE_LABELS, KIND_COLORS, TITLE_FONT, _plain, fmt_bytes, fmt_us, int_text, short_name, time_unit
 
 WAIT_CAUSES = ("stream_order", "dependency", "sm_resources", "launch_latency", "unknown")
 RESOURCE_LABELS = {
@@ -207,7 +207,7 @@ def arrival_skew(instances: pd.DataFrame, *, width: int = 1100) -> hv.Scatter:
     skew = pd.to_numeric(inst["arrival_skew_us"], errors="coerce")
     unit, div = time_unit(float(skew.max()) if skew.notna().any() else 0.0)
     frame = pd.DataFrame({"instance": np.arange(len(inst)), "skew": skew / div,
-                          "slowest": inst["slowest_rank"].astype("Int64").astype(str).replace("<NA>", "—"),
+                          "slowest": int_text(inst["slowest_rank"]),
                           "collective": inst["collective"].fillna("—").astype(str), "id": inst["instance"].astype(str)})  # fmt: skip
     ranks = sorted(frame["slowest"].unique(), key=lambda r: (len(r), r))
     cmap = {r: _RANK_PALETTE[i % len(_RANK_PALETTE)] for i, r in enumerate(ranks)}

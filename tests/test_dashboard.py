@@ -547,3 +547,29 @@ def test_a_static_plot_is_drawn_once_and_each_copy_has_models_of_its_own(dataset
     doc.add_root(ma)
     doc.add_root(mb)
     assert standalone_docs_json([ma, mb])
+
+
+def test_missing_numbers_read_as_a_dash_in_tables_and_hovers_never_nan(tmp_path, monkeypatch):
+    """A real 2-rank HTA trace has no device limits: the Why late table's fit and free SMs, the Collectives table's slowest
+    rank (where unknown) and the hover's launch shapes say "—", not pandas' missing value (NaN in a table under pandas 3,
+    "<NA>" under pandas 2)."""
+    from pathlib import Path
+
+    import numpy as np
+
+    from overlapviz import figures
+    from overlapviz.dashboards import store as store_mod
+    from overlapviz.dashboards.pages_why import WhyPage
+    from overlapviz.ingest import ingest
+
+    monkeypatch.setenv(store_mod.TABLE_CACHE_ENV, "0")
+    path = ingest([Path(__file__).parent / "data" / "hta_trace_filter_2rank"], tmp_path / "ds", progress=False)
+    store = store_mod.DataStore(path, warm_up=False)
+    shown = WhyPage(store)._build_display(store.run_id)
+    assert (shown["fit"] == "—").all() and (shown["free"] == "—").all()
+    hover = store.timeline(why=True).hover_frame(np.ones(len(store.timeline().frame), bool))
+    for column in ("where", "step", "grid", "block", "regs"):
+        text = hover[column].astype(str)
+        assert not text.str.contains("nan|<NA>", case=False).any(), column
+    assert figures.int_text(pd.Series([3.0, None, "x"], dtype=object)).tolist() == ["3", "—", "—"]
+    assert figures.int_text(pd.Series([1, None], dtype="Int64"), "?").tolist() == ["1", "?"]
