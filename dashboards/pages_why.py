@@ -40,6 +40,16 @@ def _missing_device_fields(devices: pd.DataFrame) -> list[str]:
     return [c for c in _DEVICE_FIELDS if c not in devices or devices[c].isna().all()]
 
 
+def _no_device(devices: pd.DataFrame) -> str | None:
+    """Why residency, fit and SM budget cannot be computed from ``devices`` (the run's or a rank's rows): the fields it lacks
+    and how to give them; None when it has them."""
+    missing = _missing_device_fields(devices)
+    if not missing:
+        return None
+    what = "no devices row" if len(missing) == len(_DEVICE_FIELDS) else "a devices row without"
+    return f"The dataset has {what} {', '.join(f'`{m}`' for m in missing)}. " + _NO_DEVICE
+
+
 class WhyPage(Page):
     """Why collectives started late: time by cause per rank, top blockers, every collective (click one for its
     SM budget and the advisor's what-ifs, or to open it on the Timeline)."""
@@ -197,7 +207,10 @@ class WhyPage(Page):
         try:
             tab, facts = self.store.budget(r, option)
         except Unavailable as exc:
-            return pn.Column(pn.pane.Markdown(f"#### SM budget of the chosen collective\n{where}"), unavailable("SM budget", exc))
+            devices = self.store.devices(r["run_id"])
+            note = _no_device(devices.loc[devices["rank"] == int(r["rank"])] if "rank" in devices else devices)
+            said = notice(f"**SM budget not available for rank {int(r['rank'])}.** {note}") if note else unavailable("SM budget", exc)
+            return pn.Column(pn.pane.Markdown(f"#### SM budget of the chosen collective\n{where}"), said)
         free = facts.get("free_sms")
         extra = ("" if free is None else " · no SM was free of computation at ready" if free == 0 else
                  f" · **{free} of {facts.get('num_sms')} SMs** were free of computation at ready (the collective fits there)")  # fmt: skip
@@ -247,11 +260,8 @@ class ResidencyPage(Page):
             t = self.store.run_residency()
         except Unavailable as exc:
             return unavailable("Residency", exc)
-        missing = _missing_device_fields(self.store.devices())
-        if missing:
-            what = "no devices row" if len(missing) == len(_DEVICE_FIELDS) else "devices row without"
-            return notice(f"**No residency for {self.store.run_id}.** The dataset has {what} "
-                          f"{', '.join(f'`{m}`' for m in missing)}. " + _NO_DEVICE)  # fmt: skip
+        if note := _no_device(self.store.devices()):
+            return notice(f"**No residency for {self.store.run_id}.** {note}")
         known = pd.to_numeric(t["blocks_per_sm"], errors="coerce").notna()
         if not known.any():
             notes = t["residency_note"].dropna().unique()[:3]

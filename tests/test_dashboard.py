@@ -552,7 +552,7 @@ def test_a_static_plot_is_drawn_once_and_each_copy_has_models_of_its_own(dataset
 def test_missing_numbers_read_as_a_dash_in_tables_and_hovers_never_nan(tmp_path, monkeypatch):
     """A real 2-rank HTA trace has no device limits: the Why late table's fit and free SMs, the Collectives table's slowest
     rank (where unknown) and the hover's launch shapes say "—", not pandas' missing value (NaN in a table under pandas 3,
-    "<NA>" under pandas 2)."""
+    "<NA>" under pandas 2); the SM budget says which device fields are missing and how to give them."""
     from pathlib import Path
 
     import numpy as np
@@ -571,5 +571,9 @@ def test_missing_numbers_read_as_a_dash_in_tables_and_hovers_never_nan(tmp_path,
     for column in ("where", "step", "grid", "block", "regs"):
         text = hover[column].astype(str)
         assert not text.str.contains("nan|<NA>", case=False).any(), column
+    page = WhyPage(store)
+    page.shown = True  # opens the run: its worst collective is chosen
+    said = " ".join(str(getattr(o, "object", "")) for o in page._budget().objects)
+    assert "`num_sms`" in said and "--device-name" in said and "no devices row" in said  # which fields, and how to give them
     assert figures.int_text(pd.Series([3.0, None, "x"], dtype=object)).tolist() == ["3", "—", "—"]
     assert figures.int_text(pd.Series([1, None], dtype="Int64"), "?").tolist() == ["1", "?"]
