@@ -625,8 +625,14 @@ class ComparePage(Page):
         deltas = self._deltas(a, b)
         if deltas is None or not len(deltas):
             return notice("No metric deltas for these runs.", "info")
-        return pn.Column(pn.pane.Markdown("#### Metric deltas (B − A)", margin=(10, 10, 0, 10)),
-                         table(figures.delta_display(deltas), page_size=25))  # fmt: skip
+        shown = figures.delta_display(deltas)
+        empty = (shown["A"] == "—") & (shown["B"] == "—") if {"A", "B"} <= set(shown) else pd.Series(False, index=shown.index)
+        left = ""
+        if empty.any():  # e.g. iteration time, TimeRatio, speedup of imported traces: said once, not as rows of dashes
+            left = (f"\n\nNot measured in either run, so not shown: {', '.join(shown.loc[empty, 'item'])} (these need runs "
+                    "recorded by `overlapviz collect`: its iteration times and sequential baselines).")  # fmt: skip
+        return pn.Column(pn.pane.Markdown("#### Metric deltas (B − A)" + left, margin=(10, 10, 0, 10)),
+                         table(shown.loc[~empty].reset_index(drop=True), page_size=25))  # fmt: skip
 
     @param.depends("store.run_a", "store.run_b")
     def _info(self):

@@ -21,6 +21,7 @@ import time
 from collections import OrderedDict
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import param
 import pyarrow as pa
@@ -560,6 +561,13 @@ def _true(value) -> bool:
     return value is not None and not pd.isna(value) and bool(value)
 
 
+# a run's configuration as the pages say it (the runs table's columns, in this order)
+_CONFIG_LABELS = {"workload": "workload", "setup": "setup", "compute_impl": "compute", "smem_pad_bytes": "smem padding",
+                  "comm_priority": "comm priority", "comm_priority_effective": "effective priority", "collective": "collective",
+                  "message_bytes": "message", "world_size": "world size", "n_ranks": "ranks", "backend": "backend",
+                  "device_name": "device"}  # fmt: skip
+
+
 class DataStore(param.Parameterized):
     """Data and filters shared by every page of one dashboard session.
 
@@ -746,16 +754,24 @@ class DataStore(param.Parameterized):
         row = self.run_row(run_id)
         if not row:
             return "no run selected"
-        keys = ["workload", "setup", "compute_impl", "smem_pad_bytes", "comm_priority", "comm_priority_effective",
-                "collective", "message_bytes", "world_size", "n_ranks", "backend", "device_name"]  # fmt: skip
         parts = []
-        for k in keys:
+        for k, label in _CONFIG_LABELS.items():
             v = row.get(k)
-            if v is None:
+            if v is None or (k == "world_size" and v == row.get("n_ranks")):  # said once, as the ranks traced
                 continue
-            v = figures.fmt_bytes(v) if k.endswith("_bytes") else v
-            parts.append(f"**{k.replace('_', ' ')}** {v}")
-        text = " · ".join(parts) or f"imported from {', '.join(json.loads(row.get('source_paths') or '[]'))}"
+            if k == "n_ranks":
+                parts.append(f"{int(v):,} rank{'' if int(v) == 1 else 's'}")
+                continue
+            v = figures.fmt_bytes(v) if k.endswith("_bytes") else f"{int(v):,}" if isinstance(v, (int, np.integer)) else v
+            parts.append(f"**{label}** {v}")
+        if not _true(row.get("setup")):  # an imported trace: where it came from (file names; the paths are in `runs`)
+            paths = [Path(p) for p in json.loads(row.get("source_paths") or "[]")]
+            parents = {p.parent.name for p in paths}
+            if len(paths) == 1:
+                parts.append(f"imported from {paths[0].name}")
+            elif paths:
+                parts.append(f"imported from {len(paths):,} traces" + (f" in {parents.pop()}/" if len(parents) == 1 else ""))
+        text = " · ".join(parts) or "no configuration recorded"
         if _true(row.get("stand_in")):
             text += f" · ⚠ **{figures.STAND_IN_NOTE}**"
         if row.get("status") == "failed":

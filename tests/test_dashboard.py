@@ -577,3 +577,27 @@ def test_missing_numbers_read_as_a_dash_in_tables_and_hovers_never_nan(tmp_path,
     assert "`num_sms`" in said and "--device-name" in said and "no devices row" in said  # which fields, and how to give them
     assert figures.int_text(pd.Series([3.0, None, "x"], dtype=object)).tolist() == ["3", "—", "—"]
     assert figures.int_text(pd.Series([1, None], dtype="Int64"), "?").tolist() == ["1", "?"]
+
+
+def test_compare_of_two_imported_traces_says_what_they_lack_instead_of_rows_of_dashes(tmp_path, monkeypatch):
+    """Two imported runs (no iteration times, no sequential baseline): the deltas table shows what was measured, and one
+    line names the metrics left out and what they need; the configuration line is readable (ranks, source file)."""
+    from pathlib import Path
+
+    from overlapviz.dashboards import store as store_mod
+    from overlapviz.dashboards.pages import ComparePage
+    from overlapviz.ingest import ingest
+
+    monkeypatch.setenv(store_mod.TABLE_CACHE_ENV, "0")
+    data = Path(__file__).parent / "data"
+    path = ingest([data / "nsys" / "mfu_2gpu_before_window40ms.sqlite", data / "hta_trace_filter_2rank"], tmp_path / "ds", progress=False)
+    store = store_mod.DataStore(path, warm_up=False)
+    page = ComparePage(store)
+    page.shown = True
+    assert store.run_a != store.run_b
+    title, tab = page._table().objects
+    rows = tab.value
+    assert len(rows) and not ((rows["A"] == "—") & (rows["B"] == "—")).any()
+    assert "overlap fraction" in set(rows["item"]) and "TimeRatio" in title.object and "overlapviz collect" in title.object
+    line = store.configuration_text(store.run_a) + " " + store.configuration_text(store.run_b)
+    assert "2 ranks" in line and "mfu_2gpu_before_window40ms.sqlite" in line and "n ranks" not in line
