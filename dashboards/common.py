@@ -95,6 +95,12 @@ def table(frame: pd.DataFrame, *, titles: dict | None = None, page_size: int = 1
 _TITLE_ROW_PX, _ROW_PX, _PAGER_PX = 40, 29, 44  # Tabulator's rows in Panel's design (a short table scrolls inside)
 
 
+def controls_row(*objects) -> pn.FlexBox:
+    """A page's row of controls, wrapped onto a second line where the window is too narrow for it (a Row let its last
+    buttons overlap: the export format and buttons, one Column, were laid out narrower than they are)."""
+    return pn.FlexBox(*objects, flex_wrap="wrap", align_items="flex-end", sizing_mode="stretch_width", margin=0)
+
+
 class ExportButton(pn.widgets.FileDownload):
     """A FileDownload whose failure is said in the page (``message``), not only in the server log."""
 
@@ -115,12 +121,12 @@ class ExportButton(pn.widgets.FileDownload):
                 traceback.print_exc()
 
 
-def export_buttons(store: DataStore, *items) -> pn.Column:
+def export_buttons(store: DataStore, *items, extra=()) -> pn.Column:
     """One format choice and a download button per ``(figure, options, label)``: ``figure`` as the page shows it
     (``options()``: ``build_figure``'s selection), drawn from the store's cached tables; a failure is shown
-    under the buttons."""
+    under the buttons. ``extra``: other download buttons kept in the same group."""
     fmt = pn.widgets.Select(label="Export format", options=EXPORT_FORMATS, value="png", width=110)
-    message = pn.pane.Alert("", alert_type="danger", visible=False, sizing_mode="stretch_width", margin=(0, 5))
+    message = pn.pane.Alert("", alert_type="danger", visible=False, width=460, margin=(0, 5))  # not stretched: the group keeps its width in a wrapping row
     buttons: dict[str, ExportButton] = {}
     for figure, options, label in items:
 
@@ -135,21 +141,21 @@ def export_buttons(store: DataStore, *items) -> pn.Column:
             return io.BytesIO(data)
 
         buttons[figure] = ExportButton(message, callback=_make, filename=f"{figure}.png", label=label, width=170, embed=False,
-                                       color="primary", variant="outline", align="end")  # fmt: skip
+                                       color="primary", variant="outline", align=("start", "end"))  # fmt: skip
 
     def _fmt(event):
         for figure, b in buttons.items():
             b.filename = f"{figure}.{event.new}"
 
     fmt.param.watch(_fmt, "value")
-    return pn.Column(pn.Row(fmt, *buttons.values(), align="end"), message, margin=0)
+    return pn.Column(pn.Row(fmt, *buttons.values(), *extra, align=("start", "end")), message, margin=0)
 
 
 def perfetto_button(store: DataStore) -> pn.Column:
     """Download the shown run's trace for Perfetto (``<run>.perfetto.json.gz``): exactly what
     ``overlapviz export DATASET --format perfetto --run RUN`` writes (``overlapviz.perfetto.write_perfetto``: kernels per
     rank and stream, each collective's wait with its cause, blocker and fit, flow arrows, overlap counters)."""
-    message = pn.pane.Alert("", alert_type="danger", visible=False, sizing_mode="stretch_width", margin=(0, 5))
+    message = pn.pane.Alert("", alert_type="danger", visible=False, width=460, margin=(0, 5))  # not stretched: the group keeps its width in a wrapping row
 
     def _make():
         run_id = store.run_id
@@ -160,15 +166,15 @@ def perfetto_button(store: DataStore) -> pn.Column:
         return io.BytesIO(data)
 
     button = ExportButton(message, callback=_make, filename="trace.perfetto.json.gz", label="Perfetto trace", width=150,
-                          embed=False, color="primary", variant="outline", align="end",
+                          embed=False, color="primary", variant="outline", align=("start", "end"),
                           description="The run's kernels and the why (waits by cause, blockers, arrows) as a trace for "
                                       "ui.perfetto.dev")  # fmt: skip
-    return pn.Column(button, message, margin=0, align="end")
+    return pn.Column(button, message, margin=0, align=("start", "end"))
 
 
-def export_button(store: DataStore, figure: str, options, *, label: str = "Export figure") -> pn.Column:
+def export_button(store: DataStore, figure: str, options, *, label: str = "Export figure", extra=()) -> pn.Column:
     """``export_buttons`` for one figure."""
-    return export_buttons(store, (figure, options, label))
+    return export_buttons(store, (figure, options, label), extra=extra)
 
 
 class Page(Viewer):

@@ -20,7 +20,7 @@ from panel.io.state import set_curdoc
 from overlapviz import figures
 from overlapviz import figures_timeline as ftl
 from overlapviz.analysis import ranks as ranks_analysis
-from overlapviz.dashboards.common import (PLOT_WIDTH, Page, export_button, export_buttons, hidden, notice, perfetto_button, plot,
+from overlapviz.dashboards.common import (PLOT_WIDTH, Page, controls_row, export_button, export_buttons, hidden, notice, perfetto_button, plot,
                                           static_plot, table, unavailable)  # fmt: skip
 from overlapviz.dashboards.pages_why import CollectivesPage, ResidencyPage, WhyPage
 from overlapviz.dashboards.store import DataStore, Unavailable, background, busy, stopping, wait_idle
@@ -168,7 +168,7 @@ class OverviewPage(Page):
             grid = self._configured() is not None
         except Unavailable:
             grid = False
-        header = pn.Row(pn.widgets.RadioButtonGroup.from_param(self.param.value, color="primary", variant="outline", align="end"))
+        header = controls_row(pn.widgets.RadioButtonGroup.from_param(self.param.value, color="primary", variant="outline", align=("start", "end")))
         if len(self.param.workload.objects) > 2:
             header.append(pn.widgets.Select.from_param(self.param.workload, width=140))
         if grid:
@@ -461,14 +461,14 @@ class TimelinePage(Page):
         return pn.pane.Markdown(pn.bind(self.store.configuration_text, self.store.param.run_id), sizing_mode="stretch_width")
 
     def __panel__(self):
-        controls = pn.Row(
+        controls = controls_row(
             self.run_select(),
             pn.widgets.MultiChoice.from_param(self.store.param.ranks, name="Ranks (empty: all)", width=240),
             pn.widgets.IntInput.from_param(self.param.max_glyphs, width=190),
-            pn.widgets.Checkbox.from_param(self.param.waits, align="center"),
+            pn.widgets.Checkbox.from_param(self.param.waits, align=("start", "end")),
             export_button(self.store, "timeline", lambda: {"runs": [self.store.run_id], "ranks": self.store.ranks or None,
-                                                           "window_ms": self.window()}, label="Export timeline"),
-            perfetto_button(self.store),
+                                                           "window_ms": self.window()}, label="Export timeline",
+                          extra=[perfetto_button(self.store)]),
         )  # fmt: skip
         legend = pn.pane.Markdown(
             "Wheel: zoom time · drag: pan · Under each collective its wait from launch to start, by cause "
@@ -641,7 +641,7 @@ class ComparePage(Page):
         )
 
     def __panel__(self):
-        controls = pn.Row(
+        controls = controls_row(
             pn.widgets.Select.from_param(self.store.param.run_a, name="A", width=420),
             pn.widgets.Select.from_param(self.store.param.run_b, name="B", width=420),
         )

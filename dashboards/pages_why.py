@@ -13,7 +13,7 @@ import param
 
 from overlapviz import figures, figures_why
 from overlapviz.analysis import budget, ranks as ranks_analysis
-from overlapviz.dashboards.common import PLOT_WIDTH, Page, export_buttons, notice, static_plot, table, unavailable
+from overlapviz.dashboards.common import PLOT_WIDTH, Page, controls_row, export_buttons, notice, static_plot, table, unavailable
 from overlapviz.dashboards.store import DataStore, Unavailable
 
 _CAUSES = {"all causes": "all", **{figures.CAUSE_LABELS[c]: c for c in
@@ -224,7 +224,7 @@ class WhyPage(Page):
 
     def __panel__(self):
         store = self.store
-        controls = pn.Row(
+        controls = controls_row(
             self.run_select(),
             export_buttons(store, ("why", lambda: {"runs": [store.run_id]}, "Export summary"),
                            ("budget", lambda: {"runs": [store.run_id], "record": self.record, "what_if": self._chosen_option()},
@@ -281,7 +281,7 @@ class ResidencyPage(Page):
 
     def __panel__(self):
         store = self.store
-        controls = pn.Row(self.run_select(), export_buttons(store, ("residency", lambda: {"runs": [store.run_id]}, "Export residency")))
+        controls = controls_row(self.run_select(), export_buttons(store, ("residency", lambda: {"runs": [store.run_id]}, "Export residency")))
         intro = pn.pane.Markdown(
             "### Residency per kernel launch shape\nHow many blocks of each launch shape one SM holds at once (registers, "
             "shared memory, threads and block slots of the run's GPU) and which resource limits it: what is left on an "
@@ -376,9 +376,9 @@ class CollectivesPage(Page):
 
     def __panel__(self):
         store = self.store
-        controls = pn.Row(
+        controls = controls_row(
             self.run_select(),
-            pn.widgets.RadioButtonGroup.from_param(self.param.value, color="primary", variant="outline", align="end"),
+            pn.widgets.RadioButtonGroup.from_param(self.param.value, color="primary", variant="outline", align=("start", "end")),
             export_buttons(store, ("collectives", lambda: {"runs": [store.run_id], "value": self.value}, "Export collectives"),
                            ("ranks", lambda: {"runs": [store.run_id]}, "Export ranks")),
         )  # fmt: skip

@@ -419,7 +419,7 @@ def ranks(metrics: pd.DataFrame, *, width: int = 560, height: int = 320, toleran
                    vdims=[hv.Dimension("t", label=f"Communication time ({unit})")]).opts(
         stacked=True, cmap={"overlapped": "#009E73", "exposed": "#D55E00"}, tools=["hover"], width=width, default_tools=["save"],
         height=height, title="Communication per rank: overlapped vs exposed", legend_position="right", fontsize={"title": TITLE_FONT},
-        yformatter="%.1f")  # fmt: skip
+        yformatter="%.1f", padding=(0, (0, 0.05)))  # fmt: skip
     strag = ranks_analysis.straggler_ranks(metrics, tolerance=tolerance)
     spans = pd.DataFrame(
         {"rank": rank, "span_ms": pd.to_numeric(metrics["span_us"]) / 1e3,
@@ -429,7 +429,7 @@ def ranks(metrics: pd.DataFrame, *, width: int = 560, height: int = 320, toleran
                    vdims=[hv.Dimension("span_ms", label="GPU span (ms)"), "status"]).opts(
         color=hv.dim("status").categorize({"normal": "#0072B2"}, default="#CC79A7"), tools=["hover"], default_tools=["save"],
         width=width, height=height, title="GPU span per rank (stragglers in pink)", fontsize={"title": TITLE_FONT},
-        yformatter="%.2f")  # fmt: skip
+        yformatter="%.2f", padding=(0, (0, 0.05)))  # fmt: skip
     return (comm + span).opts(shared_axes=False)
 
 

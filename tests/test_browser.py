@@ -64,6 +64,17 @@ TEXT_JS = """function t(root){ let s = ''; const w = document.createTreeWalker(r
   while (w.nextNode()) { const p = w.currentNode.parentNode; if (p && !['STYLE', 'SCRIPT'].includes(p.nodeName)) s += w.currentNode.textContent + ' '; }
   root.querySelectorAll('*').forEach(e => { if (e.shadowRoot) s += t(e.shadowRoot); }); return s; }
 return t(document)"""
+# the controls (selects, inputs, buttons, downloads) of the open tab that overlap another one: [[a, b], ...]
+OVERLAPPING_CONTROLS_JS = """const tabs = [...Bokeh.index.all_views()].find(v => v.model.type === 'panel.models.tabs.Tabs');
+const views = []; (function walk(v) { views.push(v); (v.child_views || []).forEach(walk); })(tabs.child_views[tabs.model.active]);
+const boxes = views.filter(v => v.el && v.el.isConnected && /(Select|MultiChoice|FileDownload|Button|Checkbox|Input|Spinner)/.test(v.model.type))
+  .map(v => { const r = v.el.getBoundingClientRect(); return [v.model.type + ' ' + (v.model.title || v.model.label || ''), r]; })
+  .filter(([, r]) => r.width > 1 && r.height > 1);
+const out = [];
+boxes.forEach(([a, r], i) => boxes.slice(i + 1).forEach(([b, q]) => {
+  if (Math.min(r.right, q.right) - Math.max(r.left, q.left) > 2 && Math.min(r.bottom, q.bottom) - Math.max(r.top, q.top) > 2) out.push([a, b]);
+}));
+return out;"""
 # the view of the plot whose title starts with arguments[0]
 PLOT_VIEW = """const pv = [...Bokeh.index.all_views()].filter(v => v.renderer_views && v.model.title && v.model.title.text
   && v.model.title.text.startsWith(arguments[0]) && v.el.isConnected)[0];"""
@@ -311,6 +322,10 @@ def test_every_page_draws_and_stays_on_localhost(loaded, tmp_path, server_log):
         assert canvases, f"{name}: no plot drawn"
         errors = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
         assert not errors, f"{name}: {errors}"
+        for width in (1000, 1400):  # a laptop's window and the screenshots': the controls wrap, never overlap
+            driver.set_window_size(width, 1100)
+            time.sleep(0.5)
+            assert not driver.execute_script(OVERLAPPING_CONTROLS_JS), (name, width, driver.execute_script(OVERLAPPING_CONTROLS_JS))
         time.sleep(0.5)
         height = driver.execute_script("return document.documentElement.scrollHeight")
         driver.set_window_size(1400, min(max(height, 1100), 4000))
