@@ -13,6 +13,7 @@ import holoviews.plotting.bokeh  # noqa: F401  (registers the bokeh backend's op
 import numpy as np
 import pandas as pd
 
+from overlapviz import vocabulary
 from overlapviz.analysis import ranks as ranks_analysis
 
 # builders use bokeh-backend options; register it as current without notebook output (hv.extension prints)
@@ -141,27 +142,21 @@ def time_unit(max_us: float) -> tuple[str, float]:
     return "µs", 1.0
 
 
-def short_name(name) -> str:
-    """A kernel name without its return type and arguments, at most 60 characters."""
-    if _null(name):
-        return "—"
-    s = str(name)
-    s = s[5:] if s.startswith("void ") else s
-    cut = s.find("(")
-    s = s[:cut] if cut > 0 else s
-    return s if len(s) <= 60 else s[:59] + "…"
+def short_name(name, n: int = 60) -> str:
+    """A kernel's function name with its template arguments, no return type or parameter list
+    (``vocabulary.function_name``), at most ``n`` characters; "—" for none."""
+    return "—" if _null(name) else vocabulary.short_name(str(name), n, templates=True)
 
 
 def short_names(names, n: int = 60) -> np.ndarray:
     """``short_name`` of each name, computed once per distinct name."""
     codes, uniq = pd.factorize(pd.Series(names, dtype=object), use_na_sentinel=True)
-    table = np.array([short_name(u)[:n] for u in uniq] + ["—"], dtype=object)
+    table = np.array([short_name(u, n) for u in uniq] + ["—"], dtype=object)
     return table[np.where(codes < 0, len(uniq), codes)]
 
 
 def _short(names: pd.Series, n: int = 48) -> pd.Series:
-    names = names.astype(str).str.replace(r"^void ", "", regex=True).str.replace(r"\(.*$", "", regex=True)
-    return names.where(names.str.len() <= n, names.str.slice(0, n - 1) + "…")
+    return pd.Series(short_names(names, n), index=names.index, dtype=object)
 
 
 # --- configuration grid ---------------------------------------------------------------
@@ -454,18 +449,25 @@ def residency(table: pd.DataFrame, *, width: int = 1000, top: int = RESIDENCY_TO
     n_all = len(t)
     t = t.head(top)
     shapes = t.assign(
-        kernel=_short(t["name"].astype(str)) + " · " + t["threads_per_block"].astype("Int64").astype(str) + " thr, "
-        + t["regs_per_thread"].astype("Int64").astype(str) + " reg, " + t["shared_mem_bytes"].map(fmt_bytes),
+        kernel=_short(t["name"].astype(str)) + " · " + int_text(t["threads_per_block"], "?") + " thr, "
+        + int_text(t["regs_per_thread"], "?") + " reg, " + t["shared_mem_bytes"].map(fmt_bytes),
         limiter=t["limiter"].fillna("unknown").astype(str),
         time=t["total_us"].map(fmt_us) if "total_us" in t else "—",
     )  # fmt: skip
-    shapes = shapes.drop_duplicates("kernel")
+    # one bar per label: a shape drawn twice is left out; two template instances of one function with the same launch
+    # shape but another residency (their names differ only in what the label leaves out) are numbered
+    shapes = shapes.drop_duplicates(["kernel", "blocks_per_sm", "limiter"])
+    again = shapes.groupby("kernel", sort=False).cumcount().to_numpy()
+    shapes = shapes.assign(kernel=shapes["kernel"] + np.where(again > 0, [f" ({i + 1})" for i in again], ""))
     palette = {"registers": "#0072B2", "shared_memory": "#E69F00", "warps": "#009E73", "blocks": "#CC79A7", "sgprs": "#56B4E9"}
     more = f"top {len(shapes)} of {n_all} by time, all in the table; " if n_all > len(shapes) else ""
-    return hv.Bars(_plain(shapes[::-1]), kdims=[hv.Dimension("kernel", label="Kernel launch shape")],
-                   vdims=[hv.Dimension("blocks_per_sm", label="Resident blocks per SM"), "limiter", "name", "time"]).opts(
-        color=hv.dim("limiter").categorize(palette, default="#999999"), invert_axes=True, tools=["hover"], default_tools=["save"],
-        width=width, height=max(200, 24 * len(shapes) + 110), show_legend=False, fontsize={"title": TITLE_FONT},
+    # the limiter as a second key of one-segment stacks: HoloViews then draws its legend (a colour by dim has none)
+    limiters = list(dict.fromkeys(shapes["limiter"]))
+    return hv.Bars(_plain(shapes[::-1]), kdims=[hv.Dimension("kernel", label="Kernel launch shape"), hv.Dimension("limiter", label="limited by")],
+                   vdims=[hv.Dimension("blocks_per_sm", label="Resident blocks per SM"), "name", "time"]).opts(
+        stacked=True, cmap={lim: palette.get(lim, "#999999") for lim in limiters}, invert_axes=True, tools=["hover"],
+        default_tools=["save"], width=width, height=max(200, 24 * len(shapes) + 110), show_legend=True,
+        legend_position="right", legend_opts={"title": "limited by"}, fontsize={"title": TITLE_FONT},
         # two lines: a long kernel name's axis labels leave the title little of the figure's width
         title=f"Resident blocks per SM by kernel launch shape\n({more}colour: limiting resource)",
         hover_tooltips=[("kernel", "@{name}"), ("blocks/SM", "@{blocks_per_sm}"), ("limited by", "@{limiter}"), ("total time", "@{time} µs")],

@@ -78,7 +78,7 @@ def blockers(table: pd.DataFrame, *, width: int = 520, top: int = 8) -> hv.Bars:
     t = table.head(top)
     total = float(t["blocked_us"].max()) if len(t) else 0.0
     unit, div = time_unit(total)
-    frame = pd.DataFrame({"kernel": [short_name(n)[:28] + ("…" if len(short_name(n)) > 28 else "") for n in t["blocker"]],
+    frame = pd.DataFrame({"kernel": [short_name(n, 28) for n in t["blocker"]],
                           "t": t["blocked_us"].to_numpy(np.float64) / div,
                           "n": t["n_blocked"].astype(int).to_numpy(), "resource": t["blocking_resource"].fillna("—").astype(str),
                           "name": t["blocker"].astype(str)}).drop_duplicates("kernel")  # fmt: skip

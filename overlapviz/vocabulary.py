@@ -8,7 +8,7 @@ import re
 import tomllib
 from dataclasses import dataclass
 
-__all__ = ["Library", "Vocabulary", "joined", "load", "vocabulary"]
+__all__ = ["Library", "Vocabulary", "function_name", "joined", "load", "short_name", "vocabulary"]
 
 COLLECTIVE_LABELS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "send_recv", "broadcast",
                      "reduce", "gather", "scatter", "send", "recv", "barrier")  # fmt: skip
@@ -135,3 +135,65 @@ def _check_pattern(pattern, where: str) -> None:
         raise ValueError(f"{where}: {pattern!r} is not a regular expression: {exc}") from None
     if re.search(r"\(\?<?[=!]|\\[1-9]", pattern):  # RE2 (pyarrow's engine) has neither
         raise ValueError(f"{where}: {pattern!r} uses look-around or a back-reference, which RE2 does not support")
+
+
+def function_name(name: str, *, templates: bool = False) -> str:
+    """A kernel's function name from its demangled signature: no return type or parameter list, nor template arguments
+    unless ``templates`` (a GEMM library's ``cutlass::Kernel2<cutlass_80_tensorop_...>`` says little without them).
+
+    ``void at::native::vectorized_elementwise_kernel<4, ...>(int, ...)`` -> ``at::native::vectorized_elementwise_kernel``;
+    ``std::enable_if<!(...), void>::type internal::gemvx::kernel<...>(...)`` -> ``internal::gemvx::kernel``;
+    ``void (anonymous namespace)::f<...>(...)`` -> ``{anonymous}::f``. A name that is no signature keeps its words
+    (``Memcpy HtoD (Pageable -> Device)`` -> ``Memcpy HtoD``); empty only for a blank name.
+    """
+    s = name.strip()
+    if s.startswith("void "):
+        s = s[5:]
+    s = s.replace("(anonymous namespace)", "{anonymous}")
+    depth, bracket, stack = [], [], []  # per character: brackets open around it, whether it is a matched bracket
+    for ch in s:
+        if ch in "<(":
+            depth.append(len(stack))
+            bracket.append(True)
+            stack.append(ch)
+        elif ch in ")>" and stack and stack[-1] == ("(" if ch == ")" else "<"):
+            stack.pop()
+            depth.append(len(stack))
+            bracket.append(True)
+        else:  # a '>' of '->' inside a parameter list closes nothing
+            depth.append(len(stack))
+            bracket.append(False)
+    if stack:  # unbalanced: not a signature
+        return s or name
+    opens = [i for i, ch in enumerate(s) if ch == "(" and depth[i] == 0 and bracket[i]]
+    end = opens[-1] if opens and opens[-1] > 0 else len(s)  # the parameter list: the last top-level (...)
+    words, cur = [], []
+    for i in range(end):
+        if depth[i] == 0 and s[i].isspace():
+            if cur:
+                words.append("".join(cur))
+                cur = []
+        elif templates or not (depth[i] or bracket[i]):
+            cur.append(s[i])
+    if cur:
+        words.append("".join(cur))
+    if len(words) > 1 and any("::" in w for w in words):  # a return type (std::enable_if<...>::type, ...) before the name
+        words = words[-1:]
+    return " ".join(words) or s or name
+
+
+def short_name(name: str, limit: int | None = 40, *, templates: bool = False) -> str:
+    """``function_name`` cut to ``limit`` characters (the last one ``…``); a collective instance (``pos:GROUP:NAME#SEQ``)
+    keeps its prefix and sequence number."""
+    if name.startswith("pos:") and "#" in name:
+        head, _, rest = name.partition(":")
+        group, _, rest = rest.partition(":")
+        body, _, seq = rest.rpartition("#")
+        whole = f"{head}:{group}:{function_name(body, templates=templates)}"
+        return f"{whole}#{seq}" if limit is None else _cut(whole, limit - len(seq) - 1) + f"#{seq}"
+    short = function_name(name, templates=templates)
+    return short if limit is None else _cut(short, limit)
+
+
+def _cut(s: str, limit: int) -> str:
+    return s if len(s) <= limit else s[: max(1, limit - 1)] + "…"

@@ -252,6 +252,36 @@ def test_residency_bars_only_the_top_shapes():
     assert bars.dframe()["kernel"].iloc[-1].startswith("gemm39")  # the busiest on top
 
 
+def test_residency_names_each_shape_readably_and_has_a_legend_of_its_limiters():
+    """Real demangled names: a return type (std::enable_if<...>::type) and an anonymous namespace were cut at their first
+    '(' into 'std::enable_if<' and '' on the axis; the colour (limiting resource) had no legend."""
+    from bokeh.models import Legend
+
+    names = ["std::enable_if<!(cute::is_valid<int>), void>::type internal::gemvx::kernel<int, float>(int, float)",
+             "void (anonymous namespace)::multimem_all_reduce_kernel<c10::BFloat16>(int, void*)",
+             "Memcpy HtoD (Pageable -> Device)", "void at::native::elementwise_kernel<128, 4, Fill>(int)",
+             "void at::native::elementwise_kernel<128, 4, Add>(int)"]  # fmt: skip
+    table = pd.DataFrame({"name": names, "threads_per_block": [128, 1024, 1, 128, 128], "regs_per_thread": [32, 26, 1, 20, 20],
+                          "shared_mem_bytes": 0, "blocks_per_sm": [16, 2, 1, 16, 12],
+                          "limiter": ["warps", "registers", "blocks", "warps", "registers"], "total_us": [5.0, 4, 3, 2, 1]})  # fmt: skip
+    bars = figures.residency(table)
+    labels = bars.dframe()["kernel"].tolist()[::-1]
+    assert labels[0].startswith("internal::gemvx::kernel<int, float> · 128 thr")
+    assert labels[1].startswith("{anonymous}::multimem_all_reduce_kernel<c10::BF… · 1024 thr")  # cut at 48
+    assert labels[2].startswith("Memcpy HtoD · 1 thr")
+    assert len(set(labels)) == 5 and labels[3] != labels[4]  # same function and shape, another residency: both kept
+    legend = next(m for m in hv.render(bars, backend="bokeh").select({"type": Legend}))
+    shown = set()
+    for item in legend.items:  # a fixed label, or one per value of a column of its glyph's data (grouped in the browser)
+        label = item.label
+        if getattr(label, "field", None) or (isinstance(label, dict) and "field" in label):
+            field = label["field"] if isinstance(label, dict) else label.field
+            shown |= {str(v) for r in item.renderers for v in r.data_source.data[field]}
+        else:
+            shown.add(str(label["value"] if isinstance(label, dict) else label.value))
+    assert shown == {"warps", "registers", "blocks"}
+
+
 def test_number_formats_follow_the_cli():
     # was: `1.147e+05` in the deltas table and `1.600e+7 µs` on axes
     assert figures.fmt_num(114_700.0) == "114,700" and figures.fmt_num(0.84736) == "0.8474"

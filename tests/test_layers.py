@@ -35,7 +35,7 @@ LAYERS = [
     ("overlapviz.ingest", {"overlapviz", "overlapviz.schema", "overlapviz.rules", "overlapviz.collectives", "overlapviz.devices",
                            "overlapviz.lifetime"}),
     ("overlapviz.analysis", {"overlapviz", "overlapviz.schema", "overlapviz.rules", "overlapviz.collectives", "overlapviz.devices"}),
-    ("overlapviz.figures", {"overlapviz.schema", "overlapviz.analysis", "overlapviz.raster"}),
+    ("overlapviz.figures", {"overlapviz.schema", "overlapviz.analysis", "overlapviz.raster", "overlapviz.vocabulary"}),  # kernel names
     ("overlapviz.perfetto", {"overlapviz.schema", "overlapviz.analysis"}),
 ]
 

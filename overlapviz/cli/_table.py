@@ -20,6 +20,8 @@ from __future__ import annotations
 import math
 import textwrap
 
+from overlapviz import vocabulary
+
 NULL = "-"
 # columns that are shortened to a kernel's function name in a compact table
 NAME_COLUMNS = ("name", "blocker", "producer", "comm", "resident", "instance")
@@ -96,37 +98,10 @@ def cell(column_unit: str, v) -> str:
 
 
 def short_name(name: str, limit: int | None = NAME_MAX) -> str:
-    """A kernel's function name: without the return type, template arguments and parameter list,
-    then cut to ``limit`` characters (the last one ``…``).
-
-    ``void at::native::vectorized_elementwise_kernel<4, ...>(int, ...)`` ->
-    ``at::native::vectorized_elementwise_kernel``; short plain names are unchanged. A
-    collective instance (``pos:GROUP:NAME#SEQ``) keeps its prefix and sequence number.
-    """
-    if name.startswith("pos:") and "#" in name:
-        head, _, rest = name.partition(":")
-        group, _, rest = rest.partition(":")
-        body, _, seq = rest.rpartition("#")
-        return f"{head}:{group}:{short_name(body, None)}#{seq}" if limit is None else \
-            _cut(f"{head}:{group}:{short_name(body, None)}", limit - len(seq) - 1) + f"#{seq}"  # fmt: skip
-    s = name.strip()
-    if s.startswith("void "):
-        s = s[5:]
-    s = s.replace("(anonymous namespace)", "{anonymous}")
-    out, depth = [], 0
-    for ch in s:
-        if ch in "<(":
-            depth += 1
-        elif ch in ">)" and depth:
-            depth -= 1
-        elif depth == 0:
-            out.append(ch)
-    short = "".join(out).strip() or name
-    return short if limit is None else _cut(short, limit)
-
-
-def _cut(s: str, limit: int) -> str:
-    return s if len(s) <= limit else s[: max(1, limit - 1)] + "…"
+    """A kernel's function name (``vocabulary.function_name``: no return type, template arguments or parameter list),
+    cut to ``limit`` characters (the last one ``…``); a collective instance (``pos:GROUP:NAME#SEQ``) keeps its prefix and
+    sequence number."""
+    return vocabulary.short_name(name, limit)
 
 
 def render(columns: list[str], data: dict[str, list], *, wide: bool, text: set[str] | None = None,
