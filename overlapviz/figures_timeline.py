@@ -428,7 +428,7 @@ def step_bands(data: TimelineData, steps: pd.DataFrame | None = None) -> hv.Rect
         names = dict(zip(pd.to_numeric(steps["step"], errors="coerce"), steps["name"].astype(str)))
         ext = ext.assign(step_name=[names.get(int(s.split()[-1]), s) for s in ext["step_name"]])
     el = hv.Rectangles(_plain(ext), vdims=["step_name", "shade"])
-    return el.opts(color=hv.dim("shade").categorize({"0": "#ECECEC", "1": "#F7F7F7"}), line_alpha=0, alpha=1.0,
+    return el.opts(color=_coloured(ext, "shade", {"0": "#ECECEC", "1": "#F7F7F7"}, "#ECECEC"), line_alpha=0, alpha=1.0,
                    default_tools=[], tools=_TOOLS)  # fmt: skip
 
 
@@ -537,16 +537,16 @@ def timeline_view(
     raster = raster.opts(default_tools=[])
     kvd = [c for c in rects.columns if c not in ("start_ms", "lane_lo", "end_ms", "lane_hi")]
     krects = hv.Rectangles(rects, kdims=_RECT_KDIMS, vdims=kvd).opts(
-        color=hv.dim("kind").categorize(KIND_COLORS, default=KIND_COLORS["other"]), line_alpha=0, tools=["hover"],
+        color=_coloured(rects, "kind", KIND_COLORS, KIND_COLORS["other"]), line_alpha=0, tools=["hover"],
         hover_tooltips=_KERNEL_HOVER, default_tools=[])  # fmt: skip
     cvd = [c for c in comm.columns if c not in ("start_ms", "lane_lo", "end_ms", "lane_hi")]
     crects = hv.Rectangles(comm, kdims=_RECT_KDIMS, vdims=cvd).opts(
-        color=KIND_COLORS["comm"], line_color=hv.dim("cause_key").categorize(
-            {"sm_resources": CAUSE_COLORS["sm_resources"], "dependency": CAUSE_COLORS["dependency"]}, default=KIND_COLORS["comm"]),
+        color=KIND_COLORS["comm"], line_color=_coloured(
+            comm, "cause_key", {"sm_resources": CAUSE_COLORS["sm_resources"], "dependency": CAUSE_COLORS["dependency"]}, KIND_COLORS["comm"]),
         line_width=2, tools=["hover"], hover_tooltips=_COMM_HOVER, default_tools=[])  # fmt: skip
     wvd = ["part", "label", "wait"]
     wrects = hv.Rectangles(wait_rects, kdims=_RECT_KDIMS, vdims=wvd).opts(
-        color=hv.dim("part").categorize(CAUSE_COLORS, default=CAUSE_COLORS["unknown"]), line_alpha=0, tools=["hover"],
+        color=_coloured(wait_rects, "part", CAUSE_COLORS, CAUSE_COLORS["unknown"]), line_alpha=0, tools=["hover"],
         hover_tooltips=_WAIT_HOVER, default_tools=[])  # fmt: skip
     segs = hv.Segments(arrows, kdims=["x0", "y0", "x1", "y1"], vdims=["what"]).opts(alpha=0, hooks=[_arrows_hook], default_tools=[])
     bands = step_bands(data, steps)
@@ -564,6 +564,13 @@ def timeline_view(
             active_tools=["xwheel_zoom", "xpan"], fontsize={"title": "11pt"}, hooks=[_quick_ranges], xformatter=xformatter, **xlim,
         )
     )  # fmt: skip
+
+
+def _coloured(frame: pd.DataFrame, column: str, colours: dict, default: str):
+    """A layer's colour by ``column``, a plain colour when the layer is empty: HoloViews maps an empty colour column with
+    the ranges of its layout, which in Compare are the other panel's strings (a run without collectives beside one
+    with them failed to draw: "unsupported operand type(s) for -=: 'str' and 'float'")."""
+    return hv.dim(column).categorize(colours, default=default) if len(frame) else default
 
 
 def drawn_whole(data: TimelineData, max_glyphs: int) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import panel as pn
 import pytest
@@ -601,3 +602,36 @@ def test_compare_of_two_imported_traces_says_what_they_lack_instead_of_rows_of_d
     assert "overlap fraction" in set(rows["item"]) and "TimeRatio" in title.object and "overlapviz collect" in title.object
     line = store.configuration_text(store.run_a) + " " + store.configuration_text(store.run_b)
     assert "2 ranks" in line and "mfu_2gpu_before_window40ms.sqlite" in line and "n ranks" not in line
+
+
+def test_compare_and_timeline_draw_runs_whose_layers_are_empty_beside_full_ones(tmp_path, monkeypatch):
+    """Real ROCm traces: a run without steps or collectives (empty band, wait and collective layers) beside one with them.
+    Compare drew nothing at all (HoloViews mapped the empty colour column with the other panel's strings: a TypeError
+    the page never showed); the Timeline must switch between such runs both ways."""
+    from pathlib import Path
+
+    import holoviews as hv
+
+    from overlapviz.dashboards import store as store_mod
+    from overlapviz.dashboards.pages import ComparePage, TimelinePage
+    from overlapviz.ingest import ingest
+
+    monkeypatch.setenv(store_mod.TABLE_CACHE_ENV, "0")
+    path = ingest([Path(__file__).parent / "data" / "torch_rocm"], tmp_path / "ds", progress=False)
+    store = store_mod.DataStore(path, warm_up=False)
+    runs = list(store.runs["run_id"])
+    bare, full = runs[0], next(r for r in runs if (store.timeline(r).frame["kind"].astype(str) == "comm").any())
+    assert not len(store.timeline(bare, why=True).comm_frame(np.ones(len(store.timeline(bare).frame), bool)))
+    for a, b in ((runs[0], runs[1]), (bare, full), (full, bare)):
+        store.param.update(run_a=a, run_b=b)
+        page = ComparePage(store)
+        page.shown = True
+        root = page._plot().get_root()
+        assert sum(1 for _ in root.select({"type": Plot})) == 2, (a, b)
+    page = TimelinePage(store)
+    page.shown = True
+    page._plot().get_root()
+    for run in (bare, full, bare):
+        store.run_id = run
+        comm = next(e for e in page._last[1].values() if isinstance(e, hv.Rectangles) and "cause" in [d.name for d in e.vdims])
+        assert page._last[0][0] == run and (len(comm.data) > 0) == (run == full)
