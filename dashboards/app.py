@@ -6,8 +6,11 @@ import os
 import secrets
 import shutil
 import signal
+import sys
 import threading
+import traceback
 import urllib.error
+import weakref
 import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -36,6 +39,23 @@ pn.extension("tabulator", inline=True, notifications=False)
 # Canvas, not WebGL: our glyph budget (figures.MAX_GLYPHS) is small enough for canvas, and browsers
 # without a GPU (headless chromium, remote desktops) fall back to a software WebGL that stalls for seconds
 hv.renderer("bokeh").webgl = False
+
+_SHOWN: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # a session's Document -> its Dashboard
+
+
+def _failed(exc: BaseException) -> None:
+    """Panel's handler of an exception raised while a session's event is handled (a page drawn on a tab switch, a widget
+    change): the traceback goes to the server log, one line to the page above the tabs. Panel's default re-raises it
+    into the event loop: the log had it, the page stayed blank."""
+    traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
+    dash = _SHOWN.get(pn.state.curdoc) if pn.state.curdoc is not None else None
+    if dash is not None:
+        dash.failure.object = (f"**Drawing this failed** ({type(exc).__name__}: {str(exc)[:300]}); the server log has the "
+                               "traceback. Other pages and other runs still work.")  # fmt: skip
+        dash.failure.visible = True
+
+
+pn.config.exception_handler = _failed
 
 
 class Dashboard(Viewer):
@@ -67,11 +87,13 @@ class Dashboard(Viewer):
         # empty in the browser (Panel 1.9), and building every page up front slows the first render
         self.holders = [pn.Column(sizing_mode="stretch_width") for _ in PAGES]
         self.tabs = pn.Tabs(*zip(PAGES, self.holders), sizing_mode="stretch_width")
+        self.failure = pn.pane.Alert("", alert_type="danger", visible=False, sizing_mode="stretch_width")  # said by _failed
         self.tabs.param.watch(self._fill, "active")
         self._fill()
 
     def _fill(self, *_) -> None:
         with drawing():  # the background tables wait meanwhile (one interpreter)
+            self.failure.visible = False  # a failure said is about the page it happened on
             active = self.tabs.active
             for i, page in enumerate(self.pages):
                 page.shown = i == active  # hidden pages skip their re-render when the store changes
@@ -93,7 +115,9 @@ class Dashboard(Viewer):
         if store.any_stand_in:
             parts.append(pn.pane.Alert(f"Some runs use a **{figures.STAND_IN_NOTE}**; they are marked wherever shown.",
                                        alert_type="warning", sizing_mode="stretch_width"))  # fmt: skip
-        parts.append(self.tabs)
+        parts += [self.failure, self.tabs]
+        if pn.state.curdoc is not None:
+            _SHOWN[pn.state.curdoc] = self
         return pn.Column(*parts, sizing_mode="stretch_width")
 
 

@@ -635,3 +635,26 @@ def test_compare_and_timeline_draw_runs_whose_layers_are_empty_beside_full_ones(
         store.run_id = run
         comm = next(e for e in page._last[1].values() if isinstance(e, hv.Rectangles) and "cause" in [d.name for d in e.vdims])
         assert page._last[0][0] == run and (len(comm.data) > 0) == (run == full)
+
+
+def test_a_failure_while_drawing_is_said_on_the_page_and_logged(dataset, capsys):
+    """An exception raised while a session's event is handled (Panel hands it to pn.config.exception_handler) is said
+    above the tabs of that session's page, and its traceback goes to the server log; the next tab switch clears it."""
+    from bokeh.document import Document
+    from panel.io.state import set_curdoc
+
+    from overlapviz.dashboards.app import Dashboard
+
+    doc = Document()
+    with set_curdoc(doc):
+        dash = Dashboard(dataset)
+        pn.panel(dash).get_root(doc)
+        try:
+            raise TypeError("unsupported operand type(s) for -=: 'str' and 'float'")
+        except TypeError as exc:
+            pn.state._handle_exception(exc)  # what Panel does with an event callback's exception
+    assert dash.failure.visible and "TypeError: unsupported operand" in dash.failure.object
+    assert "Traceback" in capsys.readouterr().err
+    with set_curdoc(doc):
+        dash.tabs.active = 1
+    assert not dash.failure.visible
