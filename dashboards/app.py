@@ -10,8 +10,8 @@ import sys
 import threading
 import traceback
 import urllib.error
-import weakref
 import urllib.request
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path

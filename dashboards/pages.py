@@ -228,6 +228,8 @@ def _set_labels(fig, title: str, fmt: str) -> None:
     for axis in fig.xaxis:
         if getattr(axis.formatter, "format", None) != fmt:
             axis.formatter = PrintfTickFormatter(format=fmt)
+
+
 COMPUTING_WHY = "Computing why… the kernels are drawn; each collective's wait, arrows and hover why fields follow."
 
 

@@ -33,17 +33,10 @@ _NO_DEVICE = ("The trace has no device properties for this run (Kineto's `device
 _DEVICE_FIELDS = ["arch", "num_sms", "max_threads_per_sm", "regs_per_sm", "shared_mem_per_sm", "warp_size"]
 
 
-def _missing_device_fields(devices: pd.DataFrame) -> list[str]:
-    """The devices-table fields the residency needs that this run lacks (all of them without a devices row)."""
-    if not len(devices):
-        return list(_DEVICE_FIELDS)
-    return [c for c in _DEVICE_FIELDS if c not in devices or devices[c].isna().all()]
-
-
 def _no_device(devices: pd.DataFrame) -> str | None:
-    """Why residency, fit and SM budget cannot be computed from ``devices`` (the run's or a rank's rows): the fields it lacks
-    and how to give them; None when it has them."""
-    missing = _missing_device_fields(devices)
+    """Why residency, fit and SM budget cannot be computed from ``devices`` (the run's or a rank's rows): the fields the
+    residency needs that it lacks (all of them without a row) and how to give them; None when it has them."""
+    missing = [c for c in _DEVICE_FIELDS if not len(devices) or c not in devices or devices[c].isna().all()]
     if not missing:
         return None
     what = "no devices row" if len(missing) == len(_DEVICE_FIELDS) else "a devices row without"

@@ -155,10 +155,6 @@ def short_names(names, n: int = 60) -> np.ndarray:
     return table[np.where(codes < 0, len(uniq), codes)]
 
 
-def _short(names: pd.Series, n: int = 48) -> pd.Series:
-    return pd.Series(short_names(names, n), index=names.index, dtype=object)
-
-
 # --- configuration grid ---------------------------------------------------------------
 
 VALUE_LABELS = {
@@ -449,7 +445,7 @@ def residency(table: pd.DataFrame, *, width: int = 1000, top: int = RESIDENCY_TO
     n_all = len(t)
     t = t.head(top)
     shapes = t.assign(
-        kernel=_short(t["name"].astype(str)) + " · " + int_text(t["threads_per_block"], "?") + " thr, "
+        kernel=pd.Series(short_names(t["name"], 48), index=t.index) + " · " + int_text(t["threads_per_block"], "?") + " thr, "
         + int_text(t["regs_per_thread"], "?") + " reg, " + t["shared_mem_bytes"].map(fmt_bytes),
         limiter=t["limiter"].fillna("unknown").astype(str),
         time=t["total_us"].map(fmt_us) if "total_us" in t else "—",
