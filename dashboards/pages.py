@@ -21,7 +21,7 @@ from overlapviz import figures
 from overlapviz import figures_timeline as ftl
 from overlapviz.analysis import ranks as ranks_analysis
 from overlapviz.dashboards.common import (PLOT_WIDTH, Page, controls_row, export_button, export_buttons, hidden, notice, perfetto_button, plot,
-                                          static_plot, table, unavailable)  # fmt: skip
+                                          StaticTable, static_plot, table, unavailable)  # fmt: skip
 from overlapviz.dashboards.pages_why import CollectivesPage, ResidencyPage, WhyPage
 from overlapviz.dashboards.store import DataStore, Unavailable, background, busy, stopping, wait_idle
 
@@ -100,7 +100,17 @@ class OverviewPage(Page):
         pane = static_plot(self.store, ("overview heatmap", value, workload), lambda: self._build(table_, value))
         figure = pane.object
         figure.on_event(Tap, lambda event: self._tapped(figure, event))
+        self.store.memo(("overview heatmaps", workload), lambda: background(lambda: self._draw_others(table_, workload), "overlapviz-heatmaps"))
         return pane
+
+    def _draw_others(self, table_: pd.DataFrame, workload: str) -> None:
+        """The other metrics' heatmaps of ``workload``, drawn once in the background while the user looks at the first:
+        a metric change then only copies one (0.3-0.45 s of the server's time each on the samples, drawn on demand)."""
+        for value in _METRICS.values():
+            wait_idle(5.0)  # a session's page first: one interpreter, one GIL
+            if stopping():
+                return
+            static_plot(self.store, ("overview heatmap", value, workload), lambda value=value: self._build(table_, value), copy=False)
 
     def _tapped(self, figure, event) -> None:
         """A tap at (x, y) in the heatmap's categorical coordinates: factor k spans [k, k + 1] on its axis."""
@@ -157,11 +167,10 @@ class OverviewPage(Page):
         if t is None:
             return pn.Spacer()
         cols = [c for c in _CONFIG_TITLES if c in t]
-        fmts = {c: {"type": "money", "precision": 3, "symbol": "", "thousand": ","} for c in
-                ("median_ms", "time_ratio", "speedup", "speedup_ci_low", "speedup_ci_high", "compute_slowdown") if c in t}  # fmt: skip
+        digits = {c: 3 for c in ("median_ms", "time_ratio", "speedup", "speedup_ci_low", "speedup_ci_high", "compute_slowdown") if c in t}
         if "overlap_fraction" in t:
             t = t.assign(overlap_fraction=pd.to_numeric(t["overlap_fraction"], errors="coerce").map(figures.fmt_pct))
-        return table(t[cols], titles=_CONFIG_TITLES, formatters=fmts, page_size=12)
+        return StaticTable(t[cols], titles=_CONFIG_TITLES, digits=digits, rows=12)
 
     def __panel__(self):
         try:
@@ -496,6 +505,7 @@ class ComparePage(Page):
         super().__init__(store=store, **params)
         self._pane = self._selection = self._range = None
         self._drawn = {}
+        self._window = None  # the window in view of a copied pair (``_copied``): the live pane's is its range stream's
 
     @param.depends("store.run_a", "store.run_b", "shown", watch=True, on_init=True)
     def _follow(self) -> None:
@@ -514,9 +524,47 @@ class ComparePage(Page):
         if not len(self.store.timeline(a, ranks=[]).frame) or not len(self.store.timeline(b, ranks=[]).frame):
             self.content = "One of the two runs has no kernels."
             return
+        if self._whole(a) and self._whole(b):
+            self.content = f"copy\0{a}\0{b}"
+            return
         if self._selection is not None and (self._selection.run_a, self._selection.run_b) != (a, b):
             self._selection.event(run_a=a, run_b=b)
         self.content = "plot"
+
+    def _whole(self, run: str) -> bool:
+        data = self.store.timeline(run, ranks=[])
+        return isinstance(data, ftl.TimelineData) and ftl.drawn_whole(data, ftl.MAX_GLYPHS)
+
+    def _copied(self, a: str, b: str) -> pn.pane.Bokeh:
+        """Two runs drawn whole (every kernel in the browser, which zooms them by itself): one drawing per dataset and
+        pair for every session (``static_plot``: a copy costs a quarter of a HoloViews drawing), whose zoom only sets
+        the titles' counts and the axis format in place (``_relabel``), from Bokeh's range event."""
+        from bokeh.events import RangesUpdate
+        from bokeh.plotting import figure as BokehFigure
+
+        def build():
+            panels = []
+            for which, run in zip("ab", (a, b)):
+                ov = ftl.timeline_view(self.store.timeline(run, ranks=[]), None, title=self._label(which, run), width=PLOT_WIDTH,
+                                       steps=self.store.steps(run))  # fmt: skip
+                panels.append(ftl.own_lanes(ov, which))
+            return (panels[0] + panels[1]).cols(1)
+
+        pane = static_plot(self.store, ("compare", a, b), build)
+        shown = {f: f.title.text[:3] for f in pane.object.select({"type": BokehFigure}) if f.title is not None}
+        figs = {which: next(f for f, t in shown.items() if t == f"{which.upper()}: ") for which in "ab"}
+        self._window = None
+
+        def zoomed(event):
+            if event.x0 is None or event.x1 is None:
+                return
+            self._window = (float(event.x0), float(event.x1))
+            for which, run in zip("ab", (a, b)):
+                _set_labels(figs[which], *ftl.view_labels(self.store.timeline(run, ranks=[]), self._window, title=self._label(which, run)))
+
+        for fig in figs.values():
+            fig.on_event(RangesUpdate, zoomed)
+        return pane
 
     def _frame(self, which: str):
         def frame(x_range, run_a, run_b):
@@ -586,12 +634,16 @@ class ComparePage(Page):
         return figures._title(f"{which.upper()}: {run}", self.store.is_stand_in(run))
 
     def window(self):
+        if self.content.startswith("copy\0"):
+            return self._window
         return None if self._range is None or self._range.x_range is None else tuple(float(v) for v in self._range.x_range)
 
     @param.depends("content")
     def _plot(self):
         if self.content == "hidden":
             return hidden()
+        if self.content.startswith("copy\0"):
+            return self._copied(*self.content.split("\0")[1:])
         if self.content != "plot":
             return notice(self.content, "info")
         return self.live_pane()
@@ -634,7 +686,7 @@ class ComparePage(Page):
             left = (f"\n\nNot measured in either run, so not shown: {', '.join(shown.loc[empty, 'item'])} (these need runs "
                     "recorded by `overlapviz collect`: its iteration times and sequential baselines).")  # fmt: skip
         return pn.Column(pn.pane.Markdown("#### Metric deltas (B − A)" + left, margin=(10, 10, 0, 10)),
-                         table(shown.loc[~empty].reset_index(drop=True), page_size=25))  # fmt: skip
+                         StaticTable(shown.loc[~empty].reset_index(drop=True), rows=25, right=["A", "B", "B − A", "95% CI of B − A", "B / A"]))  # fmt: skip
 
     @param.depends("store.run_a", "store.run_b")
     def _info(self):

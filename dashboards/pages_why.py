@@ -13,7 +13,7 @@ import param
 
 from overlapviz import figures, figures_why
 from overlapviz.analysis import budget, ranks as ranks_analysis
-from overlapviz.dashboards.common import PLOT_WIDTH, Page, controls_row, export_buttons, notice, static_plot, table, unavailable
+from overlapviz.dashboards.common import PLOT_WIDTH, Page, StaticTable, controls_row, export_buttons, notice, static_plot, table, unavailable
 from overlapviz.dashboards.store import DataStore, Unavailable
 
 _CAUSES = {"all causes": "all", **{figures.CAUSE_LABELS[c]: c for c in
@@ -28,6 +28,14 @@ _NO_DEVICE = ("The trace has no device properties for this run (Kineto's `device
               "`maxThreadsPerMultiprocessor`), so blocks per SM, the SM budget and the fit cannot be computed. "
               "Record with a profiler that writes them (torch ≥ 2.1 does), or model a device by name with "
               "`overlapviz advise --device-name 'NVIDIA H200' ...`.")  # fmt: skip
+
+
+_STATIC_ROWS = 200  # a longer table is a Tabulator with remote pages (only the page shown travels to the browser)
+
+
+def _money(digits: int) -> dict:
+    """Tabulator's number format: ``digits`` decimals with thousands separators (``StaticTable``'s ``digits``)."""
+    return {"type": "money", "precision": digits, "symbol": "", "thousand": ","}
 
 
 _DEVICE_FIELDS = ["arch", "num_sms", "max_threads_per_sm", "regs_per_sm", "shared_mem_per_sm", "warp_size"]
@@ -317,14 +325,14 @@ class CollectivesPage(Page):
         if inst["bytes"].isna().all():
             line += " · bus bandwidth needs the message size (record_param_comms' element count, or the run's message_bytes)"
         shown = inst.sort_values("arrival_skew_us", ascending=False, kind="stable")[[c for c in _INSTANCE_TITLES if c in inst]]
-        num = {"type": "money", "precision": 1, "symbol": "", "thousand": ","}
+        shown = shown.assign(slowest_rank=figures.int_text(shown["slowest_rank"]))
+        digits = {c: 1 for c in ("arrival_skew_us", "max_peer_wait_us", "time_us", "busbw_gbps") if c in shown}
         return pn.Column(
             pn.pane.Markdown(line, margin=(0, 10)),
             *self._collective_plots(cells, inst),
             pn.pane.Markdown("#### Instances, largest arrival skew first", margin=(10, 10, 0, 10)),
-            table(shown.assign(slowest_rank=figures.int_text(shown["slowest_rank"])), titles=_INSTANCE_TITLES,
-                  remote=len(shown) > 200, page_size=10,
-                  formatters={c: num for c in ("arrival_skew_us", "max_peer_wait_us", "time_us", "busbw_gbps") if c in shown}),
+            StaticTable(shown, titles=_INSTANCE_TITLES, digits=digits, right=["slowest_rank"], rows=10) if len(shown) <= _STATIC_ROWS else
+            table(shown, titles=_INSTANCE_TITLES, remote=True, page_size=10, formatters={c: _money(n) for c, n in digits.items()}),
             sizing_mode="stretch_width",
         )  # fmt: skip
 
@@ -358,12 +366,13 @@ class CollectivesPage(Page):
         shown = mine.assign(straggler=np.where(strag.to_numpy(), "yes", ""),
                             overlap_fraction=pd.to_numeric(mine["overlap_fraction"], errors="coerce").map(figures.fmt_pct))
         shown = shown[[c for c in cols if c in shown]]
-        num = {"type": "money", "precision": 1, "symbol": "", "thousand": ","}
+        digits = {c: 1 for c in cols if c.endswith("_us") and c in shown}
         return pn.Column(
             pn.pane.Markdown("#### Per rank: communication overlapped vs exposed, and GPU span", margin=(10, 10, 0, 10)),
             # two panes: a Layout in one pane lost its size here
             pn.Row(*[static_plot(self.store, ("ranks", self.store.run_id, i), lambda i=i: figures.ranks(mine)[i]) for i in (0, 1)]),
-            table(shown, titles=cols, page_size=16, formatters={c: num for c in cols if c.endswith("_us") and c in shown}),
+            StaticTable(shown, titles=cols, digits=digits, rows=16) if len(shown) <= _STATIC_ROWS else
+            table(shown, titles=cols, page_size=16, remote=True, formatters={c: _money(n) for c, n in digits.items()}),
             sizing_mode="stretch_width",
         )  # fmt: skip
 

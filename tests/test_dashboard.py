@@ -184,7 +184,7 @@ def test_compare_says_why_it_shows_no_pair(dataset):
     store.run_b = store.run_a
     assert page.content.startswith("A and B are the same run")
     store.run_b = "cb-ar-optimized-pad0-prio0"
-    assert page.content == "plot"
+    assert page.content == f"copy\0{store.run_a}\0{store.run_b}"  # two runs drawn whole: a copy of their drawing
     deltas = page._deltas(store.run_a, store.run_b)
     items = set(deltas["item"])
     assert {"median_start_delay_us", "median_start_delay_at_launch_us"} <= items  # the start delay under each of its names
@@ -597,7 +597,7 @@ def test_compare_of_two_imported_traces_says_what_they_lack_instead_of_rows_of_d
     page.shown = True
     assert store.run_a != store.run_b
     title, tab = page._table().objects
-    rows = tab.value
+    rows = tab.frame
     assert len(rows) and not ((rows["A"] == "—") & (rows["B"] == "—")).any()
     assert "overlap fraction" in set(rows["item"]) and "TimeRatio" in title.object and "overlapviz collect" in title.object
     line = store.configuration_text(store.run_a) + " " + store.configuration_text(store.run_b)
@@ -612,6 +612,7 @@ def test_compare_and_timeline_draw_runs_whose_layers_are_empty_beside_full_ones(
 
     import holoviews as hv
 
+    from overlapviz import figures_timeline as ftl
     from overlapviz.dashboards import store as store_mod
     from overlapviz.dashboards.pages import ComparePage, TimelinePage
     from overlapviz.ingest import ingest
@@ -622,12 +623,15 @@ def test_compare_and_timeline_draw_runs_whose_layers_are_empty_beside_full_ones(
     runs = list(store.runs["run_id"])
     bare, full = runs[0], next(r for r in runs if (store.timeline(r).frame["kind"].astype(str) == "comm").any())
     assert not len(store.timeline(bare, why=True).comm_frame(np.ones(len(store.timeline(bare).frame), bool)))
-    for a, b in ((runs[0], runs[1]), (bare, full), (full, bare)):
-        store.param.update(run_a=a, run_b=b)
-        page = ComparePage(store)
-        page.shown = True
-        root = page._plot().get_root()
-        assert sum(1 for _ in root.select({"type": Plot})) == 2, (a, b)
+    for budget in (ftl.MAX_GLYPHS, 1):  # runs drawn whole (a copy of one drawing), then too large for that (live frames)
+        monkeypatch.setattr(ftl, "MAX_GLYPHS", budget)
+        for a, b in ((runs[0], runs[1]), (bare, full), (full, bare)):
+            store.param.update(run_a=a, run_b=b)
+            page = ComparePage(store)
+            page.shown = True
+            assert page.content.startswith("copy") == (budget > 1), page.content
+            root = page._plot().get_root()
+            assert sum(1 for _ in root.select({"type": Plot})) == 2, (a, b)
     page = TimelinePage(store)
     page.shown = True
     page._plot().get_root()
@@ -658,3 +662,55 @@ def test_a_failure_while_drawing_is_said_on_the_page_and_logged(dataset, capsys)
     with set_curdoc(doc):
         dash.tabs.active = 1
     assert not dash.failure.visible
+
+
+def test_a_static_table_escapes_text_formats_numbers_and_says_missing():
+    """The plain-HTML table (short read-only tables): a kernel name is text, never markup; numbers get the CLI's
+    separators and decimals and are right-aligned; a missing value reads "—"; titles replace column names; the
+    height shows ``rows`` rows and scrolls beyond them."""
+    import re
+
+    from overlapviz.dashboards.common import StaticTable
+
+    frame = pd.DataFrame({"name": ["<script>alert(1)</script>", "void k<float>(int)"], "time_us": [1234567.891, np.nan],
+                          "rank": pd.array([3, None], dtype="Int64"), "note": ["a & b", None]})  # fmt: skip
+    html = StaticTable(frame, titles={"time_us": "time (µs)"}, digits={"time_us": 1}, rows=1).object
+    assert "<script>" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html and "k&lt;float&gt;(int)" in html
+    assert "1,234,567.9" in html and "a &amp; b" in html
+    cells = re.findall(r"<td>(.*?)</td>", html)
+    assert cells == ["&lt;script&gt;alert(1)&lt;/script&gt;", "1,234,567.9", "3", "a &amp; b", "void k&lt;float&gt;(int)", "—", "—", "—"]
+    assert "<th>time (µs)</th>" in html and "time_us" not in html
+    css = StaticTable(frame, digits={"time_us": 1}).stylesheets[0]
+    assert "td:nth-child(2)" in css and "td:nth-child(3)" in css and "td:nth-child(4)" not in css  # numbers, not text
+    one, two, five = (int(re.search(r"--ovz-height: (\d+)px", StaticTable(frame, rows=n).object).group(1)) for n in (1, 2, 5))
+    assert one < two == five  # two rows: no room kept for rows that are not there
+
+
+def test_a_figure_copy_renames_every_model_even_inside_callbacks():
+    """``static_plot``'s copy: every model gets an id of its own, also those reached through a map's (key, value)
+    entries (a renderer's ``js_property_callbacks``: HoloViews links a legend's mute across Compare's two panels with a
+    CustomJS referring back to the renderer). A copy left them with the drawing's ids and failed to decode."""
+    from bokeh.core.serialization import Serializer
+    from bokeh.document import Document
+    from bokeh.models import CustomJS
+    from bokeh.plotting import figure
+
+    from overlapviz.dashboards.common import _copy_of
+
+    fig = figure(title="A: x")
+    a, b = fig.scatter([1, 2], [3, 4]), fig.scatter([1], [2])
+    a.js_on_change("muted", CustomJS(args={"src": a, "dst": b}, code="dst.muted = src.muted"))
+    b.js_on_change("muted", CustomJS(args={"src": b, "dst": a}, code="dst.muted = src.muted"))
+    serialized = Serializer().serialize(fig)
+    first, second = _copy_of(serialized), _copy_of(serialized)
+    originals = {m.id for m in fig.references()}
+    for copy in (first, second):
+        ids = {m.id for m in copy.references()}
+        assert len(ids) == len(originals) and not ids & originals
+        renderer = copy.renderers[0]
+        callback = renderer.js_property_callbacks["change:muted"][0]
+        assert callback.args["src"] is renderer and callback.args["dst"] is copy.renderers[1]
+    assert not {m.id for m in first.references()} & {m.id for m in second.references()}
+    doc = Document()
+    doc.add_root(first)
+    doc.add_root(second)  # two copies in one document
