@@ -12,7 +12,7 @@ million kernels over 8 ranks (``overlapviz.testing.generate_trace`` per rank, in
 
 Run against any checkout: ``PYTHONPATH=/path/to/other/checkout python benchmarks/bench_dashboard.py`` times
 that code (the previous figures in docs/dashboard.md were taken that way, on the same datasets).
-On a machine whose speed drifts, ``--interleave OLD_CHECKOUT --page PAGE`` alternates fresh servers of the two
+``OVZ_BENCH_LOG=FILE`` keeps the servers' stderr (tracebacks) in FILE. On a machine whose speed drifts, ``--interleave OLD_CHECKOUT --page PAGE`` alternates fresh servers of the two
 checkouts instead (warm pages only).
 
     .venv/bin/python benchmarks/bench_dashboard.py [--kernels 1000000] [--ranks 8] [--repeat 3] [--work /tmp/ovz-bench] [--samples-only]
@@ -33,7 +33,9 @@ from collections import defaultdict
 from pathlib import Path
 
 TOKEN = "overlapviz-bench-token-0123456789abcdef"
-MODELS = "[...Bokeh.documents[0].all_models]"
+# the models in the page now (reachable from its roots): Bokeh's all_models keeps those a redraw replaced until 30 s
+# after the last change, and a stale widget set there changes nothing
+MODELS = "[...new Set(Bokeh.documents[0].roots().flatMap(r => [...r.references()]))]"
 TITLES_JS = f"return {MODELS}.filter(m => m.type === 'Title').map(m => m.text)"
 CANVAS_JS = """
 function all(root, out) { root.querySelectorAll('canvas').forEach(c => out.push(c));
@@ -113,7 +115,7 @@ class Session:
         # -P: the server imports the checkout on PYTHONPATH (another one's, for the side-by-side figures), not the current
         # directory's (run from a clone's root, `-c` would put it first)
         self.proc = subprocess.Popen([sys.executable, "-P", "-c", "from overlapviz.cli import main; main()", "serve", str(dataset),
-                                      "--port", str(self.port), "--no-show"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                      "--port", str(self.port), "--no-show"], stdout=subprocess.DEVNULL, stderr=open(os.environ.get("OVZ_BENCH_LOG", os.devnull), "w"),
                                      env=env)  # fmt: skip
         browser, driver_path = find_chromium()
         self.driver = webdriver.Chrome(service=Service(driver_path), options=chromium_options(browser, width=1400, height=1100))

@@ -58,7 +58,9 @@ return all(document, []).map(c => {
   return [Math.round(r.width), Math.round(r.height), colours.size];
 }).filter(x => x);
 """
-MODELS = "[...Bokeh.documents[0].all_models]"
+# the models in the page now (reachable from its roots): Bokeh's all_models keeps those a redraw replaced until 30 s
+# after the last change, and a stale widget set there changes nothing
+MODELS = "[...new Set(Bokeh.documents[0].roots().flatMap(r => [...r.references()]))]"
 TITLES_JS = f"return {MODELS}.filter(m => m.type === 'Title').map(m => m.text)"
 TEXT_JS = """function t(root){ let s = ''; const w = document.createTreeWalker(root, NodeFilter.SHOW_TEXT);
   while (w.nextNode()) { const p = w.currentNode.parentNode; if (p && !['STYLE', 'SCRIPT'].includes(p.nodeName)) s += w.currentNode.textContent + ' '; }
