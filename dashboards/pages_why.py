@@ -6,6 +6,8 @@ resident blocks per SM of each kernel launch shape. All draw what the store keep
 
 from __future__ import annotations
 
+import shlex
+
 import numpy as np
 import pandas as pd
 import panel as pn
@@ -330,9 +332,10 @@ class CollectivesPage(Page):
         return pn.Column(
             pn.pane.Markdown(line, margin=(0, 10)),
             *self._collective_plots(cells, inst),
-            pn.pane.Markdown("#### Instances, largest arrival skew first", margin=(10, 10, 0, 10)),
-            StaticTable(shown, titles=_INSTANCE_TITLES, digits=digits, right=["slowest_rank"], rows=10) if len(shown) <= _STATIC_ROWS else
-            table(shown, titles=_INSTANCE_TITLES, remote=True, page_size=10, formatters={c: _money(n) for c, n in digits.items()}),
+            pn.pane.Markdown("#### Instances, largest arrival skew first" + (
+                f" (the {_STATIC_ROWS} largest of {len(shown):,}; every instance: `overlapviz explain DATASET --run "
+                f"{shlex.quote(str(self.store.run_id))} --instances`)" if len(shown) > _STATIC_ROWS else ""), margin=(10, 10, 0, 10)),
+            StaticTable(shown.head(_STATIC_ROWS), titles=_INSTANCE_TITLES, digits=digits, right=["slowest_rank"], rows=10),
             sizing_mode="stretch_width",
         )  # fmt: skip
 

@@ -714,3 +714,36 @@ def test_a_figure_copy_renames_every_model_even_inside_callbacks():
     doc = Document()
     doc.add_root(first)
     doc.add_root(second)  # two copies in one document
+
+
+def test_collectives_list_the_largest_skews_first_and_say_where_the_rest_are(tmp_path, monkeypatch):
+    """The instances table of the Collectives page: largest arrival skew first; beyond ``_STATIC_ROWS`` instances only
+    those, with the count and the CLI command that lists every one."""
+    from pathlib import Path
+
+    from overlapviz.dashboards import pages_why
+    from overlapviz.dashboards import store as store_mod
+    from overlapviz.dashboards.common import StaticTable
+    from overlapviz.ingest import ingest
+
+    monkeypatch.setenv(store_mod.TABLE_CACHE_ENV, "0")
+    path = ingest([Path(__file__).parent / "data" / "hta_trace_filter_2rank"], tmp_path / "ds", progress=False)
+    store = store_mod.DataStore(path, warm_up=False)
+    page = pages_why.CollectivesPage(store)
+    page.shown = True
+
+    def shown():
+        view = page._collectives()
+        heading = next(o.object for o in view.objects if isinstance(o, pn.pane.Markdown) and "Instances" in str(o.object))
+        return heading, next(o for o in view.objects if isinstance(o, StaticTable)).frame
+
+    n = len(store.instances())
+    assert n >= 4, n  # the test's premise
+    heading, rows = shown()
+    skew = pd.to_numeric(rows["arrival_skew_us"], errors="coerce").fillna(-1)
+    assert len(rows) == n and skew.is_monotonic_decreasing and "largest of" not in heading
+    monkeypatch.setattr(pages_why, "_STATIC_ROWS", 3)
+    page._keys.clear()
+    heading, rows = shown()
+    assert len(rows) == 3 and f"the 3 largest of {n:,}" in heading and "--instances" in heading and store.run_id in heading
+    assert pd.to_numeric(rows["arrival_skew_us"]).min() >= skew.iloc[3]
