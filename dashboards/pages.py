@@ -506,6 +506,9 @@ class ComparePage(Page):
         self._pane = self._selection = self._range = None
         self._drawn = {}
         self._window = None  # the window in view of a copied pair (``_copied``): the live pane's is its range stream's
+        a, b = store.run_a, store.run_b
+        if store.warm_up:  # (a store that computes only what is asked draws nothing ahead either)
+            store.memo(("compare drawn ahead", a, b), lambda: background(lambda: self._draw_ahead(a, b), "overlapviz-compare"))
 
     @param.depends("store.run_a", "store.run_b", "shown", watch=True, on_init=True)
     def _follow(self) -> None:
@@ -531,6 +534,24 @@ class ComparePage(Page):
             self._selection.event(run_a=a, run_b=b)
         self.content = "plot"
 
+    def _pair(self, a: str, b: str) -> hv.Layout:
+        """The two runs drawn whole, one above the other on one time axis (``_copied``)."""
+        panels = []
+        for which, run in zip("ab", (a, b)):
+            ov = ftl.timeline_view(self.store.timeline(run, ranks=[]), None, title=self._label(which, run), width=PLOT_WIDTH,
+                                   steps=self.store.steps(run))  # fmt: skip
+            panels.append(ftl.own_lanes(ov, which))
+        return (panels[0] + panels[1]).cols(1)
+
+    def _draw_ahead(self, a: str, b: str) -> None:
+        """The first pair's drawing, made in the background once the pages a user opens first are drawn: Compare's first
+        visit then copies it (its first drawing cost the samples' cold Compare about 1 s more than a copy)."""
+        wait_idle(10.0)
+        if stopping() or self.store.n_runs < 2 or a is None or b is None or a == b:
+            return
+        if self._whole(a) and self._whole(b):
+            static_plot(self.store, ("compare", a, b), lambda: self._pair(a, b), copy=False)
+
     def _whole(self, run: str) -> bool:
         data = self.store.timeline(run, ranks=[])
         return isinstance(data, ftl.TimelineData) and ftl.drawn_whole(data, ftl.MAX_GLYPHS)
@@ -542,15 +563,7 @@ class ComparePage(Page):
         from bokeh.events import RangesUpdate
         from bokeh.plotting import figure as BokehFigure
 
-        def build():
-            panels = []
-            for which, run in zip("ab", (a, b)):
-                ov = ftl.timeline_view(self.store.timeline(run, ranks=[]), None, title=self._label(which, run), width=PLOT_WIDTH,
-                                       steps=self.store.steps(run))  # fmt: skip
-                panels.append(ftl.own_lanes(ov, which))
-            return (panels[0] + panels[1]).cols(1)
-
-        pane = static_plot(self.store, ("compare", a, b), build)
+        pane = static_plot(self.store, ("compare", a, b), lambda: self._pair(a, b))
         shown = {f: f.title.text[:3] for f in pane.object.select({"type": BokehFigure}) if f.title is not None}
         figs = {which: next(f for f, t in shown.items() if t == f"{which.upper()}: ") for which in "ab"}
         self._window = None

@@ -602,6 +602,7 @@ class DataStore(param.Parameterized):
             self.run_id = self.run_a = ok[0]
             self.run_b = ok[1] if len(ok) > 1 else ok[0]
         self._update_ranks()
+        self.warm_up = warm_up
         if warm_up:
             warm(self.path, self.stamp, self.run_id, (self.run_a, self.run_b))
 
