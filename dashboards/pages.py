@@ -559,7 +559,7 @@ class ComparePage(Page):
     def _copied(self, a: str, b: str) -> pn.pane.Bokeh:
         """Two runs drawn whole (every kernel in the browser, which zooms them by itself): one drawing per dataset and
         pair for every session (``static_plot``: a copy costs a quarter of a HoloViews drawing), whose zoom only sets
-        the titles' counts and the axis format in place (``_relabel``), from Bokeh's range event."""
+        the titles' counts and the axis format in place (``zoomed``, on Bokeh's ``RangesUpdate`` event)."""
         from bokeh.events import RangesUpdate
         from bokeh.plotting import figure as BokehFigure
 

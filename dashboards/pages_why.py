@@ -32,7 +32,9 @@ _NO_DEVICE = ("The trace has no device properties for this run (Kineto's `device
               "`overlapviz advise --device-name 'NVIDIA H200' ...`.")  # fmt: skip
 
 
-_STATIC_ROWS = 200  # a longer table is a Tabulator with remote pages (only the page shown travels to the browser)
+# the most rows of a plain HTML table: the instances show that many (the largest skews); a longer per-rank table is a
+# Tabulator with remote pages (only the page shown travels to the browser)
+_STATIC_ROWS = 200
 
 
 def _money(digits: int) -> dict:
