@@ -114,9 +114,9 @@ class Session:
         env = dict(os.environ, OVERLAPVIZ_TOKEN=TOKEN)
         # -P: the server imports the checkout on PYTHONPATH (another one's, for the side-by-side figures), not the current
         # directory's (run from a clone's root, `-c` would put it first)
+        self.log = open(os.environ.get("OVZ_BENCH_LOG", os.devnull), "w")  # (closed by close())
         self.proc = subprocess.Popen([sys.executable, "-P", "-c", "from overlapviz.cli import main; main()", "serve", str(dataset),
-                                      "--port", str(self.port), "--no-show"], stdout=subprocess.DEVNULL, stderr=open(os.environ.get("OVZ_BENCH_LOG", os.devnull), "w"),
-                                     env=env)  # fmt: skip
+                                      "--port", str(self.port), "--no-show"], stdout=subprocess.DEVNULL, stderr=self.log, env=env)  # fmt: skip
         browser, driver_path = find_chromium()
         self.driver = webdriver.Chrome(service=Service(driver_path), options=chromium_options(browser, width=1400, height=1100))
         self.url = f"http://127.0.0.1:{self.port}/?token={TOKEN}"
@@ -179,6 +179,7 @@ class Session:
         self.driver.quit()
         self.proc.terminate()
         self.proc.wait(timeout=30)
+        self.log.close()
 
 
 def bench_browser(dataset: Path, repeat: int) -> dict:

@@ -534,14 +534,16 @@ class ComparePage(Page):
             self._selection.event(run_a=a, run_b=b)
         self.content = "plot"
 
+    def _panel(self, which: str, run: str, x_range) -> hv.Overlay:
+        """Run ``run`` as panel ``which`` ("a" or "b") for the window ``x_range``: its title says which, its lanes are
+        its own (the two panels share only time)."""
+        ov = ftl.timeline_view(self.store.timeline(run, ranks=[]), x_range, title=self._label(which, run), width=PLOT_WIDTH,
+                               steps=self.store.steps(run))  # fmt: skip
+        return ftl.own_lanes(ov, which)
+
     def _pair(self, a: str, b: str) -> hv.Layout:
         """The two runs drawn whole, one above the other on one time axis (``_copied``)."""
-        panels = []
-        for which, run in zip("ab", (a, b)):
-            ov = ftl.timeline_view(self.store.timeline(run, ranks=[]), None, title=self._label(which, run), width=PLOT_WIDTH,
-                                   steps=self.store.steps(run))  # fmt: skip
-            panels.append(ftl.own_lanes(ov, which))
-        return (panels[0] + panels[1]).cols(1)
+        return (self._panel("a", a, None) + self._panel("b", b, None)).cols(1)
 
     def _draw_ahead(self, a: str, b: str) -> None:
         """The first pair's drawing, made in the background once the pages a user opens first are drawn: Compare's first
@@ -594,8 +596,7 @@ class ComparePage(Page):
             last = self._drawn.get(("frame", which))
             if last is not None and last[0] == key:  # asked again for the same view (HoloViews does after the first draw)
                 return last[1]
-            ov = ftl.timeline_view(data, x_range, title=self._label(which, run), width=PLOT_WIDTH, steps=self.store.steps(run))
-            frame = ftl.own_lanes(ov, which).opts(hv.opts.RGB(framewise=True), hv.opts.Rectangles(framewise=True))
+            frame = self._panel(which, run, x_range).opts(hv.opts.RGB(framewise=True), hv.opts.Rectangles(framewise=True))
             self._drawn[("frame", which)] = (key if x_range is not None else (run, tuple(data.x_extent)), frame)
             return frame
 
@@ -612,36 +613,10 @@ class ComparePage(Page):
         return self._pane
 
     def _zoomed(self, x_range=None) -> None:
-        """A zoom or pan (of either panel: they share the time axis). Two runs drawn whole as glyphs are in the browser
-        already: only their titles' counts and the axis format change, in place. Otherwise both windows are redrawn.
+        """A zoom or pan (of either panel: they share the time axis) of the live plots, which only a run too large to
+        draw whole gets (two runs drawn whole are a copy relabelled in place: ``_copied``): both windows are redrawn.
         Also called once after the first draw with the drawn range, which then redraws nothing."""
-        _on_zoom(self._pane, self._selection, x_range, self._relabel)
-
-    def _relabel(self, x_range, drawn) -> bool:
-        """Set both panels' titles and time-axis format for ``x_range`` when their drawn frames stay right for it."""
-        if x_range is None or self._selection is None:
-            return False
-        runs = (self._selection.run_a, self._selection.run_b)
-        figures_ = {}
-        for which, run in zip("ab", runs):
-            if self._drawn.get(which) != runs:
-                return False
-            data = self.store.timeline(run, ranks=[])
-            if not isinstance(data, ftl.TimelineData) or not ftl.drawn_whole(data, ftl.MAX_GLYPHS):
-                return False
-            figures_[which] = (data, run)
-        from bokeh.plotting import figure as BokehFigure
-
-        shown = {}
-        for fig in drawn.state.select({"type": BokehFigure}):
-            for which in "ab":
-                if fig.title is not None and str(fig.title.text).startswith(f"{which.upper()}: "):
-                    shown[which] = fig
-        if set(shown) != {"a", "b"}:
-            return False
-        for which, (data, run) in figures_.items():
-            _set_labels(shown[which], *ftl.view_labels(data, x_range, title=self._label(which, run)))
-        return True
+        _on_zoom(self._pane, self._selection, x_range, lambda x_range, drawn: False)
 
     def _label(self, which: str, run: str) -> str:
         return figures._title(f"{which.upper()}: {run}", self.store.is_stand_in(run))

@@ -169,9 +169,9 @@ class WhyPage(Page):
         if not len(e):
             return notice("No collective of this cause on this rank.", "info")
         shown = self._display(self.store.run_id).loc[e.index].reset_index(drop=True)
-        num = {"type": "money", "precision": 1, "symbol": "", "thousand": ","}
+        num = _money(1)
         tab = table(shown, titles=_KERNEL_TITLES, remote=len(shown) > 200, page_size=10, selectable=1,
-                    formatters={"start": {"type": "money", "precision": 3, "symbol": "", "thousand": ","}, "late": num, "delay": num,
+                    formatters={"start": _money(3), "late": num, "delay": num,
                                 "peer": num})  # fmt: skip
         keys = e[["run_id", "rank", "start_ns"]].reset_index(drop=True)
 
