@@ -30,6 +30,11 @@ from overlapviz.dashboards.store import DataStore, drawing
 # the tabs, named after what they show: the grid, one run's kernels, why its collectives started late (with one SM's
 # budget), the collectives across ranks, residency per launch shape, two runs side by side
 PAGES = ("Overview", "Timeline", "Why late", "Collectives", "Residency", "Compare")
+# the pages whose drawings stay in the session's document: the open one and the one opened before it. Bokeh walks
+# every model of the document on each change (the server's DocumentModelManager.recompute) and lays out every plot
+# in it (the browser's invalidate_layout goes to the root): with all six pages in, a metric change or a run switch
+# cost about twice what it costs with two. An older page is taken out and put back, drawn again, when reopened.
+KEPT = 2
 TUNNEL_PORT = 5006  # the local end of the SSH tunnel the banner of a --unix-socket server proposes
 DATASET_ENV = "OVERLAPVIZ_DATASET"  # how `panel serve dashboards/app.py` finds its dataset
 
@@ -88,6 +93,8 @@ class Dashboard(Viewer):
         self.holders = [pn.Column(sizing_mode="stretch_width") for _ in PAGES]
         self.tabs = pn.Tabs(*zip(PAGES, self.holders), sizing_mode="stretch_width")
         self.failure = pn.pane.Alert("", alert_type="danger", visible=False, sizing_mode="stretch_width")  # said by _failed
+        self.views: dict[int, pn.viewable.Viewable] = {}  # page -> its view, built once: put back, not built again
+        self.opened: list[int] = []  # pages, the last opened first
         self.tabs.param.watch(self._fill, "active")
         self._fill()
 
@@ -95,11 +102,19 @@ class Dashboard(Viewer):
         with drawing():  # the background tables wait meanwhile (one interpreter)
             self.failure.visible = False  # a failure said is about the page it happened on
             active = self.tabs.active
+            self.opened = [active, *(i for i in self.opened if i != active)]
+            kept = set(self.opened[:KEPT])
             for i, page in enumerate(self.pages):
                 page.shown = i == active  # hidden pages skip their re-render when the store changes
-            holder = self.holders[active]
-            if not holder.objects:
-                holder.objects = [self.pages[active]]
+            for i, holder in enumerate(self.holders):
+                if i in kept and not holder.objects:
+                    if i not in self.views:
+                        # one view per page for the session: a page's methods are watched once, however often its
+                        # tab is taken out of the document and put back
+                        self.views[i] = pn.panel(self.pages[i])
+                    holder.objects = [self.views[i]]
+                elif i not in kept and holder.objects:
+                    holder.objects = []
 
     def open_timeline(self, run_id: str) -> None:
         self.tabs.active = PAGES.index("Timeline")

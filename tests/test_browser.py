@@ -477,14 +477,15 @@ def test_timeline_tooltips_show_the_fields_and_their_values(loaded):
 
 
 def wheel(driver, title: str, clicks: int = 3) -> None:
-    """Turn the mouse wheel over the middle of the plot (zoom in), as a user does: the zoom tools, not a range set in JS."""
+    """Turn the mouse wheel over the middle of the plot (zoom in; out for negative ``clicks``), as a user does: the zoom
+    tools, not a range set in JS."""
     from selenium.webdriver.common.action_chains import ActionChains, ScrollOrigin
 
     el = driver.execute_script(PLOT_VIEW + "return pv.canvas_view.events_el;", title)
     spot = driver.execute_script(PLOT_VIEW + "return [pv.frame.bbox.hcenter, pv.frame.bbox.vcenter];", title)
     dx, dy = int(spot[0] - el.size["width"] / 2), int(spot[1] - el.size["height"] / 2)
-    for _ in range(clicks):
-        ActionChains(driver).scroll_from_origin(ScrollOrigin.from_element(el, dx, dy), 0, -120).perform()
+    for _ in range(abs(clicks)):
+        ActionChains(driver).scroll_from_origin(ScrollOrigin.from_element(el, dx, dy), 0, -120 if clicks > 0 else 120).perform()
         time.sleep(0.1)
 
 
@@ -553,15 +554,21 @@ def test_compare_redraws_on_zoom(loaded):
     # was: Compare drew both runs once; zooming stretched the raster instead of drawing the window
     driver = loaded
     open_page(driver, "Compare")
+    _zoom_compare(driver)
+
+
+def _zoom_compare(driver, clicks: int = 6) -> None:
+    """Zoom Compare's A panel in (``clicks`` > 0) or out: both panels must show the window with their own counts of
+    kernels in view, fewer (in) or more (out) than before."""
     a0, b0 = plot_state(driver, "A: "), plot_state(driver, "B: ")
     assert a0["x"] == b0["x"]  # one time axis for both
-    wheel(driver, "A: ", clicks=6)
+    wheel(driver, "A: ", clicks=clicks)
 
     def redrawn():
         a, b = plot_state(driver, "A: "), plot_state(driver, "B: ")
-        n = [int(re.search(r"— ([\d,]+) kernels? in view", s["title"]).group(1).replace(",", "")) for s in (a, b)]
-        n0 = [int(re.search(r"— ([\d,]+) kernels? in view", s["title"]).group(1).replace(",", "")) for s in (a0, b0)]
-        return n[0] < n0[0] and n[1] < n0[1] and b["x"] == a["x"]
+        n = [_in_view(s["title"]) for s in (a, b)]
+        n0 = [_in_view(s["title"]) for s in (a0, b0)]
+        return all(x < x0 if clicks > 0 else x > x0 for x, x0 in zip(n, n0)) and b["x"] == a["x"]
 
     wait_for(driver, redrawn, what="both compare panels redrawn for the zoomed window")
     # runs drawn whole are relabelled in place, not rebuilt: each count must still be its own panel's window
@@ -571,6 +578,28 @@ def test_compare_redraws_on_zoom(loaded):
         state = plot_state(driver, prefix)
         assert "rasterized" not in state["title"], state["title"]  # the premise: both runs drawn whole
         assert _in_view(state["title"]) == driver.execute_script(KERNELS_IN_VIEW_JS, prefix), (prefix, state)
+
+
+@pytest.mark.skipif(SAMPLES, reason="the grid dataset's two-rank runs")
+def test_a_page_taken_out_of_the_document_is_drawn_again_and_answers(loaded, server_log):
+    """Only the open page and the one opened before it stay in the session's document (``app.KEPT``): an older one is
+    taken out, and put back when its tab opens again. It must then be drawn whole and answer as before: Compare's
+    zoom (a Python callback on the copied figure's range event) and the Why late page's figures."""
+    driver = loaded
+    open_page(driver, "Compare")
+    _zoom_compare(driver, clicks=3)
+    for name in ("Why late", "Timeline", "Overview"):
+        open_page(driver, name)
+    titles = " ".join(driver.execute_script(TITLES_JS))
+    # Compare and Why late are out of the document now; the Timeline and the Overview are in it
+    assert "A: " not in titles and PAGE_TITLES["Why late"] not in titles, titles
+    assert "Timeline of" in titles and PAGE_TITLES["Overview"] in titles, titles
+    open_page(driver, "Compare")
+    _zoom_compare(driver, clicks=-6)  # (out: the window was zoomed in before the page was taken out)
+    open_page(driver, "Why late")
+    assert len(drawn_canvases(driver)) >= 2
+    assert "A: " in " ".join(driver.execute_script(TITLES_JS))  # the page before stays
+    assert not server_errors(server_log), server_errors(server_log)
 
 
 def _click_button(driver, label: str) -> None:
