@@ -23,7 +23,7 @@ from bokeh.util.token import generate_secret_key
 from panel.viewable import Viewer
 
 from overlapviz import figures
-from overlapviz.dashboards import security
+from overlapviz.dashboards import security, serialization
 from overlapviz.dashboards.pages import CollectivesPage, ComparePage, OverviewPage, ResidencyPage, TimelinePage, WhyPage
 from overlapviz.dashboards.store import DataStore, drawing
 
@@ -44,6 +44,7 @@ pn.extension("tabulator", inline=True, notifications=False)
 # Canvas, not WebGL: our glyph budget (figures.MAX_GLYPHS) is small enough for canvas, and browsers
 # without a GPU (headless chromium, remote desktops) fall back to a software WebGL that stalls for seconds
 hv.renderer("bokeh").webgl = False
+serialization.install()  # every model sent to a browser: the properties set, without computing the defaults first
 
 _SHOWN: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # a session's Document -> its Dashboard
 

@@ -747,3 +747,31 @@ def test_collectives_list_the_largest_skews_first_and_say_where_the_rest_are(tmp
     heading, rows = shown()
     assert len(rows) == 3 and f"the 3 largest of {n:,}" in heading and "--instances" in heading and store.run_id in heading
     assert pd.to_numeric(rows["arrival_skew_us"]).min() >= skew.iloc[3]
+
+
+def test_models_are_sent_as_bokeh_sends_them_without_computing_their_defaults(dataset):
+    """``serialization``: Bokeh computes every property's default before dropping the defaults from what it sends; the
+    version installed in the server checks first. Every page of the dashboard, drawn (under a theme, as Panel's design
+    themes the figures), must serialize to the same content with either, whichever runs first."""
+    from bokeh.document import Document
+    from bokeh.themes import Theme
+
+    from overlapviz.dashboards import serialization
+    from overlapviz.dashboards.app import PAGES, build_app
+
+    assert serialization.install()  # this Bokeh passes the check, so the server uses it
+    app = build_app(dataset)
+    app.__panel__()
+    theme = Theme(json={"attrs": {"Title": {"text_color": "#123456"}, "Axis": {"major_label_text_font_size": "11px"}}})
+    checked = 0
+    for i, name in enumerate(PAGES):
+        app.tabs.active = i
+        doc = Document(theme=theme)
+        root = app.holders[i].get_root(doc)
+        doc.add_root(root)
+        ours = serialization.sent(root, serialization._query_properties_with_values)
+        assert serialization.sent(root, serialization._ORIGINAL) == ours, name
+        assert serialization.sent(root, serialization._query_properties_with_values) == ours, name
+        checked += len(root.references())
+    assert checked > 500  # the pages' figures, not empty spacers
+
