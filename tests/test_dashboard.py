@@ -775,3 +775,37 @@ def test_models_are_sent_as_bokeh_sends_them_without_computing_their_defaults(da
         checked += len(root.references())
     assert checked > 500  # the pages' figures, not empty spacers
 
+
+def test_each_session_s_copy_of_a_static_figure_is_made_ahead_and_its_own(dataset):
+    """``static_plot``: the drawing itself is the first session's figure, the next one's copy is made in the background
+    (after no page is being drawn), and every session's models are its own."""
+    import holoviews as hv
+
+    from overlapviz.dashboards import common, store as store_mod
+    from overlapviz.dashboards.common import static_plot
+    from overlapviz.dashboards.store import DataStore
+
+    store = DataStore(dataset, warm_up=False)
+    drawn = []
+
+    def build():
+        drawn.append(1)
+        return hv.Curve(([1, 2, 3], [4.0, 5.0, 6.5]), "x", "y").opts(title="ahead")
+
+    def copies_made():
+        for thread in list(store_mod._BACKGROUND):
+            if thread.name == "overlapviz-copies":
+                thread.join(30)
+
+    first = static_plot(store, ("test ahead",), build).object
+    copies_made()
+    name = (store.path, store.stamp, ("test ahead",))
+    spare = common._SPARES[name][1]
+    second = static_plot(store, ("test ahead",), build).object
+    assert second is spare and drawn == [1]
+    copies_made()
+    third = static_plot(store, ("test ahead",), build).object
+    models = [{m.id for m in f.references()} for f in (first, second, third)]
+    assert all(len(ids) > 10 for ids in models)
+    assert not models[0] & models[1] and not models[1] & models[2] and not models[0] & models[2]
+    assert first.title.text == second.title.text == third.title.text == "ahead"
