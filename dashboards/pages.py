@@ -543,7 +543,8 @@ class ComparePage(Page):
 
     def _pair(self, a: str, b: str) -> hv.Layout:
         """The two runs drawn whole, one above the other on one time axis (``_copied``)."""
-        return (self._panel("a", a, None) + self._panel("b", b, None)).cols(1)
+        both = ftl.shared_extent(self.store.timeline(a, ranks=[]), self.store.timeline(b, ranks=[]))
+        return (self._panel("a", a, both) + self._panel("b", b, both)).cols(1)
 
     def _draw_ahead(self, a: str, b: str) -> None:
         """The first pair's drawing, made in the background once the pages a user opens first are drawn: Compare's first
@@ -585,19 +586,20 @@ class ComparePage(Page):
         def frame(x_range, run_a, run_b):
             busy()
             run = run_a if which == "a" else run_b
-            data = self.store.timeline(run, ranks=[])
             if self._drawn.get(which) != (run_a, run_b):
                 self._drawn[which] = (run_a, run_b)
                 if self._drawn.get("range") != (run_a, run_b):
                     self._drawn["range"] = (run_a, run_b)
                     self._range.update(x_range=None)
                 x_range = None
-            key = (run, None if x_range is None else tuple(x_range))
+            if x_range is None:  # both runs whole on their shared axis
+                x_range = ftl.shared_extent(self.store.timeline(run_a, ranks=[]), self.store.timeline(run_b, ranks=[]))
+            key = (run, tuple(x_range))
             last = self._drawn.get(("frame", which))
             if last is not None and last[0] == key:  # asked again for the same view (HoloViews does after the first draw)
                 return last[1]
             frame = self._panel(which, run, x_range).opts(hv.opts.RGB(framewise=True), hv.opts.Rectangles(framewise=True))
-            self._drawn[("frame", which)] = (key if x_range is not None else (run, tuple(data.x_extent)), frame)
+            self._drawn[("frame", which)] = (key, frame)
             return frame
 
         return frame

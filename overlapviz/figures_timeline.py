@@ -636,6 +636,12 @@ def timeline(kernels, *, x_range=None, residency=None, why=None, waits=None, ste
     return hv.DynamicMap(lambda x_range: timeline_view(data, x_range, **opts), streams=[stream])
 
 
+def shared_extent(*data: TimelineData) -> tuple[float, float]:
+    """The window (ms) that holds every one of these runs: the time axis they share, drawn whole. Each run drawn for
+    its own extent would label the shared axis in its own format (a 3 ms run in µs above a 40 ms one in ms)."""
+    return (min(float(d.x_extent[0]) for d in data), max(float(d.x_extent[1]) for d in data))
+
+
 def compare(data_a: TimelineData, data_b: TimelineData, deltas: pd.DataFrame | None = None, *, x_range=None,
             labels: tuple[str, str] = ("A", "B"), width: int = 1100, max_glyphs: int = MAX_GLYPHS) -> hv.Layout:
     """Two configurations' timelines one above the other on linked time axes, and the metric deltas (a table).
@@ -647,12 +653,13 @@ def compare(data_a: TimelineData, data_b: TimelineData, deltas: pd.DataFrame | N
     deltas
         Optional ``overlapviz.analysis.speedup.compare`` rows (or ``metric_deltas``), shown below.
     x_range
-        (start, end) in ms; both whole runs when None.
+        (start, end) in ms; both whole runs when None (``shared_extent``: one axis, one format).
     labels, width, max_glyphs
         Panel titles; see ``timeline_view``.
     """
     data_a = data_a if isinstance(data_a, TimelineData) else TimelineData(data_a)
     data_b = data_b if isinstance(data_b, TimelineData) else TimelineData(data_b)
+    x_range = shared_extent(data_a, data_b) if x_range is None else x_range
     a = own_lanes(timeline_view(data_a, x_range, title=str(labels[0]), width=width, max_glyphs=max_glyphs), "a")
     b = own_lanes(timeline_view(data_b, x_range, title=str(labels[1]), width=width, max_glyphs=max_glyphs), "b")
     panels = [a, b]

@@ -337,3 +337,15 @@ def test_compare_links_time_axes():
     figs = [c[0] for c in plot.children if hasattr(c[0], "x_range")]
     assert figs[0].x_range is figs[1].x_range  # linked: zooming one zooms the other
     assert figs[0].y_range is not figs[1].y_range  # but each has its own lanes (was: B's lanes squeezed into A's range)
+
+
+def test_compare_labels_the_shared_time_axis_in_one_format():
+    # was: each panel took its format from its own run's extent, so a 0.06 ms run above a 10 ms one labelled the one
+    # axis they share in µs (%.3f) in one panel and in ms (%.1f) in the other
+    short = kernels(6)
+    long_ = short.assign(start_ns=1_000_000 + np.arange(6) * 2_000_000, end_ns=1_000_000 + np.arange(6) * 2_000_000 + 8_000)
+    for a, b in ((short, long_), (long_, short)):
+        plot = hv.render(ftl.compare(ftl.TimelineData(a), ftl.TimelineData(b), labels=("A", "B")), backend="bokeh")
+        figs = [c[0] for c in plot.children if hasattr(c[0], "x_range")]
+        assert [f.xaxis[0].formatter.format for f in figs] == ["%.1f", "%.1f"]
+        assert all("— 6 kernels in view" in f.title.text for f in figs)
