@@ -244,6 +244,10 @@ def _updates(s: Session, out: dict) -> None:
         s.open("Compare")
         if "A: " in " ".join(s.js(TITLES_JS)):
             _try(out, "Compare zoom (wheel, both redrawn)", lambda: s.zoom("A: "))
+    # a page opened three or more tabs ago (taken out of the session's document since 8df99e9, drawn again)
+    for page in ("Why late", "Collectives"):
+        if page in pages:
+            _try(out, f"{page} reopened (3+ tabs ago)", lambda page=page: s.open(page))
 
 
 def bench_first_ever(dataset: Path, repeat: int) -> None:
