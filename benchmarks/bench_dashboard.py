@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import os
 import tempfile
-import re
 import socket
 import statistics
 import subprocess

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 from bokeh.models import NumeralTickFormatter
 
-from overlapviz.figures import CAUSE_COLORS, CAUSE_LABELS, KIND_COLORS, TITLE_FONT, _plain, fmt_bytes, fmt_us, int_text, short_name, time_unit
+from overlapviz.figures import CAUSE_COLORS, CAUSE_LABELS, KIND_COLORS, TITLE_FONT, fmt_bytes, fmt_us, int_text, short_name, time_unit
 
 WAIT_CAUSES = ("stream_order", "dependency", "sm_resources", "launch_latency", "unknown")
 RESOURCE_LABELS = {
