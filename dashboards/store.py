@@ -200,6 +200,39 @@ def _on_disk(path: str, stamp: str, name: str, compute):
         except OSError:  # a read-only cache: the table stays in memory
             pass
     return value
+
+
+@__import__("functools").cache
+def _figure_stamp() -> str:
+    """What a drawn figure depends on besides the dataset's tables: the modules that draw it, Bokeh and HoloViews."""
+    import bokeh
+    import holoviews
+
+    import overlapviz
+
+    files = sorted([*Path(overlapviz.__file__).parent.glob("figures*.py"), *Path(__file__).parent.glob("*.py")])
+    return f"bokeh {bokeh.__version__} holoviews {holoviews.__version__};" + ";".join(
+        f"{f.name}:{f.stat().st_size}:{f.stat().st_mtime_ns}" for f in files if f.exists())
+
+
+def _storable(serialized):
+    """A serialized figure whose binary buffers are bytes (a memoryview of the drawing's arrays does not pickle)."""
+    from bokeh.core.serialization import Buffer, Serialized
+
+    def plain(x):
+        if isinstance(x, Buffer):
+            return Buffer(x.id, x.to_bytes())
+        if isinstance(x, dict):
+            return {k: plain(v) for k, v in x.items()}
+        if isinstance(x, list):
+            return [plain(v) for v in x]
+        if isinstance(x, tuple):
+            return tuple(plain(v) for v in x)
+        return x
+
+    return Serialized(content=plain(serialized.content), buffers=[plain(b) for b in serialized.buffers])
+
+
 _TIMELINES = _Memo(10)  # TimelineData per (path, stamp, run, ranks[, kernels alone]): a 1M-kernel run is ~150 MB
 
 
@@ -715,8 +748,10 @@ class DataStore(param.Parameterized):
         return _TABLES.get((self.path, self.stamp, "memo", key), build)
 
     def figure(self, key, build):
-        """``build()`` (a serialized figure) once per dataset and server process for ``key``, in a cache of its own."""
-        return _FIGURES.get((self.path, self.stamp, key), build)
+        """``build()`` (a serialized figure: ``Serializer().serialize(model)``) once per dataset for ``key``, in a cache
+        of its own, and kept in the table cache between server processes (with the stamp of the code that draws it)."""
+        name = repr(("figure", _figure_stamp(), key))
+        return _FIGURES.get((self.path, self.stamp, key), lambda: _on_disk(self.path, self.stamp, name, lambda: _storable(build())))
 
     def budget(self, record: dict, what_if: dict | None = None):
         """``budget.kernel_budget`` of one explain record (the run's kernels from the timeline cache)."""

@@ -498,7 +498,7 @@ def test_background_analysis_yields_to_a_page_being_drawn_unless_a_page_waits_fo
     store.yield_to_pages(limit=3.0)  # a page's own thread never pauses
     assert time.monotonic() - t0 < 0.1
     # a session waiting for a table the background thread computes lifts the pause
-    memo, started, release = store._Memo(4), threading.Event(), threading.Event()
+    memo, started = store._Memo(4), threading.Event()
     paused = {}
 
     def compute():
@@ -809,3 +809,40 @@ def test_each_session_s_copy_of_a_static_figure_is_made_ahead_and_its_own(datase
     assert all(len(ids) > 10 for ids in models)
     assert not models[0] & models[1] and not models[1] & models[2] and not models[0] & models[2]
     assert first.title.text == second.title.text == third.title.text == "ahead"
+
+
+def test_a_static_figure_is_drawn_once_per_dataset_across_server_processes(dataset, monkeypatch, tmp_path):
+    """``DataStore.figure``: a drawn figure is kept in the table cache, so a restarted server copies it instead of drawing
+    it again (what a cold visit of a page of figures paid); a change of the code that draws figures draws it anew, and
+    with the table cache off nothing is written."""
+    import holoviews as hv
+
+    from overlapviz.dashboards import store as store_mod
+    from overlapviz.dashboards.common import static_plot
+    from overlapviz.dashboards.store import DataStore
+
+    monkeypatch.setenv("OVERLAPVIZ_CACHE_DIR", str(tmp_path / "cache"))
+    store = DataStore(dataset, warm_up=False)
+    drawn = []
+
+    def build():
+        drawn.append(1)
+        return hv.Scatter((np.arange(50), np.linspace(0.0, 1.0, 50)), "x", "y").opts(title="kept", tools=["hover"])
+
+    first = static_plot(store, ("test kept",), build).object
+    assert drawn == [1] and list((tmp_path / "cache").rglob("*.pickle"))
+    store_mod._FIGURES.clear()  # a new server process: only the disk has it
+    again = static_plot(store, ("test kept",), build).object
+    assert drawn == [1] and again.title.text == "kept"
+    source = next(r.data_source for r in again.renderers if hasattr(r, "data_source"))
+    assert list(source.data["y"]) == list(np.linspace(0.0, 1.0, 50))
+    assert not {m.id for m in first.references()} & {m.id for m in again.references()}
+    store_mod._FIGURES.clear()
+    monkeypatch.setattr(store_mod, "_figure_stamp", lambda: "other drawing code")
+    static_plot(store, ("test kept",), build)
+    assert drawn == [1, 1]
+    store_mod._FIGURES.clear()
+    monkeypatch.setenv(store_mod.TABLE_CACHE_ENV, "0")
+    before = sorted((tmp_path / "cache").rglob("*.pickle"))
+    static_plot(store, ("test kept, not on disk",), build)
+    assert drawn == [1, 1, 1] and sorted((tmp_path / "cache").rglob("*.pickle")) == before
