@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import shutil
@@ -20,6 +21,7 @@ from typing import Any
 import holoviews as hv
 import panel as pn
 from bokeh.util.token import generate_secret_key
+from panel.io.state import set_curdoc
 from panel.viewable import Viewer
 
 from overlapviz import figures
@@ -104,18 +106,30 @@ class Dashboard(Viewer):
             self.failure.visible = False  # a failure said is about the page it happened on
             active = self.tabs.active
             self.opened = [active, *(i for i in self.opened if i != active)]
-            kept = set(self.opened[:KEPT])
             for i, page in enumerate(self.pages):
                 page.shown = i == active  # hidden pages skip their re-render when the store changes
-            for i, holder in enumerate(self.holders):
-                if i in kept and not holder.objects:
-                    if i not in self.views:
-                        # one view per page for the session: a page's methods are watched once, however often its
-                        # tab is taken out of the document and put back
-                        self.views[i] = pn.panel(self.pages[i])
-                    holder.objects = [self.views[i]]
-                elif i not in kept and holder.objects:
-                    holder.objects = []
+            holder = self.holders[active]
+            if not holder.objects:
+                if active not in self.views:
+                    # one view per page for the session: a page's methods are watched once, however often its
+                    # tab is taken out of the document and put back
+                    self.views[active] = pn.panel(self.pages[active])
+                holder.objects = [self.views[active]]
+        doc = pn.state.curdoc
+        if doc is not None and doc.session_context is not None:
+            doc.add_next_tick_callback(lambda: self._take_out(doc))  # once the opened page is on its way
+        else:
+            self._take_out(doc)
+
+    def _take_out(self, doc) -> None:
+        """Take the pages opened before the last ``KEPT`` out of the document: in one change of its models."""
+        kept = set(self.opened[:KEPT])
+        old = [holder for i, holder in enumerate(self.holders) if i not in kept and holder.objects]
+        if not old:
+            return
+        with set_curdoc(doc), (doc.models.freeze() if doc is not None else contextlib.nullcontext()):
+            for holder in old:
+                holder.objects = []
 
     def open_timeline(self, run_id: str) -> None:
         self.tabs.active = PAGES.index("Timeline")
