@@ -168,3 +168,31 @@ def test_exports_and_serve_get_print_nothing_on_stderr(standin, tmp_path):
     proc = subprocess.run([sys.executable, "-m", "overlapviz", "serve", str(standin), "--get", "/"], capture_output=True,
                           text=True, timeout=240)  # fmt: skip
     assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+
+
+@pytest.mark.browser
+@needs_chromium
+def test_a_png_is_the_picture_bokeh_s_own_export_draws(dataset, tmp_path):
+    """PNG exports are drawn in a page that keeps BokehJS loaded (``export._png``); the picture must be Bokeh's
+    ``export_png``'s, pixel for pixel, for figures of every kind (a timeline, a heatmap with its colour bar, two
+    panels over a table), also for the figures drawn after the page has been reused and loaded again."""
+    from bokeh.io.export import export_png
+    from PIL import Image, ImageChops
+
+    from overlapviz import export
+
+    cases = [("timeline", {"runs": ["cb-ar-optimized-pad16384-prio-1"], "window_ms": (0.0, 0.8)}), ("heatmap", {"value": "speedup"}),
+             ("compare", {"runs": ["cb-ar-baseline-pad0-prio0", "cb-ar-optimized-pad16384-prio-1"]})]  # fmt: skip
+    with export.chromium() as driver, export._offline_layout_html():
+        for round_ in range(2):
+            models = {figure: export._bokeh_model(export.build_figure(dataset, figure, **options), toolbar=False)
+                      for figure, options in cases}  # fmt: skip
+            for figure, model in models.items():  # one after the other in the same page
+                export._png(model, tmp_path / f"{figure}-ours.png", driver)
+            for figure, model in models.items():
+                export_png(model, filename=str(tmp_path / f"{figure}-bokeh.png"), webdriver=driver, timeout=30)
+            for figure in models:
+                a, b = (Image.open(tmp_path / f"{figure}-{who}.png").convert("RGB") for who in ("ours", "bokeh"))
+                assert a.size == b.size, (figure, a.size, b.size)
+                assert ImageChops.difference(a, b).getbbox() is None, figure  # the same pixels
+                assert len(a.getcolors(maxcolors=1 << 20)) > 20, figure  # a figure, not a blank page
