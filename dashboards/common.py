@@ -47,7 +47,7 @@ def static_plot(store: DataStore, key, build, *, copy: bool = True) -> pn.pane.B
     hold two copies). A copy costs a quarter of a drawing (a 12.5k-point scatter: 0.07 s, drawn 0.31 s), and is made
     ahead: the drawing itself is the first session's, and the next session's is made in the background
     (``_spare``) while the page is looked at. Not for a figure with streams or a DynamicMap: their callbacks belong to
-    the HoloViews plot. ``copy=False``: only draw it (a figure drawn ahead, in the background), no pane."""
+    the HoloViews plot. ``copy=False``: only draw it, or make its next copy, ahead (from a background thread), no pane."""
     import holoviews as hv
     from bokeh.core.serialization import Serializer
 
@@ -64,6 +64,10 @@ def static_plot(store: DataStore, key, build, *, copy: bool = True) -> pn.pane.B
     if drawn:
         _put_spare(name, serialized, drawn[0])
     if not copy:
+        with _SPARES_LOCK:
+            ready = drawn or (name in _SPARES and _SPARES[name][0] is serialized)
+        if not ready:  # drawn by an earlier server (the table cache): its first copy is made here, ahead, too
+            _put_spare(name, serialized, _copy_of(serialized))
         return None
     figure = _take_spare(name, serialized)
     _spare(name, serialized)
@@ -94,16 +98,31 @@ def _take_spare(name, serialized):
 
 
 def _spare(name, serialized) -> None:
-    """Make the next session's copy in a background thread, once no page is being drawn (one interpreter)."""
+    """Ask for the next session's copy of ``name``: made by one background thread, one copy at a time, each once no
+    page is being drawn (one interpreter: a dozen copies made at once after a page held the GIL through the user's next
+    widget change)."""
+    with _SPARES_LOCK:
+        _WANTED[name] = serialized
+        if _WORKER and _WORKER[0].is_alive():
+            return
+        _WORKER[:] = [background(_make_spares, "overlapviz-copies")]
 
-    def make():
+
+def _make_spares() -> None:
+    while not stopping():
         wait_idle(5.0)
         with _SPARES_LOCK:
-            if stopping() or name in _SPARES:
+            if not _WANTED:
+                _WORKER.clear()
                 return
+            name, serialized = _WANTED.popitem()
+            if name in _SPARES:
+                continue
         _put_spare(name, serialized, _copy_of(serialized))
 
-    background(make, "overlapviz-copies")
+
+_WANTED: dict = {}  # figure name -> its serialized form: copies asked for, not yet made
+_WORKER: list = []  # the thread making them (``_make_spares``), while it runs
 
 
 def _copy_of(serialized):
