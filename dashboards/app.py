@@ -124,7 +124,7 @@ class Dashboard(Viewer):
     def _take_out(self, doc) -> None:
         """Take the pages opened before the last ``KEPT`` out of the document: in one change of its models."""
         kept = set(self.opened[:KEPT])
-        old = [holder for i, holder in enumerate(self.holders) if i not in kept and holder.objects]
+        old = [holder for i, holder in enumerate(self.holders) if i not in kept and holder.objects and not self.pages[i].live]
         if not old:
             return
         with set_curdoc(doc), (doc.models.freeze() if doc is not None else contextlib.nullcontext()):

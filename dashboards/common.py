@@ -297,6 +297,12 @@ class Page(Viewer):
         self._keys: dict = {}  # what each view shows now (set before the Page's init: views may be drawn there)
         super().__init__(store=store, **params)
 
+    @property
+    def live(self) -> bool:
+        """Whether the page holds a live HoloViews plot (a DynamicMap fed by streams): it stays in the session's document.
+        Taken out and put back, the Timeline's redrawn plot no longer showed a run switch (samples, the heatmap's tap)."""
+        return getattr(self, "_pane", None) is not None and isinstance(self._pane, pn.pane.HoloViews)
+
     def visit(self, name: str, key) -> pn.Spacer | None:
         """Whether view ``name`` must be drawn for ``key`` (what it shows: run, filters, ...).
 
