@@ -64,9 +64,8 @@ def static_plot(store: DataStore, key, build, *, copy: bool = True) -> pn.pane.B
     if drawn:
         _put_spare(name, serialized, drawn[0])
     if not copy:
-        with _SPARES_LOCK:
-            ready = drawn or (name in _SPARES and _SPARES[name][0] is serialized)
-        if not ready:  # drawn by an earlier server (the table cache): its first copy is made here, ahead, too
+        if not drawn and not _has_spare(name, serialized):
+            # drawn by an earlier server (the table cache): its first copy is made here, ahead, too
             _put_spare(name, serialized, _copy_of(serialized))
         return None
     figure = _take_spare(name, serialized)
@@ -85,6 +84,12 @@ def _put_spare(name, serialized, figure) -> None:
         _SPARES[name] = (serialized, figure)
         while len(_SPARES) > _MAX_SPARES:
             _SPARES.pop(next(iter(_SPARES)))
+
+
+def _has_spare(name, serialized) -> bool:
+    """Whether a copy made from this serialized form waits for ``name`` (one made from an older drawing does not count)."""
+    with _SPARES_LOCK:
+        return name in _SPARES and _SPARES[name][0] is serialized
 
 
 def _take_spare(name, serialized):
@@ -116,9 +121,8 @@ def _make_spares() -> None:
                 _WORKER.clear()
                 return
             name, serialized = _WANTED.popitem()
-            if name in _SPARES:
-                continue
-        _put_spare(name, serialized, _copy_of(serialized))
+        if not _has_spare(name, serialized):
+            _put_spare(name, serialized, _copy_of(serialized))
 
 
 _WANTED: dict = {}  # figure name -> its serialized form: copies asked for, not yet made
@@ -301,7 +305,7 @@ class Page(Viewer):
     def live(self) -> bool:
         """Whether the page holds a live HoloViews plot (a DynamicMap fed by streams): it stays in the session's document.
         Taken out and put back, the Timeline's redrawn plot no longer showed a run switch (samples, the heatmap's tap)."""
-        return getattr(self, "_pane", None) is not None and isinstance(self._pane, pn.pane.HoloViews)
+        return isinstance(getattr(self, "_pane", None), pn.pane.HoloViews)
 
     def visit(self, name: str, key) -> pn.Spacer | None:
         """Whether view ``name`` must be drawn for ``key`` (what it shows: run, filters, ...).

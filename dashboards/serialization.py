@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from bokeh.core.has_props import HasProps
+from bokeh.core.serialization import Buffer
 from bokeh.core.property.descriptors import UnsetValueError
 from bokeh.core.property.singletons import Undefined
 from bokeh.core.property.wrappers import PropertyValueContainer
@@ -69,7 +70,7 @@ def uninstall() -> None:
 def sent(model, query_properties_with_values=None):
     """What a model's serialization holds, with ``query_properties_with_values`` (the one in use when None) and its
     binary buffers as bytes (their ids are new on each serialization): equal for the same models sent the same way."""
-    from bokeh.core.serialization import Buffer, Serializer
+    from bokeh.core.serialization import Serializer
 
     used = HasProps.query_properties_with_values
     if query_properties_with_values is not None:
@@ -79,16 +80,19 @@ def sent(model, query_properties_with_values=None):
     finally:
         HasProps.query_properties_with_values = used
 
-    def plain(x):
-        if isinstance(x, Buffer):
-            return bytes(x.data)
-        if isinstance(x, dict):
-            return {k: plain(v) for k, v in x.items()}
-        if isinstance(x, (list, tuple)):
-            return [plain(v) for v in x]
-        return x
+    return with_buffers(content, Buffer.to_bytes)
 
-    return plain(content)
+
+def with_buffers(content, convert):
+    """``content`` (a serialized form: dicts, lists and tuples) with each binary ``Buffer`` in it replaced by
+    ``convert(buffer)``."""
+    if isinstance(content, Buffer):
+        return convert(content)
+    if isinstance(content, dict):
+        return {k: with_buffers(v, convert) for k, v in content.items()}
+    if isinstance(content, (list, tuple)):
+        return type(content)(with_buffers(v, convert) for v in content)
+    return content
 
 
 def _probe():

@@ -107,15 +107,9 @@ def storable(serialized):
     """A serialized figure whose binary buffers are bytes (a memoryview of the drawing's arrays does not pickle)."""
     from bokeh.core.serialization import Buffer, Serialized
 
-    def plain(x):
-        if isinstance(x, Buffer):
-            return Buffer(x.id, x.to_bytes())
-        if isinstance(x, dict):
-            return {k: plain(v) for k, v in x.items()}
-        if isinstance(x, list):
-            return [plain(v) for v in x]
-        if isinstance(x, tuple):
-            return tuple(plain(v) for v in x)
-        return x
+    from overlapviz.dashboards.serialization import with_buffers
 
-    return Serialized(content=plain(serialized.content), buffers=[plain(b) for b in serialized.buffers])
+    def kept(buffer):
+        return Buffer(buffer.id, buffer.to_bytes())
+
+    return Serialized(content=with_buffers(serialized.content, kept), buffers=[kept(b) for b in serialized.buffers])

@@ -266,11 +266,10 @@ def _png(model, out: Path, driver) -> None:
             tmp = page.with_suffix(f".{os.getpid()}.tmp")
             tmp.write_text(_PNG_PAGE.replace("{scripts}", scripts), encoding="utf-8")
             os.replace(tmp, page)
-        driver.maximize_window()
         driver.get(page.as_uri())
         uses = 0
     _PNG_USES[id(driver)] = uses + 1
-    driver.maximize_window()
+    driver.maximize_window()  # (the last export set the window to its figure's size)
     driver.set_script_timeout(30)
     error = driver.execute_async_script(_DRAW_JS, item)
     if error:
