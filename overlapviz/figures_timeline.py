@@ -479,12 +479,19 @@ def _arrows_hook(plot, element) -> None:
         arrow.source.data = data
 
 
+_LEGEND_ROWS = len(KIND_COLORS) + len(CAUSE_COLORS)
+
+
 @functools.cache
 def _legend(kinds: tuple[str, ...], parts: tuple[str, ...]) -> hv.Points:
     """One element of zero-size points whose colours carry the legend (the run's kinds, and the causes of its
     waits) in raster and glyph modes alike (one element, not one per entry: each element is a subplot to lay out)."""
     items = [(k, KIND_COLORS[k]) for k in kinds] + [(f"wait: {CAUSE_LABELS[p]}", CAUSE_COLORS[p]) for p in parts]
-    frame = pd.DataFrame({"x": np.full(len(items), np.nan), "y": np.full(len(items), np.nan), "entry": [i[0] for i in items]})
+    # as many rows for every run (the last entry repeated: one legend item per entry still): the browser applies a run
+    # switch's new rows before its new legend items, and an item of the old legend pointing past the new rows threw
+    # while painting, which dropped the rest of the switch (the plot kept the old run's title)
+    entries = [i[0] for i in items] + [items[-1][0]] * (_LEGEND_ROWS - len(items)) if items else []
+    frame = pd.DataFrame({"x": np.full(len(entries), np.nan), "y": np.full(len(entries), np.nan), "entry": entries})
     return hv.Points(frame, kdims=["x", "y"], vdims=["entry"]).opts(
         color="entry", cmap=dict(items), marker="square", size=10, show_legend=True, default_tools=[])
 

@@ -349,3 +349,19 @@ def test_compare_labels_the_shared_time_axis_in_one_format():
         figs = [c[0] for c in plot.children if hasattr(c[0], "x_range")]
         assert [f.xaxis[0].formatter.format for f in figs] == ["%.1f", "%.1f"]
         assert all("— 6 kernels in view" in f.title.text for f in figs)
+
+
+def test_the_timeline_legend_has_as_many_rows_for_every_run():
+    """A run switch changes the legend's data source before its items reach the browser: with fewer rows than the
+    run shown before, an old item pointed past them and BokehJS threw while painting, dropping the rest of the switch
+    (the Timeline kept the old run's title; a heatmap tap from the samples' Overview with the why already cached).
+    Every run's legend element has the same rows, and one entry per kind and cause of the run, in order."""
+    from overlapviz import figures_timeline as ftl
+    from overlapviz.figures import CAUSE_COLORS, CAUSE_LABELS, KIND_COLORS
+
+    kinds, causes = tuple(KIND_COLORS), tuple(CAUSE_COLORS)
+    for ks, ps in [(kinds[:1], ()), (kinds[:2], causes[:1]), (kinds, causes[2:4]), (kinds, causes)]:
+        frame = ftl._legend(ks, ps).data
+        assert len(frame) == len(kinds) + len(causes)
+        assert list(dict.fromkeys(frame["entry"])) == [*ks, *(f"wait: {CAUSE_LABELS[p]}" for p in ps)]
+    assert len(ftl._legend((), ()).data) == 0
