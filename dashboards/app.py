@@ -25,7 +25,7 @@ from panel.io.state import set_curdoc
 from panel.viewable import Viewer
 
 from overlapviz import figures
-from overlapviz.dashboards import security, serialization
+from overlapviz.dashboards import references, security, serialization
 from overlapviz.dashboards.pages import CollectivesPage, ComparePage, OverviewPage, ResidencyPage, TimelinePage, WhyPage
 from overlapviz.dashboards.store import DataStore, drawing
 
@@ -47,6 +47,7 @@ pn.extension("tabulator", inline=True, notifications=False)
 # without a GPU (headless chromium, remote desktops) fall back to a software WebGL that stalls for seconds
 hv.renderer("bokeh").webgl = False
 serialization.install()  # every model sent to a browser: the properties set, without computing the defaults first
+references.install()  # every walk over a document's models (each change): the values held, without computing defaults
 
 _SHOWN: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # a session's Document -> its Dashboard
 

@@ -69,6 +69,7 @@ def static_plot(store: DataStore, key, build, *, copy: bool = True) -> pn.pane.B
             _put_spare(name, serialized, _copy_of(serialized))
         return None
     figure = _take_spare(name, serialized)
+    busy()  # a page is drawn (a widget change too): the copy made next waits until it is sent
     _spare(name, serialized)
     return pn.pane.Bokeh(figure if figure is not None else _copy_of(serialized))
 

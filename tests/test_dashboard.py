@@ -776,6 +776,42 @@ def test_models_are_sent_as_bokeh_sends_them_without_computing_their_defaults(da
     assert checked > 500  # the pages' figures, not empty spacers
 
 
+def test_the_walk_over_a_document_s_models_finds_what_bokeh_s_finds(dataset):
+    """``references``: every change of a session's document walks its models; the walk installed in the server reads
+    the values the models hold instead of computing each default again. With every page of the dashboard in one
+    themed document, it must find the same models in the same order as Bokeh's, walking first (Bokeh's keeps the
+    defaults it makes) and again after a model's default container was filled and another was themed."""
+    from bokeh.document import Document
+    from bokeh.models import CustomJS, Plot
+    from bokeh.themes import Theme
+
+    from overlapviz.dashboards import references
+    from overlapviz.dashboards.app import PAGES, build_app
+
+    assert references.install()  # this Bokeh passes the check, so the server uses it
+    try:
+        app = build_app(dataset)
+        app.__panel__()
+        doc = Document(theme=Theme(json={"attrs": {"Title": {"text_color": "#123456"}}}))
+        for i, _ in enumerate(PAGES):
+            app.tabs.active = i
+            doc.add_root(app.holders[i].get_root(doc))
+        roots = list(doc.roots)
+        ours = references.walked(roots, references._visit_immediate, references._visit_value)
+        assert ours == references.walked(roots, *references._ORIGINAL)
+        assert len(ours) > 300  # the pages' figures, not empty spacers
+        roots.append(Plot())  # every property at its default (its toolbar: a model made per instance)
+        plot = next(m for m in doc.models if isinstance(m, Plot))
+        plot.js_on_event("tap", CustomJS(code=""))  # a model put into a default container that was left alone
+        plot.toolbar = type(plot.toolbar)()  # a model-valued property set anew
+        doc.theme = Theme(json={"attrs": {"Plot": {"background_fill_color": "#fafafa"}}})
+        again = references.walked(roots, references._visit_immediate, references._visit_value)
+        assert again == references.walked(roots, *references._ORIGINAL) and again != ours
+        assert references.walked(roots) == again  # the installed walk (what collect_models uses)
+    finally:
+        references.uninstall()
+
+
 def test_each_session_s_copy_of_a_static_figure_is_made_ahead_and_its_own(dataset):
     """``static_plot``: the drawing itself is the first session's figure, the next one's copy is made in the background
     (after no page is being drawn), and every session's models are its own."""
