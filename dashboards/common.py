@@ -302,11 +302,18 @@ class Page(Viewer):
         self._keys: dict = {}  # what each view shows now (set before the Page's init: views may be drawn there)
         super().__init__(store=store, **params)
 
-    @property
-    def live(self) -> bool:
-        """Whether the page holds a live HoloViews plot (a DynamicMap fed by streams): it stays in the session's document.
-        Taken out and put back, the Timeline's redrawn plot no longer showed a run switch (samples, the heatmap's tap)."""
-        return isinstance(getattr(self, "_pane", None), pn.pane.HoloViews)
+    def put_back(self) -> None:
+        """Called before the page's view, taken out of the session's document, goes back in (drawn again). A live
+        HoloViews plot (a DynamicMap fed by streams: the Timeline, a Compare drawn by windows) is drawn anew from its
+        DynamicMap, and HoloViews evaluates a DynamicMap for a new plot only if it holds no frame: with its last frame
+        kept, the Timeline came back showing the run it showed when taken out, not the one chosen meanwhile (the
+        selection sent while the page was out reached no plot). The frames it holds are dropped."""
+        import holoviews as hv
+
+        pane = getattr(self, "_pane", None)
+        if isinstance(pane, pn.pane.HoloViews):
+            for dmap in pane.object.traverse(lambda obj: obj, [hv.DynamicMap]):
+                dmap.reset()
 
     def visit(self, name: str, key) -> pn.Spacer | None:
         """Whether view ``name`` must be drawn for ``key`` (what it shows: run, filters, ...).
