@@ -115,8 +115,6 @@ class Dashboard(Viewer):
                     # one view per page for the session: a page's methods are watched once, however often its
                     # tab is taken out of the document and put back
                     self.views[active] = pn.panel(self.pages[active])
-                else:
-                    self.pages[active].put_back()
                 holder.objects = [self.views[active]]
         doc = pn.state.curdoc
         if doc is not None and doc.session_context is not None:
@@ -127,7 +125,7 @@ class Dashboard(Viewer):
     def _take_out(self, doc) -> None:
         """Take the pages opened before the last ``KEPT`` out of the document: in one change of its models."""
         kept = set(self.opened[:KEPT])
-        old = [holder for i, holder in enumerate(self.holders) if i not in kept and holder.objects]
+        old = [holder for i, holder in enumerate(self.holders) if i not in kept and holder.objects and not self.pages[i].live]
         if not old:
             return
         with set_curdoc(doc), (doc.models.freeze() if doc is not None else contextlib.nullcontext()):

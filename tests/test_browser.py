@@ -602,32 +602,6 @@ def test_a_page_taken_out_of_the_document_is_drawn_again_and_answers(loaded, ser
     assert not server_errors(server_log), server_errors(server_log)
 
 
-def test_the_timeline_put_back_shows_the_run_chosen_meanwhile_and_answers_a_zoom(loaded, server_log):
-    """The Timeline is taken out of the document like any page (three tabs on). A run chosen on another page while it
-    was out must be the one it shows when its tab opens again (HoloViews drew a new plot of a DynamicMap from the last
-    frame it held: the run it showed before), and the plot drawn again must answer a zoom."""
-    driver = loaded
-    open_page(driver, "Timeline")
-    value, labels = _configuration_labels(driver)
-    target = next(o for o in labels if o != value)
-    for name in ("Overview", "Why late", "Collectives"):
-        open_page(driver, name)
-    assert not any(t.startswith("Timeline of") for t in driver.execute_script(TITLES_JS))  # out of the document
-    set_model(driver, "panel.models.widgets.CustomSelect", "value", target, where="Configuration", every=True)
-    wait_for(driver, lambda: idle(driver), what="the run chosen")
-    open_page(driver, "Timeline")
-    run = target.split(" — ")[0]
-    wait_for(driver, lambda: idle(driver) and plot_state(driver, f"Timeline of {run}"), what=f"the Timeline of {run}")
-    before = plot_state(driver, "Timeline of")
-    wheel(driver, "Timeline of", clicks=3)
-    wait_for(driver, lambda: idle(driver) and plot_state(driver, "Timeline of")["title"] != before["title"], what="the zoomed window")
-    assert plot_state(driver, "Timeline of")["title"].startswith(f"Timeline of {run}")
-    set_model(driver, "panel.models.widgets.CustomSelect", "value", value, where="Configuration", every=True)  # as found
-    first = value.split(" — ")[0]
-    wait_for(driver, lambda: idle(driver) and plot_state(driver, f"Timeline of {first}"), what="the first run again")
-    assert not server_errors(server_log), server_errors(server_log)
-
-
 def _click_button(driver, label: str) -> None:
     driver.execute_script("""
       function all(root, out){ root.querySelectorAll('button').forEach(b => out.push(b));
