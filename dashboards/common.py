@@ -69,7 +69,6 @@ def static_plot(store: DataStore, key, build, *, copy: bool = True) -> pn.pane.B
             _put_spare(name, serialized, _copy_of(serialized))
         return None
     figure = _take_spare(name, serialized)
-    busy()  # a page is drawn (a widget change too): the copy made next waits until it is sent
     _spare(name, serialized)
     return pn.pane.Bokeh(figure if figure is not None else _copy_of(serialized))
 
@@ -106,7 +105,8 @@ def _take_spare(name, serialized):
 def _spare(name, serialized) -> None:
     """Ask for the next session's copy of ``name``: made by one background thread, one copy at a time, each once no
     page is being drawn (one interpreter: a dozen copies made at once after a page held the GIL through the user's next
-    widget change)."""
+    widget change). Asked for when a figure is shown (a page drawn, a widget change): that waits until it is sent."""
+    busy()
     with _SPARES_LOCK:
         _WANTED[name] = serialized
         if _WORKER and _WORKER[0].is_alive():

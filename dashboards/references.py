@@ -36,7 +36,7 @@ def _visit_immediate(value: Any, visitor: Callable[[Model], None]) -> None:
     cls = type(value)
     held = value._property_values
     themed = value.themed_values()
-    for name, prop in cls.properties_with_refs().items():
+    for name in cls.properties_with_refs():
         if name in held:
             child = held[name]
         else:
@@ -96,27 +96,33 @@ def install() -> bool:
     except Exception:  # noqa: BLE001  (another Bokeh's internals: keep its own)
         same = False
     if same:
-        _util.visit_immediate_value_references = _visit_immediate
-        _util.visit_value_and_its_immediate_references = _visit_value
+        _use((_visit_immediate, _visit_value))
     return same
 
 
 def uninstall() -> None:
     """Bokeh's own again (tests compare the two)."""
-    _util.visit_immediate_value_references, _util.visit_value_and_its_immediate_references = _ORIGINAL
+    _use(_ORIGINAL)
     _NO_REFS.clear()
+
+
+def _use(pair) -> tuple:
+    """Make ``collect_models`` walk with ``pair`` (visit_immediate_value_references, visit_value_and_its_immediate_references);
+    returns the pair it used before."""
+    used = (_util.visit_immediate_value_references, _util.visit_value_and_its_immediate_references)
+    _util.visit_immediate_value_references, _util.visit_value_and_its_immediate_references = pair
+    return used
 
 
 def walked(roots, visit_immediate=None, visit_value=None) -> list[str]:
     """The ids of every model reachable from ``roots`` (a model or a list of them), in Bokeh's order, walked with the
     given pair of functions (the ones in use when None)."""
-    used = (_util.visit_immediate_value_references, _util.visit_value_and_its_immediate_references)
-    if visit_immediate is not None:
-        _util.visit_immediate_value_references, _util.visit_value_and_its_immediate_references = visit_immediate, visit_value
+    used = _use((visit_immediate, visit_value)) if visit_immediate is not None else None
     try:
         return [m.id for m in _util.collect_models(*(roots if isinstance(roots, list) else [roots]))]
     finally:
-        _util.visit_immediate_value_references, _util.visit_value_and_its_immediate_references = used
+        if used is not None:
+            _use(used)
 
 
 def _probe():
