@@ -9,6 +9,7 @@ fails on the code that had it. Screenshots of each page: see OVERLAPVIZ_SCREENSH
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -128,14 +129,70 @@ def dataset(tmp_path_factory):
     return write_grid_dataset(tmp_path_factory.mktemp("browser") / "ds")
 
 
+# the page tests run twice on the grid: on a server that computes every table and figure (a table cache with nothing
+# for the dataset), and on one that finds them all in the table cache, as a second `serve` of a dataset does (drawn
+# from a warm cache, the Timeline once dropped a run switch: on the samples, whose runs differ in their legends, not on
+# the grid, whose runs do not); the samples run on the default cache, whatever it holds
+CACHES = ["default table cache"] if SAMPLES else ["empty table cache", "warm table cache"]
+
+
+@pytest.fixture(scope="module", params=CACHES)
+def table_cache(request, dataset, browser, tmp_path_factory):
+    """The server's environment (``env``): a table cache of its own, filled (``warm``) by an earlier server on which
+    every page was drawn and whose warm-up finished; ``warmed``: the files that server left there, and when."""
+    if SAMPLES:
+        return {"env": {}, "warmed": None}
+    cache = tmp_path_factory.mktemp("cache")
+    env = {"OVERLAPVIZ_CACHE_DIR": str(cache)}
+    if request.param == "warm table cache":
+        log = tmp_path_factory.mktemp("warming") / "serve.log"
+        with contextlib.closing(_serve(dataset, log, env=env)) as warming:
+            url = next(warming)
+            browser.get(url)
+            wait_for(browser, lambda: idle(browser) and drawn_canvases(browser), timeout=180, what="the dashboard")
+            for name in pages(browser):
+                open_page(browser, name)
+            wait_for(browser, lambda: _warmed(dataset, cache), timeout=180, what="the warm-up's last table")
+        assert not server_errors(log), server_errors(log)
+        browser.get("about:blank")
+        return {"env": env, "warmed": _files(cache)}
+    return {"env": env, "warmed": None}
+
+
+def _files(cache: Path) -> dict[str, int]:
+    """Each file of ``cache`` and the time it was last written."""
+    return {str(f.relative_to(cache)): f.stat().st_mtime_ns for f in cache.rglob("*") if f.is_file()}
+
+
+def _warmed(dataset, cache: Path, seconds: float = 2.0) -> bool:
+    """The warm-up's last two tables are in ``cache`` (its last step is one of them), and nothing was written there for
+    ``seconds`` (a figure drawn last)."""
+    from overlapviz.dashboards import store, table_cache
+
+    before = os.environ.get("OVERLAPVIZ_CACHE_DIR")
+    os.environ["OVERLAPVIZ_CACHE_DIR"] = str(cache)
+    try:
+        path = str(Path(dataset).resolve())
+        stamp = store._stamp(path)
+        last = [table_cache.disk_file(path, stamp, n) for n in ("derived:delays", repr(("analysis", "config_table", (), ())))]
+    finally:
+        if before is None:
+            del os.environ["OVERLAPVIZ_CACHE_DIR"]
+        else:
+            os.environ["OVERLAPVIZ_CACHE_DIR"] = before
+    files = [f for f in cache.rglob("*") if f.is_file()]
+    return (all(f.exists() for f in last) and not any(f.suffix == ".tmp" for f in files)
+            and time.time() - max(f.stat().st_mtime for f in files) > seconds)
+
+
 @pytest.fixture(scope="module")
-def server_log(tmp_path_factory):
+def server_log(table_cache, tmp_path_factory):
     return tmp_path_factory.mktemp("server") / "serve.log"
 
 
 @pytest.fixture(scope="module")
-def server(dataset, server_log):
-    yield from _serve(dataset, server_log)
+def server(dataset, server_log, table_cache):
+    yield from _serve(dataset, server_log, env=table_cache["env"])
 
 
 @pytest.fixture(scope="module")
@@ -309,7 +366,7 @@ def _choose_runs(driver) -> None:
             wait_for(driver, lambda: idle(driver), what=f"{field} = {prefix}")
 
 
-def test_every_page_draws_and_stays_on_localhost(loaded, tmp_path, server_log):
+def test_every_page_draws_and_stays_on_localhost(loaded, tmp_path, server_log, table_cache):
     driver = loaded
     shots = Path(SCREENSHOTS_ENV) if SCREENSHOTS_ENV else tmp_path
     shots.mkdir(parents=True, exist_ok=True)
@@ -340,6 +397,8 @@ def test_every_page_draws_and_stays_on_localhost(loaded, tmp_path, server_log):
     assert any("bokeh" in u for u in urls)  # the log works: BokehJS itself was requested, from the server
     assert not off_host(urls), off_host(urls)
     assert not server_errors(server_log), server_errors(server_log)
+    if table_cache["warmed"] is not None:  # each table and figure shown was read from the warm cache, none computed again
+        assert _files(Path(table_cache["env"]["OVERLAPVIZ_CACHE_DIR"])) == table_cache["warmed"]
 
 
 def test_stand_in_is_labelled(loaded):
