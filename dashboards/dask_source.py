@@ -31,6 +31,7 @@ import pandas as pd
 
 from overlapviz import figures_timeline as ftl
 from overlapviz.analysis import budget, metrics, speedup
+from overlapviz.analysis.residency import by_rank
 from overlapviz.dashboards import store
 from overlapviz.distributed import timeline as dtl
 
@@ -105,7 +106,7 @@ class _Run:
         self.ranks = {r["rank"]: r for r in dtl.rank_summaries_on(client, path, run_id, KINDS)}
         self.origin_ns = min((r["start"] for r in self.ranks.values()), default=0)
         try:  # as store.load_timeline's: the run's rows
-            self.residency = store.run_analysis(path, stamp, "kernel_residency", run_id)
+            self.residency = by_rank(store.run_analysis(path, stamp, "kernel_residency", run_id), path)
         except store.Unavailable:
             self.residency = None
         self.why = None

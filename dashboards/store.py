@@ -251,7 +251,7 @@ def _why_parts(path: str, stamp: str, run_id: str, kernels: pd.DataFrame) -> dic
     except Unavailable:
         pass
     try:
-        res = run_analysis(path, stamp, "kernel_residency", run_id)
+        res = residency.by_rank(run_analysis(path, stamp, "kernel_residency", run_id), path)
     except Unavailable:  # the hover's residency is optional: a timeline without it beats no timeline
         res = None
     return {"residency": res, "why": why, "waits": waits}

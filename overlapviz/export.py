@@ -27,7 +27,7 @@ from overlapviz import figures, figures_timeline, figures_why, schema
 from overlapviz.analysis import budget, explain, peers
 from overlapviz.analysis.metrics import analyze
 from overlapviz.analysis.ranks import metric_deltas
-from overlapviz.analysis.residency import kernel_residency
+from overlapviz.analysis.residency import by_rank, kernel_residency
 from overlapviz.analysis.speedup import compare as compare_runs, config_table
 
 FIGURES = ("timeline", "heatmap", "speedup", "compare", "residency", "ranks", "why", "budget", "collectives")
@@ -392,7 +392,7 @@ class DatasetSource:
         if not len(kernels):
             raise ValueError(f"{self.path}: run {run_id!r} has no kernels" + (f" on ranks {list(ranks)}" if ranks else ""))
         try:
-            residency = self.kernel_residency()
+            residency = by_rank(self.kernel_residency(), self.path)
         except ValueError:  # the hover's residency is optional: a timeline without it beats no timeline
             residency = None
         try:

@@ -358,6 +358,8 @@ def _residency_text(sub: pd.DataFrame, residency: pd.DataFrame | str | None) -> 
                         "shared_mem_bytes": sub["shared_mem_bytes"].astype("Int64").to_numpy()})  # fmt: skip
     if "run_id" in sub and "run_id" in residency:
         key["run_id"] = sub["run_id"].astype(str).to_numpy()
+    if "rank" in residency:  # a run on two GPU models: residency.by_rank's rows, each rank its own model's
+        key["rank"] = sub["rank"].astype("Int64").to_numpy()
     on = [c for c in key.columns if c in residency.columns]
     right = residency[on + ["blocks_per_sm", "limiter"] + (["residency_note"] if "residency_note" in residency else [])]
     right = right.drop_duplicates(on).astype({c: ("Int64" if c not in ("name", "run_id") else str) for c in on})

@@ -449,6 +449,41 @@ def test_a_timeline_drawn_before_its_why_says_the_residency_is_coming_not_missin
     assert ftl.TimelineData(frame).hover_frame(np.ones(1, bool))["residency"].tolist() == ["— (no device limits)"]
 
 
+def test_the_timeline_hover_gives_each_rank_the_residency_on_its_own_gpu(tmp_path, monkeypatch):
+    """A job on two GPU models (rank 0 an A100, rank 1 an H100): the same launch shape fits 3 blocks of 48 KiB of shared
+    memory on an SM of the first, 4 on the second; the hover of each rank's kernel says its own GPU's, as the per-kernel
+    occupancy computes it (the merged residency rows name the model, not the ranks: a join on the shape alone gave
+    every rank the first model's)."""
+    import numpy as np
+
+    from overlapviz import export
+    from overlapviz.analysis.occupancy import kernel_occupancy
+    from overlapviz.analysis.residency import device_table, kernel_shapes, run_carveouts
+    from overlapviz.dashboards import store as store_mod
+    from overlapviz.ingest import ingest
+    from overlapviz.testing import A100_PROPERTIES, generate_trace, write_trace
+
+    h100 = dict(A100_PROPERTIES, name="NVIDIA H100 80GB HBM3", computeMajor=9, computeMinor=0, numSms=132,
+                sharedMemPerBlockOptin=232448, sharedMemPerMultiprocessor=233472)  # fmt: skip
+    for rank, props in enumerate((A100_PROPERTIES, h100)):
+        write_trace(generate_trace(400, rank=rank, world_size=2, seed=3, device_properties=[props]), tmp_path / "job" / f"rank{rank}.json.gz")
+    path = ingest([str(tmp_path / "job")], tmp_path / "ds", progress=False)
+    monkeypatch.setenv(store_mod.TABLE_CACHE_ENV, "0")
+    store = store_mod.DataStore(path, warm_up=False)
+    for data in (store.timeline(why=True), export.DatasetSource(path).timeline(store.run_id)):
+        frame = data.frame
+        hover = data.hover_frame(np.ones(len(frame), bool))
+        oracle = kernel_occupancy(kernel_shapes(frame.assign(run_id=frame["run_id"].astype(str))), device_table(path), run_carveouts(path))
+        known = oracle["blocks_per_sm"].notna().to_numpy()
+        want = [f"{int(b)} blocks/SM" for b in oracle["blocks_per_sm"].to_numpy()[known]]
+        got = hover["residency"].to_numpy()[known]
+        assert [g.split(" (")[0] for g in got] == want
+        # the shapes the two GPUs hold differently are in the trace (else this test would not tell the join apart)
+        by = oracle.assign(rank=frame["rank"].to_numpy()).loc[known].groupby(["name", "threads_per_block", "regs_per_thread",
+                                                                              "shared_mem_bytes"])  # fmt: skip
+        assert (by["blocks_per_sm"].nunique() > 1).any()
+
+
 def test_background_analysis_yields_to_a_page_being_drawn_unless_a_page_waits_for_it():
     import threading
     import time

@@ -287,6 +287,31 @@ def kernel_residency(dataset_path, *, run_ids=None, device: str | None = None, p
     return finish_shapes(merge_shapes(shapes), carveouts)
 
 
+def by_rank(residency: pd.DataFrame | None, dataset_path) -> pd.DataFrame | None:
+    """:func:`kernel_residency`'s rows as a rank's kernels look theirs up (a hover's "N blocks/SM").
+
+    Unchanged where every run ran on one GPU model. Where one did not (its ranks on two models: a launch shape has a
+    residency per model, and the merged rows name the model, not the ranks), every row of every run is repeated for
+    each rank that ran on its model, with a ``rank`` column: a rank finds its own GPU's row. A rank whose device is
+    unknown finds the rows of no model (their note says why).
+    """
+    if residency is None or not len(residency) or "device_name" not in residency:
+        return residency
+    models = residency.groupby("run_id", sort=False, dropna=False)["device_name"].nunique(dropna=False)
+    if not (models > 1).any():
+        return residency
+    dev = device_table(dataset_path)
+    pairs = schema.read_frame(dataset_path, "kernels", columns=["run_id", "rank", "device"],
+                              run_ids=residency["run_id"].dropna().unique().tolist()).drop_duplicates()  # fmt: skip
+    names = []
+    for rec in pairs.itertuples(index=False):
+        lim = limits_for(dev, rec.run_id, int(rec.rank), None if pd.isna(rec.device) else int(rec.device))
+        names.append(lim.get("name") if isinstance(lim, dict) else None)
+    ranks = (pairs.assign(device_name=pd.Series(names, index=pairs.index, dtype=object))[["run_id", "rank", "device_name"]]
+             .drop_duplicates(["run_id", "rank"]))  # (a rank on two devices of two models: its first)
+    return residency.merge(ranks, on=["run_id", "device_name"], how="inner", sort=False)
+
+
 PAUSE_ROWS = 200_000  # with ``pause``: kernels per call of rank_shapes (whole ranks; a call per small rank costs 4x)
 
 
