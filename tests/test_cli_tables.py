@@ -37,11 +37,18 @@ VIEWS = [
 @pytest.fixture(scope="module")
 def datasets(tmp_path_factory):
     root = tmp_path_factory.mktemp("tables")
-    return {name: ingest([str(s) for s in srcs], root / name, progress=False) for name, srcs in SOURCES.items()}
+    # an unexpected exception while a file is read keeps its traceback (a one-off "KeyError: 30" in CI had none)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("OVERLAPVIZ_DEBUG", "1")
+        return {name: ingest([str(s) for s in srcs], root / name, progress=False) for name, srcs in SOURCES.items()}
 
 
 def _run(*args) -> str:
     res = CliRunner().invoke(main, [str(a) for a in args])
+    if res.exit_code != 0 and res.exc_info is not None and not isinstance(res.exception, SystemExit):
+        import traceback  # a crash inside a command: show where, not only its (empty) output
+
+        raise AssertionError(f"{args}: {''.join(traceback.format_exception(*res.exc_info))}")
     assert res.exit_code == 0, (args, res.output)
     return res.output
 

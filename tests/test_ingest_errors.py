@@ -216,3 +216,25 @@ def test_bad_manifest(tmp_path):
     write_trace(good_doc(), d / "trace_rank0.json.gz")
     (d / "manifest.json").write_text('{"format": "something-else/2", "run": {}}')
     assert_failed(*run_cli(tmp_path, str(d)), str(d / "manifest.json"), "format")
+
+
+def test_an_internal_error_says_where_in_overlapviz_it_happened(tmp_path, monkeypatch):
+    """A bug while a file is read is one line naming the file, the exception and the innermost frame of overlapviz's
+    own code (a one-off ``KeyError: 30`` in CI could not be traced from its line alone)."""
+    import inspect
+
+    from overlapviz.ingest import driver, ingest
+
+    def broken(*args, **kwargs):
+        raise KeyError(30)
+
+    monkeypatch.delenv(driver.DEBUG_ENV, raising=False)
+    monkeypatch.setattr(driver, "finish_kernels", broken)
+    write_trace(kineto_trace([kernel_event("gemm", 1_000_000, 2_000_000, correlation=1)]), tmp_path / "t.json")
+    with pytest.raises(ValueError) as err:
+        ingest([str(tmp_path / "t.json")], tmp_path / "ds", progress=False)
+    lines, start = inspect.getsourcelines(driver._read_and_write)
+    line = start + next(i for i, text in enumerate(lines) if "finish_kernels(" in text)
+    assert f"internal error while reading this file (KeyError: 30 at ingest/driver.py:{line} in _read_and_write)" in str(err.value)
+    assert "t.json" in str(err.value) and "\n" not in str(err.value)
+    assert not (tmp_path / "ds").exists()

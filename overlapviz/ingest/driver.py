@@ -83,8 +83,23 @@ def _ingest_file(path: str, reader_name: str, rules_json: str, file_index: int, 
         if os.environ.get(DEBUG_ENV, "") not in ("", "0"):
             raise
         first = (str(exc).strip().splitlines() or [""])[0][:300]
-        raise ValueError(f"{shown}: {INTERNAL_ERROR} while reading this file ({type(exc).__name__}: {first}); "
+        raise ValueError(f"{shown}: {INTERNAL_ERROR} while reading this file ({type(exc).__name__}: {first}{_where(exc)}); "
                          f"please report it (set {DEBUG_ENV}=1 for the traceback)") from None  # fmt: skip
+
+
+def _where(exc: BaseException) -> str:
+    """`` at ingest/chrome.py:LINE in function``: the innermost frame of ``exc``'s traceback in overlapviz's own code
+    (else the innermost frame), so that an internal error's one line says where it happened, in a worker process too."""
+    import traceback
+
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames:
+        return ""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    ours = [f for f in frames if os.path.abspath(f.filename).startswith(package + os.sep)]
+    f = (ours or frames)[-1]
+    shown = os.path.relpath(os.path.abspath(f.filename), package) if ours else os.path.basename(f.filename)
+    return f" at {shown}:{f.lineno} in {f.name}"
 
 
 class _WriteError(Exception):
