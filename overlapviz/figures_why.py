@@ -158,9 +158,11 @@ def sm_budget(table: pd.DataFrame, facts: dict, *, width: int = 900) -> hv.Overl
     what = facts.get("what_if")
     n_fit = int(fit) if fit is not None and np.isfinite(fit) else "?"
     why = f", limited by {RESOURCE_LABELS.get(lim, str(lim).replace('_', ' '))}" if lim and (fit is None or fit < 1) else ""
-    beside = (f"beside {int(facts['blocks_per_sm'])} blocks of {short_name(facts.get('resident'))[:50]}" if facts.get("resident")
+    held = int(facts["blocks_per_sm"]) if facts.get("resident") else 0
+    beside = (f"beside {held} {'block' if held == 1 else 'blocks'} of {short_name(facts.get('resident'))[:50]}" if facts.get("resident")
               else "on an SM free of computation")  # fmt: skip
-    title = f"SM budget{' — what if ' + str(what) if what else ''}: {n_fit} comm blocks fit{why}\n{short_name(facts.get('comm'))[:60]} {beside}"
+    fits = "comm block fits" if n_fit == 1 else "comm blocks fit"
+    title = f"SM budget{' — what if ' + str(what) if what else ''}: {n_fit} {fits}{why}\n{short_name(facts.get('comm'))[:60]} {beside}"
     ticks = list(zip(y.tolist(), label))
     return (bars * outline * limit * marks * text * legend).opts(
         hv.opts.Overlay(title=title, width=width, height=70 * n + 140, yticks=ticks, xlim=(0, right), ylim=(-0.5, n - 0.35),

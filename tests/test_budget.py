@@ -95,6 +95,41 @@ def test_kernel_budget_and_what_ifs_of_a_blocked_collective(grid):
     assert f2["fit"] >= 1 and f2["blocks_per_sm"] == best["compute_blocks_per_sm"] and f2["what_if"] == best["setting"]
 
 
+@pytest.fixture(scope="module")
+def deepseek(tmp_path_factory):
+    from pathlib import Path
+
+    from overlapviz.ingest import ingest
+
+    src = Path(__file__).parent / "data" / "kineto_real" / "deepseek_v3_train"
+    return ingest([str(src)], tmp_path_factory.mktemp("deepseek") / "ds", progress=False)
+
+
+@pytest.mark.parametrize("which", ["grid", "deepseek"])
+def test_every_collective_s_sm_budget_shows_the_fit_explain_found(which, grid, deepseek):
+    """The SM budget of each collective shows the SM explain's ``comm_blocks_fit_per_sm`` is of (the best SM's: a free
+    one when free SMs take more, else the held SM with the most room): the same fit, and a free SM exactly when it
+    says so. On DeepSeek-V3 (DeepEP) the resident kernels' C++ signatures hold ", ", and the budget once split explain's
+    list of them there: it showed a free SM (1 block fits) for collectives explain found blocked (0 fit, 0 free SMs),
+    and a held SM (0 fit) for one explain found 20 free SMs for (4 fit)."""
+    path = {"grid": grid, "deepseek": deepseek}[which]
+    e = explain.explain(path)
+    known = e.loc[e["comm_blocks_fit_per_sm"].notna()]
+    assert len(known) >= 6
+    seen = set()
+    for rec in known.to_dict("records"):
+        table, facts = budget.kernel_budget(path, rec)
+        assert facts["fit"] == rec["comm_blocks_fit_per_sm"], (rec["name"][:60], rec["start_ns"], facts)
+        on_free = facts["resident"] is None
+        if rec["free_sms"] == 0:
+            assert not on_free, (rec["name"][:60], rec["start_ns"])
+        if rec["cause"] == "sm_resources":
+            assert facts["resident"] == rec["blocker"] and facts["limiter"] == rec["blocking_resource"]
+        seen.add((on_free, rec["cause"] == "sm_resources"))
+    assert (False, True) in seen  # a blocked collective and its blocker
+    assert which == "grid" or (True, False) in seen  # a collective shown on a free SM
+
+
 def _instances_by_loop(e, sizes):
     """The instance table computed one instance at a time, in plain Python integers (the reference)."""
     rows = {}

@@ -12,7 +12,7 @@ import os
 import numpy as np
 import pandas as pd
 
-from overlapviz import schema
+from overlapviz import schema, vocabulary
 from overlapviz.analysis import peers
 from overlapviz.analysis.advise import Footprint, advise
 from overlapviz.analysis.explain import LAUNCH_LATENCY_NS
@@ -343,6 +343,13 @@ def _record_kernels(dataset_path, record: dict, kernels: pd.DataFrame | None) ->
     return k, t
 
 
+def _listed(name: str, joined: str) -> bool:
+    """``name`` is one of the names explain joined with ", " into ``joined`` (a C++ signature holds ", " too: the
+    joined string is never split)."""
+    return bool(name) and (joined == name or joined.startswith(name + ", ") or joined.endswith(", " + name)
+                           or f", {name}, " in joined)
+
+
 def _occ_rows(rows: pd.DataFrame, dev_limits: dict, carveouts: dict) -> pd.DataFrame:
     threads = rows["block_x"].astype("Int64") * rows["block_y"].fillna(1).astype("Int64") * rows["block_z"].fillna(1).astype("Int64")
     grid = rows["grid_x"].astype("Int64") * rows["grid_y"].fillna(1).astype("Int64") * rows["grid_z"].fillna(1).astype("Int64")
@@ -351,8 +358,10 @@ def _occ_rows(rows: pd.DataFrame, dev_limits: dict, carveouts: dict) -> pd.DataF
 
 def kernel_budget(dataset_path: str | os.PathLike, record: dict, *, kernels: pd.DataFrame | None = None,
                   what_if: dict | None = None) -> tuple[pd.DataFrame, dict]:  # fmt: skip
-    """The SM budget of one comm kernel at its ready time: the SM its blocker (else the first resident
-    computation kernel) holds, as explain models it, or a free SM when none is resident.
+    """The SM budget of one comm kernel at its ready time, on the SM explain's ``comm_blocks_fit_per_sm`` is of (the
+    best SM's): the SM held by the resident computation kernel beside which the most comm blocks fit (the blocker's when
+    none fits), or an SM free of computation when none is resident or free SMs remain and take more. With ``what_if``,
+    the SM that kernel holds, the kernel changed by the option.
 
     Parameters
     ----------
@@ -384,17 +393,20 @@ def kernel_budget(dataset_path: str | os.PathLike, record: dict, *, kernels: pd.
         comm_rows = comm_rows.loc[comm_rows["correlation"] == int(record["correlation"])] if len(comm_rows) > 1 else comm_rows
     if not len(comm_rows):
         raise ValueError(f"{dataset_path}: comm kernel of run {record['run_id']} rank {record['rank']} at {record['start_ns']} not found")
-    names = [] if record.get("resident_compute") in (None, "") or pd.isna(record.get("resident_compute")) else \
-        str(record["resident_compute"]).split(", ")  # fmt: skip
+    joined = record.get("resident_compute")
+    joined = "" if joined is None or pd.isna(joined) else str(joined)
     res = k.loc[k["kind"].astype(str).isin(["compute", "other"]) & (k["start_ns"] <= t) & (k["end_ns"] > t)
-                & k["name"].isin(names)]  # fmt: skip
+                & k["name"].map(lambda n: _listed(str(n), joined)).astype(bool)]  # fmt: skip
+    c_device = comm_rows["device"].iloc[0]
+    if not pd.isna(c_device):  # explain's residents: on the comm kernel's device
+        res = res.loc[res["device"].isna() | (res["device"] == c_device)]
     res = res.drop_duplicates("stream", keep="last")
-    if record.get("blocker") is not None and not pd.isna(record.get("blocker")) and (res["name"] == record["blocker"]).any():
-        res = res.loc[res["name"] == record["blocker"]]
+    blocker = record.get("blocker")
+    if blocker is not None and not pd.isna(blocker) and (res["name"] == blocker).any():
+        res = res.loc[res["name"] == blocker]
     dev_limits = device_table(dataset_path)
     carveouts = run_carveouts(dataset_path)
-    rows = pd.concat([comm_rows.iloc[:1], res.iloc[:1]], ignore_index=True)
-    occ = _occ_rows(rows, dev_limits, carveouts)
+    occ = _occ_rows(pd.concat([comm_rows.iloc[:1], res], ignore_index=True), dev_limits, carveouts)
     c = occ.iloc[0]
     device = None if pd.isna(c["device"]) else int(c["device"])
     limits = limits_for(dev_limits, record["run_id"], int(record["rank"]), device)
@@ -403,29 +415,44 @@ def kernel_budget(dataset_path: str | os.PathLike, record: dict, *, kernels: pd.
     if pd.isna(c["blocks_per_sm"]):
         raise ValueError(f"the comm kernel's launch shape is unknown: {c['residency_note']}")
     comm = {f: float(c[f]) for f in ("warps_per_block", "regs_per_warp", "smem_alloc_bytes", "smem_config_needed_bytes")}
-    resident, config, note = [], None, None
-    blocks = 0.0
-    if len(occ) > 1:
-        r = occ.iloc[1]
-        if pd.isna(r["blocks_per_sm"]):
-            note = f"resident {r['name']}: {r['residency_note']}"
-        else:
-            blocks, config = float(r["blocks_per_sm"]), float(r["smem_config_bytes"])
-            shape = {"warps_per_block": float(r["warps_per_block"]), "regs_per_warp": float(r["regs_per_warp"]),
-                     "smem_alloc_bytes": float(r["smem_alloc_bytes"])}  # fmt: skip
-            if what_if is not None and what_if.get("lever") == "sm_carveout":
-                # whole SMs left to the collective: it runs alone there
-                blocks, config, shape = 0.0, None, None
-                note = f"{what_if.get('setting')}: the collective runs alone on them, the computation keeps the others"
-            elif what_if is not None:
-                blocks, config, shape = _apply_option(limits, what_if)
-            if shape is not None:
-                resident = [{"name": str(r["name"]), "blocks": blocks, **shape}]
-    table = sm_budget(limits, resident, comm, smem_config=config)
     free = record.get("free_sms")
+    free = None if free is None or pd.isna(free) else int(free)
+    # the SM explain's fit is of (comm_blocks_fit_per_sm: the best SM's): the held SM where the most comm blocks fit
+    # beside its resident blocks (the blocker's when none fits), or an SM free of computation when free SMs remain and
+    # take more; a what-if changes the computation kernel, so it is shown on the SM that kernel holds
+    resident, config, note, blocks = [], None, None, 0.0
+    unknown = occ.iloc[1:].loc[occ["blocks_per_sm"].iloc[1:].isna()]
+    if len(unknown):
+        note = f"resident {unknown['name'].iloc[0]}: {unknown['residency_note'].iloc[0]}"
+    held = []
+    for _, r in occ.iloc[1:].loc[occ["blocks_per_sm"].iloc[1:].notna()].iterrows():
+        shape = {"warps_per_block": float(r["warps_per_block"]), "regs_per_warp": float(r["regs_per_warp"]),
+                 "smem_alloc_bytes": float(r["smem_alloc_bytes"])}  # fmt: skip
+        one = [{"name": str(r["name"]), "blocks": float(r["blocks_per_sm"]), **shape}]
+        fit = sm_budget(limits, one, comm, smem_config=float(r["smem_config_bytes"])).attrs["fit"]
+        held.append((fit, r, shape))
+    alone = sm_budget(limits, [], comm).attrs["fit"]
+    best = max(held, key=lambda h: h[0]) if held else None  # (the first of the best: the blocker's, else stream order)
+    if best is not None and (what_if is not None or not ((free or 0) > 0 and alone > best[0])):
+        _, r, shape = best
+        blocks, config = float(r["blocks_per_sm"]), float(r["smem_config_bytes"])
+        if what_if is not None and what_if.get("lever") == "sm_carveout":
+            # whole SMs left to the collective: it runs alone there
+            blocks, config, shape = 0.0, None, None
+            note = f"{what_if.get('setting')}: the collective runs alone on them, the computation keeps the others"
+        elif what_if is not None:
+            blocks, config, shape = _apply_option(limits, what_if)
+        if shape is not None:
+            resident = [{"name": str(r["name"]), "blocks": blocks, **shape}]
+    elif best is not None:
+        k = int(best[0])
+        note = (f"Shown: one of the {free} SMs free of computation at ready (on an SM "
+                f"{vocabulary.short_name(str(best[1]['name']), 50, templates=True)} held, {k} comm {'block' if k == 1 else 'blocks'} "
+                f"would fit).")  # fmt: skip
+    table = sm_budget(limits, resident, comm, smem_config=config)
     facts = {
         "comm": str(c["name"]), "resident": resident[0]["name"] if resident else None, "blocks_per_sm": blocks,
-        "fit": table.attrs["fit"], "limiter": table.attrs["limiter"], "free_sms": None if free is None or pd.isna(free) else int(free),
+        "fit": table.attrs["fit"], "limiter": table.attrs["limiter"], "free_sms": free,
         "num_sms": limits.get("num_sms"), "smem_config_bytes": table.loc[table["resource"] == "shared_memory", "capacity"].iloc[0],
         "device": limits.get("name") or limits.get("arch"), "vendor": limits["vendor"], "note": note,
         "what_if": None if what_if is None else what_if.get("setting"),
