@@ -116,7 +116,7 @@ def test_every_collective_s_sm_budget_shows_the_fit_explain_found(which, grid, d
     e = explain.explain(path)
     known = e.loc[e["comm_blocks_fit_per_sm"].notna()]
     assert len(known) >= 6
-    seen = set()
+    seen, checked = set(), set()
     for rec in known.to_dict("records"):
         table, facts = budget.kernel_budget(path, rec)
         assert facts["fit"] == rec["comm_blocks_fit_per_sm"], (rec["name"][:60], rec["start_ns"], facts)
@@ -126,6 +126,13 @@ def test_every_collective_s_sm_budget_shows_the_fit_explain_found(which, grid, d
         if rec["cause"] == "sm_resources":
             assert facts["resident"] == rec["blocker"] and facts["limiter"] == rec["blocking_resource"]
         seen.add((on_free, rec["cause"] == "sm_resources"))
+        # the what-ifs are of the kernel on the SM shown, each option's budget shows the fit it promises
+        opts = budget.what_if_options(path, rec)
+        assert len(opts) > 0 or facts["resident"] is None or facts["blocks_per_sm"] == 0
+        if len(opts) and len(seen) > len(checked):
+            checked.add(len(seen))
+            for opt in opts.to_dict("records"):
+                assert budget.kernel_budget(path, rec, what_if=opt)[1]["fit"] == opt["comm_blocks_fit_per_sm"], opt
     assert (False, True) in seen  # a blocked collective and its blocker
     assert which == "grid" or (True, False) in seen  # a collective shown on a free SM
 

@@ -356,6 +356,56 @@ def _occ_rows(rows: pd.DataFrame, dev_limits: dict, carveouts: dict) -> pd.DataF
     return kernel_occupancy(rows.assign(threads_per_block=threads, grid_blocks=grid), dev_limits, carveouts)
 
 
+def _held_sms(dataset_path, record: dict, kernels: pd.DataFrame | None) -> dict:
+    """The SMs around ``record``'s comm kernel at its ready time, as explain models them: the comm kernel's row and
+    occupancy (``comm_row``, ``comm``), its device's ``limits``, each resident computation kernel (one per stream, on
+    its device, named in explain's ``resident_compute``; only the blocker when there is one) with the comm blocks that
+    fit beside its blocks on an SM it holds (``held``: (fit, occupancy row, shape, kernel row)), the best of them
+    (``best``; the first such: the blocker's, else in stream order), the fit on an SM free of computation (``alone``)
+    and why a resident kernel has no residency (``note``). ValueError when the comm kernel, its shape or its
+    device's limits are unknown."""
+    k, t = _record_kernels(dataset_path, record, kernels)
+    comm_rows = k.loc[(k["start_ns"] == int(record["start_ns"])) & (k["stream"] == record["stream"])]
+    if record.get("correlation") is not None and not pd.isna(record.get("correlation")):
+        comm_rows = comm_rows.loc[comm_rows["correlation"] == int(record["correlation"])] if len(comm_rows) > 1 else comm_rows
+    if not len(comm_rows):
+        raise ValueError(f"{dataset_path}: comm kernel of run {record['run_id']} rank {record['rank']} at {record['start_ns']} not found")
+    joined = record.get("resident_compute")
+    joined = "" if joined is None or pd.isna(joined) else str(joined)
+    res = k.loc[k["kind"].astype(str).isin(["compute", "other"]) & (k["start_ns"] <= t) & (k["end_ns"] > t)
+                & k["name"].map(lambda n: _listed(str(n), joined)).astype(bool)]  # fmt: skip
+    c_device = comm_rows["device"].iloc[0]
+    if not pd.isna(c_device):  # explain's residents: on the comm kernel's device
+        res = res.loc[res["device"].isna() | (res["device"] == c_device)]
+    res = res.drop_duplicates("stream", keep="last")
+    blocker = record.get("blocker")
+    if blocker is not None and not pd.isna(blocker) and (res["name"] == blocker).any():
+        res = res.loc[res["name"] == blocker]
+    dev_limits = device_table(dataset_path)
+    rows = pd.concat([comm_rows.iloc[:1], res], ignore_index=True)
+    occ = _occ_rows(rows, dev_limits, run_carveouts(dataset_path))
+    c = occ.iloc[0]
+    limits = limits_for(dev_limits, record["run_id"], int(record["rank"]), None if pd.isna(c["device"]) else int(c["device"]))
+    if not isinstance(limits, dict):
+        raise ValueError(f"device limits of run {record['run_id']} rank {record['rank']} unknown: {limits or 'no devices row'}")
+    if pd.isna(c["blocks_per_sm"]):
+        raise ValueError(f"the comm kernel's launch shape is unknown: {c['residency_note']}")
+    comm = {f: float(c[f]) for f in ("warps_per_block", "regs_per_warp", "smem_alloc_bytes", "smem_config_needed_bytes")}
+    unknown = occ.iloc[1:].loc[occ["blocks_per_sm"].iloc[1:].isna()]
+    note = f"resident {unknown['name'].iloc[0]}: {unknown['residency_note'].iloc[0]}" if len(unknown) else None
+    held = []
+    for j in range(1, len(occ)):
+        r = occ.iloc[j]
+        if pd.isna(r["blocks_per_sm"]):
+            continue
+        shape = {"warps_per_block": float(r["warps_per_block"]), "regs_per_warp": float(r["regs_per_warp"]),
+                 "smem_alloc_bytes": float(r["smem_alloc_bytes"])}  # fmt: skip
+        one = [{"name": str(r["name"]), "blocks": float(r["blocks_per_sm"]), **shape}]
+        held.append((sm_budget(limits, one, comm, smem_config=float(r["smem_config_bytes"])).attrs["fit"], r, shape, rows.iloc[j]))
+    return {"comm_row": c, "comm_kernel": rows.iloc[0], "limits": limits, "comm": comm, "held": held, "note": note,
+            "best": max(held, key=lambda h: h[0]) if held else None, "alone": sm_budget(limits, [], comm).attrs["fit"]}
+
+
 def kernel_budget(dataset_path: str | os.PathLike, record: dict, *, kernels: pd.DataFrame | None = None,
                   what_if: dict | None = None) -> tuple[pd.DataFrame, dict]:  # fmt: skip
     """The SM budget of one comm kernel at its ready time, on the SM explain's ``comm_blocks_fit_per_sm`` is of (the
@@ -387,54 +437,16 @@ def kernel_budget(dataset_path: str | os.PathLike, record: dict, *, kernels: pd.
         When the device limits or the comm kernel's launch shape are unknown (the reason).
     """
     record = dict(record)
-    k, t = _record_kernels(dataset_path, record, kernels)
-    comm_rows = k.loc[(k["start_ns"] == int(record["start_ns"])) & (k["stream"] == record["stream"])]
-    if record.get("correlation") is not None and not pd.isna(record.get("correlation")):
-        comm_rows = comm_rows.loc[comm_rows["correlation"] == int(record["correlation"])] if len(comm_rows) > 1 else comm_rows
-    if not len(comm_rows):
-        raise ValueError(f"{dataset_path}: comm kernel of run {record['run_id']} rank {record['rank']} at {record['start_ns']} not found")
-    joined = record.get("resident_compute")
-    joined = "" if joined is None or pd.isna(joined) else str(joined)
-    res = k.loc[k["kind"].astype(str).isin(["compute", "other"]) & (k["start_ns"] <= t) & (k["end_ns"] > t)
-                & k["name"].map(lambda n: _listed(str(n), joined)).astype(bool)]  # fmt: skip
-    c_device = comm_rows["device"].iloc[0]
-    if not pd.isna(c_device):  # explain's residents: on the comm kernel's device
-        res = res.loc[res["device"].isna() | (res["device"] == c_device)]
-    res = res.drop_duplicates("stream", keep="last")
-    blocker = record.get("blocker")
-    if blocker is not None and not pd.isna(blocker) and (res["name"] == blocker).any():
-        res = res.loc[res["name"] == blocker]
-    dev_limits = device_table(dataset_path)
-    carveouts = run_carveouts(dataset_path)
-    occ = _occ_rows(pd.concat([comm_rows.iloc[:1], res], ignore_index=True), dev_limits, carveouts)
-    c = occ.iloc[0]
-    device = None if pd.isna(c["device"]) else int(c["device"])
-    limits = limits_for(dev_limits, record["run_id"], int(record["rank"]), device)
-    if not isinstance(limits, dict):
-        raise ValueError(f"device limits of run {record['run_id']} rank {record['rank']} unknown: {limits or 'no devices row'}")
-    if pd.isna(c["blocks_per_sm"]):
-        raise ValueError(f"the comm kernel's launch shape is unknown: {c['residency_note']}")
-    comm = {f: float(c[f]) for f in ("warps_per_block", "regs_per_warp", "smem_alloc_bytes", "smem_config_needed_bytes")}
+    sm = _held_sms(dataset_path, record, kernels)
+    c, limits, comm, best, alone = sm["comm_row"], sm["limits"], sm["comm"], sm["best"], sm["alone"]
     free = record.get("free_sms")
     free = None if free is None or pd.isna(free) else int(free)
     # the SM explain's fit is of (comm_blocks_fit_per_sm: the best SM's): the held SM where the most comm blocks fit
     # beside its resident blocks (the blocker's when none fits), or an SM free of computation when free SMs remain and
     # take more; a what-if changes the computation kernel, so it is shown on the SM that kernel holds
-    resident, config, note, blocks = [], None, None, 0.0
-    unknown = occ.iloc[1:].loc[occ["blocks_per_sm"].iloc[1:].isna()]
-    if len(unknown):
-        note = f"resident {unknown['name'].iloc[0]}: {unknown['residency_note'].iloc[0]}"
-    held = []
-    for _, r in occ.iloc[1:].loc[occ["blocks_per_sm"].iloc[1:].notna()].iterrows():
-        shape = {"warps_per_block": float(r["warps_per_block"]), "regs_per_warp": float(r["regs_per_warp"]),
-                 "smem_alloc_bytes": float(r["smem_alloc_bytes"])}  # fmt: skip
-        one = [{"name": str(r["name"]), "blocks": float(r["blocks_per_sm"]), **shape}]
-        fit = sm_budget(limits, one, comm, smem_config=float(r["smem_config_bytes"])).attrs["fit"]
-        held.append((fit, r, shape))
-    alone = sm_budget(limits, [], comm).attrs["fit"]
-    best = max(held, key=lambda h: h[0]) if held else None  # (the first of the best: the blocker's, else stream order)
+    resident, config, note, blocks = [], None, sm["note"], 0.0
     if best is not None and (what_if is not None or not ((free or 0) > 0 and alone > best[0])):
-        _, r, shape = best
+        _, r, shape, _row = best
         blocks, config = float(r["blocks_per_sm"]), float(r["smem_config_bytes"])
         if what_if is not None and what_if.get("lever") == "sm_carveout":
             # whole SMs left to the collective: it runs alone there
@@ -474,26 +486,19 @@ def _apply_option(limits: dict, option: dict) -> tuple[float, float, dict]:
 
 def what_if_options(dataset_path: str | os.PathLike, record: dict, *, kernels: pd.DataFrame | None = None) -> pd.DataFrame:
     """The advisor's options (:func:`overlapviz.analysis.advise.advise`, one comm block per SM) for the
-    computation kernel that held the SM when ``record``'s comm kernel was ready.
+    computation kernel that held the SM when ``record``'s comm kernel was ready: the one whose SM
+    :func:`kernel_budget` shows a what-if on (the blocker, else the resident kernel with the most room).
 
     Empty when nothing was resident or a shape or the device limits are unknown.
     """
-    record = dict(record)
-    k, t = _record_kernels(dataset_path, record, kernels)
-    name = record.get("blocker")
-    if name is None or pd.isna(name):
-        rc = record.get("resident_compute")
-        name = None if rc is None or pd.isna(rc) else str(rc).split(", ")[0]
-    comm_rows = k.loc[(k["start_ns"] == int(record["start_ns"])) & (k["stream"] == record["stream"])]
-    res = k.loc[(k["name"] == name) & (k["start_ns"] <= t) & (k["end_ns"] > t)] if name else k.iloc[:0]
-    if not len(comm_rows) or not len(res):
+    try:
+        sm = _held_sms(dataset_path, dict(record), kernels)
+    except ValueError:
         return pd.DataFrame()
-    dev_limits = device_table(dataset_path)
-    rows = pd.concat([comm_rows.iloc[:1], res.iloc[:1]], ignore_index=True)
-    dev = rows["device"].iloc[0]
-    limits = limits_for(dev_limits, record["run_id"], int(record["rank"]), None if pd.isna(dev) else int(dev))
-    if not isinstance(limits, dict):
+    if sm["best"] is None:
         return pd.DataFrame()
+    limits = sm["limits"]
+    rows = pd.DataFrame([sm["comm_kernel"], sm["best"][3]]).reset_index(drop=True)
 
     def fp(r) -> Footprint | None:
         threads = int(r["block_x"] or 0) * int(1 if pd.isna(r["block_y"]) else r["block_y"]) * int(1 if pd.isna(r["block_z"]) else r["block_z"])
