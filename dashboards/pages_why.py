@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 import panel as pn
 import param
+from bokeh.models import NumberFormatter
 
 from overlapviz import figures, figures_why
 from overlapviz.analysis import budget, ranks as ranks_analysis
@@ -37,9 +38,10 @@ _NO_DEVICE = ("The trace has no device properties for this run (Kineto's `device
 _STATIC_ROWS = 200
 
 
-def _money(digits: int) -> dict:
-    """Tabulator's number format: ``digits`` decimals with thousands separators (``StaticTable``'s ``digits``)."""
-    return {"type": "money", "precision": digits, "symbol": "", "thousand": ","}
+def _money(digits: int) -> NumberFormatter:
+    """A table's number format: ``digits`` decimals with thousands separators, a missing value as "—" (``StaticTable``'s
+    ``digits``; Tabulator's own "money" format printed "NaN" for a missing peer wait)."""
+    return NumberFormatter(format="0,0" + ("." + "0" * digits if digits else ""), nan_format="—", null_format="—", text_align="right")
 
 
 _DEVICE_FIELDS = ["arch", "num_sms", "max_threads_per_sm", "regs_per_sm", "shared_mem_per_sm", "warp_size"]
@@ -110,8 +112,9 @@ class WhyPage(Page):
                 if r["lever"] == "current":
                     continue
                 star = " ★" if r["recommended"] else ""
-                opts[f"{r['lever'].replace('_', ' ')}: {r['setting']} → {int(r['comm_blocks_fit_per_sm'])} comm blocks fit, "
-                     f"{int(r['compute_blocks_per_sm'])} computation blocks/SM{star}"] = str(i)  # fmt: skip
+                fit, held = int(r["comm_blocks_fit_per_sm"]), int(r["compute_blocks_per_sm"])
+                opts[f"{r['lever'].replace('_', ' ')}: {r['setting']} → {fit} comm {'block fits' if fit == 1 else 'blocks fit'}, "
+                     f"{held} computation {'block' if held == 1 else 'blocks'}/SM{star}"] = str(i)  # fmt: skip
         self.param.what_if.objects = opts
         self.what_if = "as recorded"
 
@@ -148,10 +151,11 @@ class WhyPage(Page):
         if not len(summary):
             return notice(f"Run {self.store.run_id} has no communication kernels: nothing waited.", "info")
         total = {c: float(summary[f"{c}_us"].sum()) for c in figures_why.WAIT_CAUSES}
+        blocked_n = int(summary["n_blocked"].sum())
         worst = max(total, key=total.get)
         line = (f"**{int(summary['n_comm_kernels'].sum()):,} collectives** on {len(summary)} rank(s) started "
                 f"{figures.fmt_duration(sum(total.values()))} after their launches in all; most of it **{figures.CAUSE_LABELS[worst]}** "
-                f"({figures.fmt_duration(total[worst])}). {int(summary['n_blocked'].sum()):,} were held off the SMs by computation.")  # fmt: skip
+                f"({figures.fmt_duration(total[worst])}). {blocked_n:,} {'was' if blocked_n == 1 else 'were'} held off the SMs by computation.")  # fmt: skip
         run = self.store.run_id
         panes = [static_plot(self.store, ("late by cause", run), lambda: figures_why.late_by_cause(summary, width=600))]
         if len(blocked):
@@ -185,7 +189,7 @@ class WhyPage(Page):
 
         tab.param.watch(pick, "selection")
         self._table = tab
-        return pn.Column(pn.pane.Markdown(f"#### Every collective of this run, latest start first ({len(shown):,}) — select one "
+        return pn.Column(pn.pane.Markdown(f"#### Every collective of this run, longest start − launch first ({len(shown):,}) — select one "
                                           "for its SM budget below", margin=(10, 10, 0, 10)), tab, sizing_mode="stretch_width")  # fmt: skip
 
     def _show_on_timeline(self, *_):
@@ -220,6 +224,9 @@ class WhyPage(Page):
         extra = ("" if free is None else " · no SM was free of computation at ready" if free == 0 else
                  f" · **{free} of {facts.get('num_sms')} SMs** were free of computation at ready (the collective fits there)")  # fmt: skip
         note = f"\n\n{facts['note']}" if facts.get("note") else ""
+        opts = self._options
+        if option is None and facts.get("resident") and len(opts) and (opts["comm_blocks_fit_per_sm"] < 1).all():
+            note += "\n\nNone of the **What if** options makes room for one comm block on an SM this kernel holds."
         return pn.Column(
             pn.pane.Markdown(f"#### SM budget of the chosen collective at its ready time\n{where}{extra}{note}", margin=(10, 10, 0, 10)),
             static_plot(self.store, ("sm budget", r["run_id"], int(r["rank"]), int(r["start_ns"]), self.what_if),
@@ -273,9 +280,11 @@ class ResidencyPage(Page):
             return notice(f"No kernel launch shape of {self.store.run_id} has a residency: {'; '.join(map(str, notes)) or 'shapes unknown'}.")
         cols = {"name": "kernel", "kind": "kind", "threads_per_block": "threads/block", "regs_per_thread": "registers/thread",
                 "shared_mem_bytes": "shared mem/block (B)", "blocks_per_sm": "blocks/SM", "limiter": "limited by",
-                "occupancy": "occupancy", "n_launches": "launches", "total_us": "total (µs)", "waves": "waves"}  # fmt: skip
+                "occupancy": "occupancy (%)", "n_launches": "launches", "total_us": "total (µs)", "waves": "waves"}  # fmt: skip
         shown = t[[c for c in cols if c in t]].assign(name=t["name"].map(figures.short_name))
-        fmts = {"occupancy": {"type": "progress", "max": 1, "legend": True}, "total_us": {"type": "money", "precision": 1, "symbol": ""},
+        if "occupancy" in shown:  # a bar and its percentage (Tabulator's legend prints the value: 0.390625 as a fraction)
+            shown["occupancy"] = (pd.to_numeric(shown["occupancy"], errors="coerce") * 100).round()
+        fmts = {"occupancy": {"type": "progress", "max": 100, "legend": True}, "total_us": {"type": "money", "precision": 1, "symbol": ""},
                 "waves": {"type": "money", "precision": 2, "symbol": ""}}  # fmt: skip
         return pn.Column(
             static_plot(self.store, ("residency", self.store.run_id), lambda: figures.residency(t, width=PLOT_WIDTH)),

@@ -774,6 +774,10 @@ def test_a_one_run_imported_dataset_says_why_on_every_page(imported_server, brow
     wait_for(driver, lambda: "Export failed" in page_text(driver) and "two or more ranks" in page_text(driver), what="the reason")
     open_page(driver, "Timeline")
     assert not drawn_canvases(driver) == []
+    # a collective of one rank has no peer wait: the table says "—" (Tabulator's number format printed "NaN")
+    open_tab(driver, "Why late", "peer wait (µs)")
+    text = page_text(driver)
+    assert "peer wait (µs)" in text and not re.search(r"\bNaN\b", text), text[-1500:]
 
 
 IMAGE_JS = PLOT_VIEW + """
