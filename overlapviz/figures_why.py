@@ -197,7 +197,21 @@ def arrival_grid(cells: pd.DataFrame, *, width: int = 1100, value: str = "arriva
         tools=["hover"], default_tools=["save", "xwheel_zoom", "xpan", "reset"], active_tools=["xwheel_zoom"],
         title=f"Each rank's {vlabel} per collective instance ({unit}; wheel: zoom instances)",
         yticks=[(i, str(r)) for i, r in enumerate(ranks)], fontsize={"title": TITLE_FONT},
-        colorbar_opts={"title": unit, "width": 12})  # fmt: skip
+        clabel=unit, colorbar_opts={"width": 12}, **_grid_hover(n_inst, ranks, f"{vlabel} ({unit})"))  # fmt: skip
+
+
+def _grid_hover(n_inst: int, ranks: list, vlabel: str) -> dict:
+    """The instance x rank image's hover: the instance and the rank under the cursor (the pixel's, not the cursor's
+    coordinates: "3.254e-3") and its value with one decimal, "—" where the rank had no kernel of that instance."""
+    from bokeh.models import CustomJSHover
+
+    at = "const i = Math.round(value); "
+    inst = CustomJSHover(code=at + "return i >= 0 && i < n ? String(i) : '';", args={"n": int(n_inst)})
+    rank = CustomJSHover(code=at + "return i >= 0 && i < ranks.length ? String(ranks[i]) : '';", args={"ranks": [int(r) for r in ranks]})
+    num = CustomJSHover(code="return value == null || isNaN(value) ? '—' : value.toLocaleString('en-US', "
+                             "{minimumFractionDigits: 1, maximumFractionDigits: 1});")  # fmt: skip
+    return {"hover_tooltips": [("instance", "$x{instance}"), ("rank", "$y{rank}"), (vlabel, "@image{value}")],
+            "hover_formatters": {"$x": inst, "$y": rank, "@image": num}}
 
 
 _RANK_PALETTE = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442", "#000000"]
@@ -209,16 +223,16 @@ def arrival_skew(instances: pd.DataFrame, *, width: int = 1100) -> hv.Scatter:
     skew = pd.to_numeric(inst["arrival_skew_us"], errors="coerce")
     unit, div = time_unit(float(skew.max()) if skew.notna().any() else 0.0)
     frame = pd.DataFrame({"instance": np.arange(len(inst)), "skew": skew / div,
-                          "slowest": int_text(inst["slowest_rank"]),
+                          "slowest": np.where(inst["slowest_rank"].notna().to_numpy(bool), "rank " + int_text(inst["slowest_rank"]), "—"),
                           "collective": inst["collective"].fillna("—").astype(str), "id": inst["instance"].astype(str)})  # fmt: skip
-    ranks = sorted(frame["slowest"].unique(), key=lambda r: (len(r), r))
+    ranks = sorted(frame["slowest"].unique(), key=lambda r: (len(r), r))  # (the legend: "rank 7", by rank)
     cmap = {r: _RANK_PALETTE[i % len(_RANK_PALETTE)] for i, r in enumerate(ranks)}
     return hv.Scatter(frame, kdims=[hv.Dimension("instance", label="Collective instance (by first start)")],
                       vdims=[hv.Dimension("skew", label=f"arrival skew ({unit})"), "slowest", "collective", "id"]).opts(
         color="slowest", cmap=cmap, size=5, tools=["hover"], width=width, height=260, show_legend=True, legend_position="right",
         default_tools=["save", "xwheel_zoom", "xpan", "reset"], title="Arrival skew per instance (colour: the slowest rank)",
         fontsize={"title": TITLE_FONT}, hover_tooltips=[("instance", "@{id}"), ("collective", "@{collective}"),
-                                                        ("skew", "@{skew}{0,0.0} " + unit), ("slowest rank", "@{slowest}")])  # fmt: skip
+                                                        ("skew", "@{skew}{0,0.0} " + unit), ("slowest", "@{slowest}")])  # fmt: skip
 
 
 def rank_waits(cells: pd.DataFrame, instances: pd.DataFrame, *, width: int = 540) -> tuple[hv.Bars, hv.Bars]:

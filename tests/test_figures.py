@@ -321,6 +321,15 @@ def test_collectives_figure():
     img = figures_why.arrival_grid(cells)
     grid = img.dimension_values(2, flat=False)
     assert grid.shape == (2, 2) and np.nanmax(grid) == 12.0
+    # the hover names the cell (instance, the rank of its row), not the cursor's coordinates ("3.254e-3"); the colour
+    # bar's title is the unit (the value's whole label was cut off beside a short grid)
+    plot = hv.render(figures_why.arrival_grid(cells.assign(rank=cells["rank"].map({0: 3, 1: 7}))), backend="bokeh")
+    hover = next(t for t in plot.tools if type(t).__name__ == "HoverTool")
+    assert [name for name, _ in hover.tooltips] == ["instance", "rank", "arrival after the first rank (µs)"]
+    assert hover.formatters["$y"].args["ranks"] == [3, 7] and hover.formatters["$x"].args["n"] == 2
+    assert [c.title for c in plot.right if type(c).__name__ == "ColorBar"] == ["µs"]
+    skew = hv.render(figures_why.arrival_skew(inst), backend="bokeh")
+    assert sorted(skew.renderers[0].data_source.data["slowest"]) == ["rank 0", "rank 1"]  # the legend's entries
     layout = figures_why.collectives(cells, inst)
     assert len(layout) == 4  # no bandwidth panel without message sizes
     assert figures_why.bus_bandwidth(inst) is None
