@@ -652,8 +652,10 @@ class ComparePage(Page):
             return deltas
         rows = []
         for item in ("median_start_delay_at_launch_us",):
-            va = da[item].iloc[0] if len(da) else None
-            vb = db[item].iloc[0] if len(db) else None
+            # only where some collective was ready at its launch (the table's fallback, the median of all, is another
+            # quantity than the row's name says: a delta between the two would compare unlike numbers)
+            va = da[item].iloc[0] if len(da) and da["n_ready_at_launch"].iloc[0] > 0 else None
+            vb = db[item].iloc[0] if len(db) and db["n_ready_at_launch"].iloc[0] > 0 else None
             rows.append({"section": "metric", "item": item, "a": va, "b": vb,
                          "delta": None if va is None or vb is None else vb - va,
                          "ratio": None if va in (None, 0) or vb is None else vb / va})  # fmt: skip

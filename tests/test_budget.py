@@ -183,3 +183,14 @@ def test_blocker_table_sums_the_blocked_time(grid):
     blocked = e.loc[e["cause"] == "sm_resources"]
     assert t["n_blocked"].sum() == len(blocked)
     assert t["blocked_us"].sum() == pytest.approx(blocked["start_minus_launch_ns"].astype(float).sum() / 1000.0)
+
+
+def test_start_delay_table_says_which_collectives_its_median_is_over():
+    """The median over the collectives ready at their launch, else over all (the sweep report's column); which of the two
+    ``n_ready_at_launch`` tells (Compare showed the fallback under the name of the first, and a delta between them)."""
+    e = pd.DataFrame({"run_id": ["a", "a", "a", "b", "b"], "start_delay_us": [1.0, 5.0, 9.0, 2.0, 4.0],
+                      "ready_from": ["launch", "stream", "launch", "stream", "dependency"]})  # fmt: skip
+    t = budget.start_delay_table(e).set_index("run_id")
+    assert t.loc["a", "median_start_delay_at_launch_us"] == 5.0 and t.loc["a", "n_at_launch"] == 2 and t.loc["a", "n_ready_at_launch"] == 2
+    assert t.loc["a", "median_start_delay_us"] == 5.0 and t.loc["a", "n_comm_kernels"] == 3
+    assert t.loc["b", "median_start_delay_at_launch_us"] == 3.0 and t.loc["b", "n_at_launch"] == 2 and t.loc["b", "n_ready_at_launch"] == 0

@@ -202,9 +202,11 @@ def start_delay_table(explained: pd.DataFrame) -> pd.DataFrame:
         ``run_id``, ``n_comm_kernels``, ``median_start_delay_us`` (median over all the run's comm kernels; with one
         rank this is ``explain --summary``'s), ``p95_start_delay_us``, ``median_start_delay_at_launch_us`` (median
         over the comm kernels whose ready time is their launch, else over all: the column of
-        ``collectors/report.py``'s sweep table and of the README), ``n_at_launch``.
+        ``collectors/report.py``'s sweep table and of the README), ``n_at_launch`` (the kernels that median is over),
+        ``n_ready_at_launch`` (those ready at their launch: 0 where the median is over all).
     """
-    cols = ["run_id", "n_comm_kernels", "median_start_delay_us", "p95_start_delay_us", "median_start_delay_at_launch_us", "n_at_launch"]
+    cols = ["run_id", "n_comm_kernels", "median_start_delay_us", "p95_start_delay_us", "median_start_delay_at_launch_us", "n_at_launch",
+            "n_ready_at_launch"]  # fmt: skip
     if not len(explained):
         return pd.DataFrame(columns=cols)
     d = pd.DataFrame({"run_id": explained["run_id"].to_numpy(object),
@@ -215,7 +217,8 @@ def start_delay_table(explained: pd.DataFrame) -> pd.DataFrame:
         use = x.loc[x["at_launch"]] if x["at_launch"].any() else x
         rows.append({"run_id": run_id, "n_comm_kernels": len(x), "median_start_delay_us": float(x["delay"].median()),
                      "p95_start_delay_us": float(x["delay"].quantile(0.95)),
-                     "median_start_delay_at_launch_us": float(use["delay"].median()), "n_at_launch": int(len(use))})  # fmt: skip
+                     "median_start_delay_at_launch_us": float(use["delay"].median()), "n_at_launch": int(len(use)),
+                     "n_ready_at_launch": int(x["at_launch"].sum())})  # fmt: skip
     return pd.DataFrame(rows, columns=cols)
 
 
