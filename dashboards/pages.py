@@ -656,6 +656,8 @@ class ComparePage(Page):
             # quantity than the row's name says: a delta between the two would compare unlike numbers)
             va = da[item].iloc[0] if len(da) and da["n_ready_at_launch"].iloc[0] > 0 else None
             vb = db[item].iloc[0] if len(db) and db["n_ready_at_launch"].iloc[0] > 0 else None
+            if va is None and vb is None:  # (not "not measured, needs collect": no collective of either was ready at launch)
+                continue
             rows.append({"section": "metric", "item": item, "a": va, "b": vb,
                          "delta": None if va is None or vb is None else vb - va,
                          "ratio": None if va in (None, 0) or vb is None else vb / va})  # fmt: skip
