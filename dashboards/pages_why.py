@@ -26,11 +26,10 @@ _KERNEL_TITLES = {
     "delay": "ready → start (µs)", "cause": "cause", "resource": "blocking resource", "blocker": "blocker",
     "fit": "comm blocks fit/SM", "free": "free SMs", "peer": "peer wait (µs)",
 }  # fmt: skip
-_NO_DEVICE = ("The trace has no device properties for this run (Kineto's `deviceProperties`: `computeMajor`, "
-              "`computeMinor`, `numSms`, `regsPerMultiprocessor`, `sharedMemPerMultiprocessor`, "
-              "`maxThreadsPerMultiprocessor`), so blocks per SM, the SM budget and the fit cannot be computed. "
-              "Record with a profiler that writes them (torch ≥ 2.1 does), or model a device by name with "
-              "`overlapviz advise --device-name 'NVIDIA H200' ...`.")  # fmt: skip
+_NO_DEVICE = ("so blocks per SM, the SM budget and the fit cannot be computed here. A trace records them in a Kineto "
+              "trace's `deviceProperties` (torch ≥ 2.1), an Nsight Systems export's `TARGET_INFO_GPU`, or rocprof's agent "
+              "info. For a GPU you name, the CLI computes them: `overlapviz explain DATASET --device-name 'NVIDIA H200'` "
+              "(also `overlapviz residency` and `overlapviz advise`).")  # fmt: skip
 
 
 # the most rows of a plain HTML table: the instances show that many (the largest skews); a longer per-rank table is a
@@ -47,14 +46,23 @@ def _money(digits: int) -> NumberFormatter:
 _DEVICE_FIELDS = ["arch", "num_sms", "max_threads_per_sm", "regs_per_sm", "shared_mem_per_sm", "warp_size"]
 
 
-def _no_device(devices: pd.DataFrame) -> str | None:
-    """Why residency, fit and SM budget cannot be computed from ``devices`` (the run's or a rank's rows): the fields the
-    residency needs that it lacks (all of them without a row) and how to give them; None when it has them."""
-    missing = [c for c in _DEVICE_FIELDS if not len(devices) or c not in devices or devices[c].isna().all()]
-    if not missing:
+def _no_device(store: DataStore, rank: int | None = None) -> str | None:
+    """Why residency, fit and SM budget cannot be computed for the run's devices (of ``rank``, or of every rank): the
+    ranks whose device has no row, or whose row names no GPU whose limits are known (the reason, and the fields the row
+    lacks); None when each has its limits (whatever else is missing, a kernel's registers, is said elsewhere)."""
+    limits = store.device_limits()
+    devices = store.devices()
+    if rank is not None and "rank" in devices:
+        devices = devices.loc[devices["rank"] == int(rank)]
+    mine = {k: v for k, v in limits.items() if k[0] == store.run_id and (rank is None or k[1] == int(rank))}
+    if mine and all(isinstance(v, dict) for v in mine.values()):
         return None
-    what = "no devices row" if len(missing) == len(_DEVICE_FIELDS) else "a devices row without"
-    return f"The dataset has {what} {', '.join(f'`{m}`' for m in missing)}. " + _NO_DEVICE
+    missing = [c for c in _DEVICE_FIELDS if not len(devices) or c not in devices or devices[c].isna().all()]
+    fields = ", ".join(f"`{m}`" for m in missing)
+    if not mine:
+        return f"The dataset has no devices row for {'rank ' + str(rank) if rank is not None else 'this run'} ({fields} unknown), " + _NO_DEVICE
+    why = sorted({v for v in mine.values() if isinstance(v, str)})
+    return (f"The GPU's limits are unknown: {'; '.join(why[:2])} (the devices row lacks {fields or 'no field'}), " + _NO_DEVICE)
 
 
 class WhyPage(Page):
@@ -216,8 +224,7 @@ class WhyPage(Page):
         try:
             tab, facts = self.store.budget(r, option)
         except Unavailable as exc:
-            devices = self.store.devices(r["run_id"])
-            note = _no_device(devices.loc[devices["rank"] == int(r["rank"])] if "rank" in devices else devices)
+            note = _no_device(self.store, int(r["rank"]))
             said = notice(f"**SM budget not available for rank {int(r['rank'])}.** {note}") if note else unavailable("SM budget", exc)
             return pn.Column(pn.pane.Markdown(f"#### SM budget of the chosen collective\n{where}"), said)
         free = facts.get("free_sms")
@@ -272,7 +279,7 @@ class ResidencyPage(Page):
             t = self.store.run_residency()
         except Unavailable as exc:
             return unavailable("Residency", exc)
-        if note := _no_device(self.store.devices()):
+        if note := _no_device(self.store):
             return notice(f"**No residency for {self.store.run_id}.** {note}")
         known = pd.to_numeric(t["blocks_per_sm"], errors="coerce").notna()
         if not known.any():

@@ -578,6 +578,10 @@ class DataStore(param.Parameterized):
         steps = load_table(self.path, self.stamp, "steps")
         return steps.loc[steps["run_id"] == (self.run_id if run_id is None else run_id)]
 
+    def device_limits(self) -> dict:
+        """``residency.device_table`` of the dataset: each (run, rank, device)'s limits, or why there are none."""
+        return _TABLES.get((self.path, self.stamp, "device limits"), lambda: residency.device_table(self.path))
+
     def devices(self, run_id: str | None = None) -> pd.DataFrame:
         dev = load_table(self.path, self.stamp, "devices")
         return dev.loc[dev["run_id"] == (self.run_id if run_id is None else run_id)]

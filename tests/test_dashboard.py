@@ -919,3 +919,23 @@ def test_a_static_figure_is_drawn_once_per_dataset_across_server_processes(datas
     before = sorted((tmp_path / "cache").rglob("*.pickle"))
     static_plot(store, ("test kept, not on disk",), build)
     assert drawn == [1, 1, 1] and sorted((tmp_path / "cache").rglob("*.pickle")) == before
+
+
+def test_a_gpu_whose_limits_are_known_is_not_called_missing_its_device_properties(tmp_path, monkeypatch):
+    """An MI300X trace (ROCm Kineto: deviceProperties with the gfx target, no registers per kernel): the Residency page
+    says what stops the residency, the kernels' launch shapes, not "no device properties" (it listed `regs_per_sm`,
+    which AMD's rows never have: their limits come from the architecture)."""
+    from pathlib import Path
+
+    from overlapviz.dashboards import store as store_mod
+    from overlapviz.dashboards.pages_why import ResidencyPage, _no_device
+    from overlapviz.ingest import ingest
+
+    monkeypatch.setenv(store_mod.TABLE_CACHE_ENV, "0")
+    path = ingest([Path(__file__).parent / "data" / "torch_rocm" / "resnet_act_checkpoint.json.gz"], tmp_path / "ds", progress=False)
+    store = store_mod.DataStore(path, warm_up=False)
+    assert _no_device(store) is None and _no_device(store, 0) is None
+    page = ResidencyPage(store)
+    page.shown = True
+    said = str(page._residency().object)
+    assert "launch shape" in said and "devices row" not in said and "limits are unknown" not in said, said
