@@ -376,9 +376,11 @@ class TimelinePage(Page):
             self._say(note)
             return self._last[1]
         frame = ftl.timeline_view(data, x_range, steps=self.store.steps(run_id), max_glyphs=max_glyphs, waits=waits,
-                                  title=self._title(run_id), width=PLOT_WIDTH)  # fmt: skip
-        # framewise: each frame sets the axes (another run has another extent, lanes and zoom)
-        frame = frame.opts(hv.opts.RGB(framewise=True), hv.opts.Rectangles(framewise=True), hv.opts.Overlay(shared_axes=False))
+                                  title=self._title(run_id), width=PLOT_WIDTH, responsive=True)  # fmt: skip
+        # framewise: each frame sets the axes (another run or rank has another extent, lanes and zoom). The axes stay
+        # shared (HoloViews' default): an overlay whose axes are not (shared_axes=False: axiswise) has its ranges computed
+        # on the first frame only, and a rank chosen kept every rank's lanes on the y axis
+        frame = frame.opts(hv.opts.RGB(framewise=True), hv.opts.Rectangles(framewise=True))
         self._last = (key if x_range is not None else key[:-1] + (tuple(data.x_extent),), frame)
         self._say(note)  # said (or cleared) with the frame it is about
         busy()  # the frame is still to be laid out and sent: background tables wait a little longer

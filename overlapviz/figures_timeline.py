@@ -223,7 +223,7 @@ class TimelineData:
             cols["blocker"][idx] = h["blocker"].astype(object).where(h["blocker"].notna(), "—").map(figures.short_name).to_numpy(object)
             fit = pd.to_numeric(h["comm_blocks_fit_per_sm"], errors="coerce")
             free, nsm = pd.to_numeric(h["free_sms"], errors="coerce"), pd.to_numeric(h["num_sms"], errors="coerce")
-            fit_txt = fit.map(lambda v: "—" if pd.isna(v) else f"{int(v)} comm blocks/SM at ready")
+            fit_txt = fit.map(lambda v: "—" if pd.isna(v) else f"{int(v)} comm {'block' if int(v) == 1 else 'blocks'}/SM at ready")
             sm_txt = [("" if pd.isna(f) else f"; {int(f)} of {int(m)} SMs free" if pd.notna(m) else f"; {int(f)} SMs free") for f, m in zip(free, nsm)]
             note = h["residency_note"].astype(object).where(h["residency_note"].notna(), "")
             cols["fit"][idx] = [a + b if a != "—" else (f"unknown: {n_}" if n_ else "—") for a, b, n_ in zip(fit_txt, sm_txt, note)]
@@ -430,7 +430,7 @@ def step_bands(data: TimelineData, steps: pd.DataFrame | None = None) -> hv.Rect
         names = dict(zip(pd.to_numeric(steps["step"], errors="coerce"), steps["name"].astype(str)))
         ext = ext.assign(step_name=[names.get(int(s.split()[-1]), s) for s in ext["step_name"]])
     el = hv.Rectangles(_plain(ext), vdims=["step_name", "shade"])
-    return el.opts(color=_coloured(ext, "shade", {"0": "#ECECEC", "1": "#F7F7F7"}, "#ECECEC"), line_alpha=0, alpha=1.0,
+    return el.opts(**_coloured(ext, "shade", {"0": "#ECECEC", "1": "#F7F7F7"}, "#ECECEC"), line_alpha=0, alpha=1.0,
                    default_tools=[], tools=_TOOLS)  # fmt: skip
 
 
@@ -498,6 +498,13 @@ def _legend(kinds: tuple[str, ...], parts: tuple[str, ...]) -> hv.Points:
         color="entry", cmap=dict(items), marker="square", size=10, show_legend=True, default_tools=[])
 
 
+def _follow_height(plot, element) -> None:
+    """Give the drawn figure the height of the frame (``lane_height``): HoloViews sizes a figure on its first frame only,
+    and a DynamicMap's frame of fewer lanes (a rank chosen) was squeezed into the first frame's height."""
+    if plot.height is not None and plot.state.height != plot.height:
+        plot.state.height = plot.height
+
+
 def lane_height(n_lanes: int) -> int:
     """Pixels per lane: 60 for a few lanes, down to 14 for many (the page scrolls beyond 40 lanes or so)."""
     return int(max(14, min(60, 560 // max(n_lanes, 1))))
@@ -512,6 +519,7 @@ def timeline_view(
     steps: pd.DataFrame | None = None,
     title: str = "Timeline",
     waits: bool = True,
+    responsive: bool = False,
 ) -> hv.Overlay:
     """One frame of the timeline: step bands, raster or glyphs of the kernels, wait tracks and arrows.
 
@@ -519,7 +527,9 @@ def timeline_view(
     kernels and waits are rasterized and the glyph layers are empty, and the other way round,
     so the overlay has the same layers in both modes (as a DynamicMap requires). Comm
     kernels carry their why in the hover; arrows run from a dependency's producer (its end)
-    and from the blocker of an ``sm_resources`` wait (its end) to the collective.
+    and from the blocker of an ``sm_resources`` wait (its end) to the collective. The
+    height follows the lanes, in a DynamicMap's later frames too; ``responsive`` stretches
+    the plot to its container's width (``width`` then only sets the raster's columns).
     """
     extent = data.x_extent if x_range is None else x_range
     n = data.n_visible(x_range)
@@ -546,16 +556,17 @@ def timeline_view(
     raster = raster.opts(default_tools=[])
     kvd = [c for c in rects.columns if c not in ("start_ms", "lane_lo", "end_ms", "lane_hi")]
     krects = hv.Rectangles(rects, kdims=_RECT_KDIMS, vdims=kvd).opts(
-        color=_coloured(rects, "kind", KIND_COLORS, KIND_COLORS["other"]), line_alpha=0, tools=["hover"],
+        **_coloured(rects, "kind", KIND_COLORS, KIND_COLORS["other"]), line_alpha=0, tools=["hover"],
         hover_tooltips=_KERNEL_HOVER, default_tools=[])  # fmt: skip
     cvd = [c for c in comm.columns if c not in ("start_ms", "lane_lo", "end_ms", "lane_hi")]
     crects = hv.Rectangles(comm, kdims=_RECT_KDIMS, vdims=cvd).opts(
-        color=KIND_COLORS["comm"], line_color=_coloured(
-            comm, "cause_key", {"sm_resources": CAUSE_COLORS["sm_resources"], "dependency": CAUSE_COLORS["dependency"]}, KIND_COLORS["comm"]),
+        color=KIND_COLORS["comm"], **_coloured(
+            comm, "cause_key", {"sm_resources": CAUSE_COLORS["sm_resources"], "dependency": CAUSE_COLORS["dependency"]}, KIND_COLORS["comm"],
+            style="line_color"),
         line_width=2, tools=["hover"], hover_tooltips=_COMM_HOVER, default_tools=[])  # fmt: skip
     wvd = ["part", "label", "wait"]
     wrects = hv.Rectangles(wait_rects, kdims=_RECT_KDIMS, vdims=wvd).opts(
-        color=_coloured(wait_rects, "part", CAUSE_COLORS, CAUSE_COLORS["unknown"]), line_alpha=0, tools=["hover"],
+        **_coloured(wait_rects, "part", CAUSE_COLORS, CAUSE_COLORS["unknown"]), line_alpha=0, tools=["hover"],
         hover_tooltips=_WAIT_HOVER, default_tools=[])  # fmt: skip
     segs = hv.Segments(arrows, kdims=["x0", "y0", "x1", "y1"], vdims=["what"]).opts(alpha=0, hooks=[_arrows_hook], default_tools=[])
     bands = step_bands(data, steps)
@@ -565,21 +576,28 @@ def timeline_view(
     parts = tuple(p for i, p in enumerate(_PARTS) if with_waits and data.parts_present[i])
     return (bands * raster * krects * wrects * crects * segs * _legend(kinds, parts)).opts(
         hv.opts.Overlay(
-            title=title, width=width, height=height, yticks=list(enumerate(data.lane_labels)),
+            title=title, height=height, yticks=list(enumerate(data.lane_labels)),
+            **({"responsive": True} if responsive else {"width": width}),
             padding=0, legend_position="top", legend_cols=6,
             legend_opts={"background_fill_alpha": 0.0, "padding": 2, "margin": 0, "label_height": 12, "glyph_height": 12,
                          "label_text_font_size": "9pt", "spacing": 2},
             xlabel="Time since first kernel (ms)", ylabel="", show_grid=False, invert_yaxis=True,
-            active_tools=["xwheel_zoom", "xpan"], fontsize={"title": "11pt"}, hooks=[_quick_ranges], xformatter=xformatter, **xlim,
+            active_tools=["xwheel_zoom", "xpan"], fontsize={"title": "11pt"}, hooks=[_quick_ranges, _follow_height], xformatter=xformatter,
+            **xlim,
         )
     )  # fmt: skip
 
 
-def _coloured(frame: pd.DataFrame, column: str, colours: dict, default: str):
-    """A layer's colour by ``column``, a plain colour when the layer is empty: HoloViews maps an empty colour column with
-    the ranges of its layout, which in Compare are the other panel's strings (a run without collectives beside one
-    with them failed to draw: "unsupported operand type(s) for -=: 'str' and 'float'")."""
-    return hv.dim(column).categorize(colours, default=default) if len(frame) else default
+def _coloured(frame: pd.DataFrame, column: str, colours: dict, default: str, *, style: str = "color") -> dict:
+    """Style options that colour a layer by its category ``column`` through a colour map (``default`` for a value
+    ``colours`` lacks), as ``_legend`` does: the glyph reads one mapped column of category names in every frame, of one
+    category or none. Colours computed here (``dim.categorize``) came as a plain colour when all alike (HoloViews
+    collapses such a column), and such a frame reached the browser as rows without the column before the glyph's new
+    colour: "nonexistent field 'color'" (a rank whose waits had one cause). An empty layer's colours were mapped with
+    the layout's ranges, in Compare the other panel's strings ("unsupported operand type(s) for -=: 'str' and 'float'");
+    a colour map's factors are its keys. As text: an empty frame's column is float."""
+    values = pd.unique(frame[column].astype(str)) if len(frame) else []
+    return {style: hv.dim(column).astype(str), "cmap": {**dict.fromkeys(values, default), **colours}, "show_legend": False}
 
 
 def drawn_whole(data: TimelineData, max_glyphs: int) -> bool:
