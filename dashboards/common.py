@@ -15,7 +15,7 @@ import param
 from panel.viewable import Viewer
 from param import Skip
 
-from overlapviz.dashboards.store import DataStore, Unavailable, background, busy, stopping, wait_idle
+from overlapviz.dashboards.store import RENDER_LOCK, DataStore, Unavailable, background, busy, stopping, wait_idle
 
 EXPORT_FORMATS = ["png", "svg", "pdf", "html"]
 PLOT_WIDTH = 1100
@@ -60,7 +60,10 @@ def static_plot(store: DataStore, key, build, *, copy: bool = True) -> pn.pane.B
         drawn.append(model)  # in no document yet: the first copy
         return serialized
 
-    serialized = store.figure(key, draw)
+    # one HoloViews drawing at a time, a background one (a heatmap, Compare's pair) or a page's (``drawing`` holds the
+    # lock too); taken before the figure's own lock in the figure cache, in every thread (the one order: no deadlock)
+    with RENDER_LOCK:
+        serialized = store.figure(key, draw)
     if drawn:
         _put_spare(name, serialized, drawn[0])
     if not copy:
@@ -248,7 +251,7 @@ def export_buttons(store: DataStore, *items, extra=()) -> pn.Column:
         def _make(figure=figure, options=options):
             from overlapviz import export
 
-            with tempfile.TemporaryDirectory(prefix="ovz-export-") as tmp:
+            with tempfile.TemporaryDirectory(prefix="ovz-export-") as tmp, RENDER_LOCK:  # (HoloViews draws it: see static_plot)
                 out = Path(tmp) / f"{figure}.{fmt.value}"
                 export.export_dataset_figure(store.path, figure, out, source=store, reuse_browser=True, **options())
                 data = out.read_bytes()
