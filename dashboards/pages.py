@@ -177,12 +177,13 @@ class OverviewPage(Page):
             grid = self._configured() is not None
         except Unavailable:
             grid = False
+        if not grid:  # imported traces: the page says why there is no grid; no metric to choose, no cell to click
+            return pn.Column(self._heatmaps, sizing_mode="stretch_width", name="Overview")
         header = controls_row(pn.widgets.RadioButtonGroup.from_param(self.param.value, color="primary", variant="outline", align=("start", "end")))
         if len(self.param.workload.objects) > 2:
             header.append(pn.widgets.Select.from_param(self.param.workload, width=140))
-        if grid:
-            header.append(export_buttons(self.store, ("heatmap", lambda: {"value": self.value}, "Export heatmap"),
-                                         ("speedup", dict, "Export forest plot")))  # fmt: skip
+        header.append(export_buttons(self.store, ("heatmap", lambda: {"value": self.value}, "Export heatmap"),
+                                     ("speedup", dict, "Export forest plot")))  # fmt: skip
         hint = pn.pane.Markdown("Click a cell to open that configuration on the **Timeline**. The forest plot of the "
                                 "speedup with its 95% CI is an export.", margin=(0, 10))  # fmt: skip
         return pn.Column(header, hint, self._heatmaps, self._table, sizing_mode="stretch_width", name="Overview")

@@ -179,6 +179,8 @@ class WhyPage(Page):
         except Unavailable:
             return pn.Spacer(height=0)
         if not len(e):
+            if not len(self.store.explained()):  # (the summary above says the run has none)
+                return pn.Spacer(height=0)
             return notice("No collective of this cause on this rank.", "info")
         shown = self._display(self.store.run_id).loc[e.index].reset_index(drop=True)
         num = _money(1)
@@ -258,6 +260,12 @@ class WhyPage(Page):
                          pn.widgets.Button(label="Show the chosen collective on the Timeline", color="primary",
                                            on_click=self._show_on_timeline, align="end"))  # fmt: skip
         what = pn.widgets.Select.from_param(self.param.what_if, width=640)
+
+        def chosen(*_):  # a run without collectives (no record) says so: no filter or what-if that can do nothing
+            filters.visible = what.visible = self.record is not None
+
+        chosen()
+        self.param.watch(chosen, "record")
         return pn.Column(controls, intro, self._summary, filters, self._kernels, what, self._budget,
                          sizing_mode="stretch_width", name="Why late")  # fmt: skip
 

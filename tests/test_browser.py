@@ -796,6 +796,8 @@ def test_a_one_run_imported_dataset_says_why_on_every_page(imported_server, brow
     driver.get(imported_server)
     wait_for(driver, lambda: idle(driver) and "no grid to show" in page_text(driver), timeout=180, what="the dashboard")
     assert "Export heatmap" not in page_text(driver)  # nothing to export: no button that can only fail
+    # nor a metric to choose or a cell to click
+    assert "Click a cell" not in page_text(driver) and "TimeRatio" not in page_text(driver), page_text(driver)[:600]
     open_tab(driver, "Compare", "Compare needs two")
     assert not [t for t in driver.execute_script(TITLES_JS) if t.startswith(("A: ", "B: "))]
     open_tab(driver, "Residency", "No residency for")

@@ -939,3 +939,28 @@ def test_a_gpu_whose_limits_are_known_is_not_called_missing_its_device_propertie
     page.shown = True
     said = str(page._residency().object)
     assert "launch shape" in said and "devices row" not in said and "limits are unknown" not in said, said
+
+
+def test_a_run_without_collectives_shows_no_control_that_can_do_nothing(tmp_path, monkeypatch):
+    """A trace with no communication kernel (HTA's multi-stream event-sync trace): Why late says the run has none, and
+    shows no cause and rank filter, no "show on the Timeline" and no what-if (they were there, over "No collective of
+    this cause on this rank")."""
+    from pathlib import Path
+
+    from overlapviz.dashboards import store as store_mod
+    from overlapviz.dashboards.pages_why import WhyPage
+
+    monkeypatch.setenv(store_mod.TABLE_CACHE_ENV, "0")
+    from overlapviz.ingest import ingest
+
+    path = ingest([Path(__file__).parent / "data" / "kineto_real" / "hta_event_sync_multistream"], tmp_path / "ds", progress=False)
+    store = store_mod.DataStore(path, warm_up=False)
+    assert not len(store.explained())
+    page = WhyPage(store)
+    page.shown = True
+    view = page.__panel__()
+    hidden = [o for o in view.objects if isinstance(o, (pn.Row, pn.widgets.Select)) and not o.visible]
+    assert len(hidden) == 2  # the filters and the what-if
+    page._keys.clear()  # (the view drew them: drawn again here to look at)
+    assert "no communication kernels" in str(page._summary().object)
+    assert isinstance(page._kernels(), pn.Spacer)
