@@ -233,6 +233,10 @@ class WhyPage(Page):
         extra = ("" if free is None else " · no SM was free of computation at ready" if free == 0 else
                  f" · **{free} of {facts.get('num_sms')} SMs** were free of computation at ready (the collective fits there)")  # fmt: skip
         note = f"\n\n{facts['note']}" if facts.get("note") else ""
+        if held := facts.get("held_sm"):
+            k = int(held["fit"])
+            note += (f"\n\nShown: one of the free SMs (on an SM {figures.short_name(held['resident'], 50)} held, "
+                     f"{k} comm {'block' if k == 1 else 'blocks'} would fit).")  # fmt: skip
         opts = self._options
         if option is None and facts.get("resident") and len(opts) and (opts["comm_blocks_fit_per_sm"] < 1).all():
             note += "\n\nNone of the **What if** options makes room for one comm block on an SM this kernel holds."

@@ -12,7 +12,7 @@ import os
 import numpy as np
 import pandas as pd
 
-from overlapviz import schema, vocabulary
+from overlapviz import schema
 from overlapviz.analysis import peers
 from overlapviz.analysis.advise import Footprint, advise
 from overlapviz.analysis.explain import LAUNCH_LATENCY_NS
@@ -432,7 +432,8 @@ def kernel_budget(dataset_path: str | os.PathLike, record: dict, *, kernels: pd.
     (pandas.DataFrame, dict)
         :func:`sm_budget`'s table and the facts around it: ``comm`` and ``resident`` (names),
         ``blocks_per_sm`` (the resident kernel's blocks on this SM), ``fit``, ``limiter``,
-        ``free_sms``, ``num_sms``, ``smem_config_bytes``, ``device``, ``note``.
+        ``free_sms``, ``num_sms``, ``smem_config_bytes``, ``device``, ``note``, ``held_sm`` (shown on a free SM while
+        computation held others: the kernel on the best of those and the comm blocks that fit beside it; else None).
 
     Raises
     ------
@@ -459,17 +460,15 @@ def kernel_budget(dataset_path: str | os.PathLike, record: dict, *, kernels: pd.
             blocks, config, shape = _apply_option(limits, what_if)
         if shape is not None:
             resident = [{"name": str(r["name"]), "blocks": blocks, **shape}]
-    elif best is not None:
-        k = int(best[0])
-        note = (f"Shown: one of the {free} SMs free of computation at ready (on an SM "
-                f"{vocabulary.short_name(str(best[1]['name']), 50, templates=True)} held, {k} comm {'block' if k == 1 else 'blocks'} "
-                f"would fit).")  # fmt: skip
+    held_sm = None  # shown on a free SM: the best held SM's kernel and fit, for the reader to compare
+    if best is not None and not resident and what_if is None:
+        held_sm = {"resident": str(best[1]["name"]), "fit": float(best[0])}
     table = sm_budget(limits, resident, comm, smem_config=config)
     facts = {
         "comm": str(c["name"]), "resident": resident[0]["name"] if resident else None, "blocks_per_sm": blocks,
         "fit": table.attrs["fit"], "limiter": table.attrs["limiter"], "free_sms": free,
         "num_sms": limits.get("num_sms"), "smem_config_bytes": table.loc[table["resource"] == "shared_memory", "capacity"].iloc[0],
-        "device": limits.get("name") or limits.get("arch"), "vendor": limits["vendor"], "note": note,
+        "device": limits.get("name") or limits.get("arch"), "vendor": limits["vendor"], "note": note, "held_sm": held_sm,
         "what_if": None if what_if is None else what_if.get("setting"),
     }  # fmt: skip
     return table, facts
