@@ -184,7 +184,9 @@ class TimelineData:
         out = pd.DataFrame({
             "start_ms": s, "lane_lo": lane + KERNEL_Y[0], "end_ms": np.maximum(e, s + 1e-9), "lane_hi": lane + KERNEL_Y[1],
             "kind": np.asarray(_KINDS, dtype=object)[self.kind_code[mask]],
-            "name": sub["name"].astype(str).to_numpy(object) if "name" in sub else "",
+            # the function with its template arguments, no return type or parameter list (a DeepEP or CUTLASS signature
+            # ran the tooltip off the window); the whole name is in the Perfetto trace and `overlapviz explain`
+            "name": figures.short_names(sub["name"].astype(str), HOVER_NAME_CHARS) if "name" in sub else "",
             "duration_us": dur, "start": s, "end": e,
             "where": "rank " + int_text(sub["rank"]) + " · stream " + int_text(sub["stream"]),
             "step": int_text(sub["step"]) if "step" in sub else "—",
@@ -340,6 +342,8 @@ def _dims3(frame: pd.DataFrame, prefix: str) -> np.ndarray:
     parts = [int_text(frame[c], "?") for c in cols]
     return np.where(frame[cols[0]].notna().to_numpy(bool), parts[0] + "×" + parts[1] + "×" + parts[2], "—").astype(object)
 
+
+HOVER_NAME_CHARS = 120  # a kernel's name in the tooltip, at most (figures.short_name)
 
 # the hover's residency of a timeline drawn before the run's residency is computed (it comes with the why)
 RESIDENCY_PENDING = "… (computing, with the why)"
@@ -609,7 +613,8 @@ def drawn_whole(data: TimelineData, max_glyphs: int) -> bool:
 def view_labels(data: TimelineData, x_range: tuple[float, float] | None, *, title: str, max_glyphs: int = MAX_GLYPHS,
                 n: int | None = None) -> tuple[str, str]:
     """(the frame's title, its time axis' printf format) for the window ``x_range`` (ms; None: the whole run): the title
-    says how many kernels are in view and whether they are rasterized; the axis shows µs below a 5 ms window."""
+    says how many kernels are in view and whether they are rasterized; the axis has the decimals its ticks need (a
+    tenth of the window: 0.1 ms from a 1 ms window up, 1 µs for a 0.01-0.1 ms one, 0.1 µs at most)."""
     n = data.n_visible(x_range) if n is None else n
     kernels = "kernel" if n == 1 else "kernels"
     if n > max_glyphs:
@@ -617,7 +622,7 @@ def view_labels(data: TimelineData, x_range: tuple[float, float] | None, *, titl
     else:
         mode = f"{n:,} {kernels} in view"
     full = f"{title} — {mode}" if "\n" not in title else title.replace("\n", f" — {mode}\n", 1)
-    return full, "%.3f" if _fine(data.x_extent if x_range is None else x_range) else "%.1f"
+    return full, f"%.{_decimals(data.x_extent if x_range is None else x_range)}f"
 
 
 # the lane axis under its own names: two timelines in one layout share time, never lanes
@@ -629,8 +634,12 @@ def own_lanes(overlay: hv.Overlay, tag: str) -> hv.Overlay:
     return overlay.redim(**{k: v.format(tag) if "{}" in v else f"{v}_{tag}" for k, v in _OWN_LANES.items()})
 
 
-def _fine(extent) -> bool:
-    return (extent[1] - extent[0]) < 5.0
+def _decimals(extent) -> int:
+    """Decimals of ms that tell a window's ticks apart (about ten to a window: "8.5", not "8.500"), 1 to 4."""
+    span = float(extent[1] - extent[0])
+    if not span > 0:
+        return 3
+    return int(min(4, max(1, np.ceil(-np.log10(span / 10)))))
 
 
 def timeline(kernels, *, x_range=None, residency=None, why=None, waits=None, steps=None, dynamic=False,

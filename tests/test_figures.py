@@ -63,6 +63,7 @@ def test_timeline_glyphs_carry_hover_fields():
     assert len(rects) + len(comm) == 6 and set(comm.dframe()["kind"]) == {"comm"}
     assert rects.dframe()["grid"].iloc[0] == "128×1×1"
     assert rects.dframe()["duration_us"].iloc[0] == pytest.approx(8.0)
+    assert rects.dframe()["name"].iloc[0] == "k0"  # "void k0(float*)" as a tooltip shows it: no return type, no parameters
     plot = hv.render(ov, backend="bokeh")
     assert plot.xaxis.axis_label == "Time since first kernel (ms)"
     assert "6 kernels in view" in plot.title.text
