@@ -375,3 +375,10 @@ def test_the_timeline_legend_has_as_many_rows_for_every_run():
         assert len(frame) == len(kinds) + len(causes)
         assert list(dict.fromkeys(frame["entry"])) == [*ks, *(f"wait: {CAUSE_LABELS[p]}" for p in ps)]
     assert len(ftl._legend((), ()).data) == 0
+
+
+def test_the_time_axis_has_the_decimals_its_ticks_need():
+    # was: "%.3f" for any window under 5 ms, so a 4 ms window's ticks read "8.000, 8.500"
+    data = ftl.TimelineData(kernels())
+    fmt = {span: ftl.view_labels(data, (8.0, 8.0 + span), title="t")[1] for span in (40.0, 4.0, 0.4, 0.04, 0.004)}
+    assert fmt == {40.0: "%.1f", 4.0: "%.1f", 0.4: "%.2f", 0.04: "%.3f", 0.004: "%.4f"}
