@@ -364,8 +364,8 @@ def stop_background(timeout: float | None = None) -> None:
 _DRAWING = [0]  # pages being drawn now (``drawing``)
 _DRAWING_LOCK = threading.Lock()
 # HoloViews draws one figure at a time: a page's (``drawing``) and one drawn in the background (``common.static_plot``)
-# never together. Its renderer is not thread-safe: a heatmap drawn in the background while a session drew a page once failed inside HoloViews
-# ("'str' object has no attribute 'update'" on the plot's title)
+# never together. Its renderer is not thread-safe: a heatmap drawn in the background while a session drew a page once
+# failed inside HoloViews ("'str' object has no attribute 'update'" on the plot's title)
 RENDER_LOCK = threading.RLock()
 
 

@@ -363,8 +363,8 @@ def _held_sms(dataset_path, record: dict, kernels: pd.DataFrame | None) -> dict:
     """The SMs around ``record``'s comm kernel at its ready time, as explain models them: the comm kernel's row and
     occupancy (``comm_row``, ``comm``), its device's ``limits``, each resident computation kernel (one per stream, on
     its device, named in explain's ``resident_compute``; only the blocker when there is one) with the comm blocks that
-    fit beside its blocks on an SM it holds (``held``: (fit, occupancy row, shape, kernel row)), the best of them
-    (``best``; the first such: the blocker's, else in stream order), the fit on an SM free of computation (``alone``)
+    fit beside its blocks on an SM it holds, the best of them (``best``: (fit, occupancy row, shape, kernel row); the
+    first such: the blocker's, else in stream order; None without one), the fit on an SM free of computation (``alone``)
     and why a resident kernel has no residency (``note``). ValueError when the comm kernel, its shape or its
     device's limits are unknown."""
     k, t = _record_kernels(dataset_path, record, kernels)
@@ -405,7 +405,7 @@ def _held_sms(dataset_path, record: dict, kernels: pd.DataFrame | None) -> dict:
                  "smem_alloc_bytes": float(r["smem_alloc_bytes"])}  # fmt: skip
         one = [{"name": str(r["name"]), "blocks": float(r["blocks_per_sm"]), **shape}]
         held.append((sm_budget(limits, one, comm, smem_config=float(r["smem_config_bytes"])).attrs["fit"], r, shape, rows.iloc[j]))
-    return {"comm_row": c, "comm_kernel": rows.iloc[0], "limits": limits, "comm": comm, "held": held, "note": note,
+    return {"comm_row": c, "comm_kernel": rows.iloc[0], "limits": limits, "comm": comm, "note": note,
             "best": max(held, key=lambda h: h[0]) if held else None, "alone": sm_budget(limits, [], comm).attrs["fit"]}
 
 

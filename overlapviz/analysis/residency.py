@@ -192,14 +192,18 @@ def rank_shapes(kernels: pd.DataFrame, dev_limits: dict, carveouts: dict) -> pd.
         .reset_index()
     )
     g = attach_occupancy(g, dev_limits, carveouts=carveouts)
-    names, archs, sms = [], [], []
-    for rec in g[["run_id", "rank", "device"]].itertuples(index=False):  # per distinct shape
+    lims = _limits_of(g, dev_limits)  # per distinct shape
+    return g.assign(device_name=[lim.get("name") for lim in lims], arch=[lim.get("arch") for lim in lims],
+                    num_sms=pd.array([lim.get("num_sms") for lim in lims], dtype="Int64"))
+
+
+def _limits_of(frame: pd.DataFrame, dev_limits: dict) -> list[dict]:
+    """The device limits of each row of ``frame`` (``run_id, rank, device``) in ``device_table``'s dict; {} where unknown."""
+    out = []
+    for rec in frame[["run_id", "rank", "device"]].itertuples(index=False):
         lim = limits_for(dev_limits, rec.run_id, int(rec.rank), None if pd.isna(rec.device) else int(rec.device))
-        ok = isinstance(lim, dict)
-        names.append(lim.get("name") if ok else None)
-        archs.append(lim.get("arch") if ok else None)
-        sms.append(lim.get("num_sms") if ok else None)
-    return g.assign(device_name=names, arch=archs, num_sms=pd.array(sms, dtype="Int64"))
+        out.append(lim if isinstance(lim, dict) else {})
+    return out
 
 
 def merge_shapes(shapes: pd.DataFrame) -> pd.DataFrame:
@@ -300,14 +304,10 @@ def by_rank(residency: pd.DataFrame | None, dataset_path) -> pd.DataFrame | None
     models = residency.groupby("run_id", sort=False, dropna=False)["device_name"].nunique(dropna=False)
     if not (models > 1).any():
         return residency
-    dev = device_table(dataset_path)
     pairs = schema.read_frame(dataset_path, "kernels", columns=["run_id", "rank", "device"],
                               run_ids=residency["run_id"].dropna().unique().tolist()).drop_duplicates()  # fmt: skip
-    names = []
-    for rec in pairs.itertuples(index=False):
-        lim = limits_for(dev, rec.run_id, int(rec.rank), None if pd.isna(rec.device) else int(rec.device))
-        names.append(lim.get("name") if isinstance(lim, dict) else None)
-    ranks = (pairs.assign(device_name=pd.Series(names, index=pairs.index, dtype=object))[["run_id", "rank", "device_name"]]
+    names = pd.Series([lim.get("name") for lim in _limits_of(pairs, device_table(dataset_path))], index=pairs.index, dtype=object)
+    ranks = (pairs.assign(device_name=names)[["run_id", "rank", "device_name"]]
              .drop_duplicates(["run_id", "rank"]))  # (a rank on two devices of two models: its first)
     return residency.merge(ranks, on=["run_id", "device_name"], how="inner", sort=False)
 
