@@ -303,8 +303,7 @@ class ResidencyPage(Page):
         shown = t[[c for c in cols if c in t]].assign(name=t["name"].map(figures.short_name))
         if "occupancy" in shown:  # a bar and its percentage (Tabulator's legend prints the value: 0.390625 as a fraction)
             shown["occupancy"] = (pd.to_numeric(shown["occupancy"], errors="coerce") * 100).round()
-        fmts = {"occupancy": {"type": "progress", "max": 100, "legend": True}, "total_us": {"type": "money", "precision": 1, "symbol": ""},
-                "waves": {"type": "money", "precision": 2, "symbol": ""}}  # fmt: skip
+        fmts = {"occupancy": {"type": "progress", "max": 100, "legend": True}, "total_us": _money(1), "waves": _money(2)}
         return pn.Column(
             static_plot(self.store, ("residency", self.store.run_id), lambda: figures.residency(t, width=PLOT_WIDTH)),
             table(shown, titles=cols, formatters={k: v for k, v in fmts.items() if k in shown}, page_size=10,
