@@ -59,6 +59,13 @@ def _plain(frame: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def hv_title(text: str) -> str:
+    """``text`` as a HoloViews plot's ``title`` option. HoloViews fills a title's ``{label}``, ``{group}``... with
+    ``str.format``: a brace in a kernel's or a run's name (PyTorch's ``{lambda(float)#1}``, GCC's ``{anonymous}``) raised
+    KeyError and the plot was not drawn. Braces doubled, it shows the text as it is."""
+    return str(text).replace("{", "{{").replace("}", "}}")
+
+
 def _title(base: str, stand_in: bool) -> str:
     """A plot title, the stand-in marked on a second line (one line would be clipped)."""
     return f"{base}\n({STAND_IN_NOTE})" if stand_in else base
@@ -331,7 +338,7 @@ def heatmap(table: pd.DataFrame, *, value: str = "time_ratio", width: int = 1100
                 hover_tooltips=[("run", "@{run_id}"), ("configuration", "@{label}"), ("shaping", "@{shaping}"),
                                 (VALUE_SHORT[value], "@{text}")])  # fmt: skip
         * labels.opts(text_font_size="10pt", text_color="text_color")
-    ).opts(title=_title(what, stand_in), width=width, height=max(220, row_height * len(rows) + 140),
+    ).opts(title=hv_title(_title(what, stand_in)), width=width, height=max(220, row_height * len(rows) + 140),
            fontsize={"title": TITLE_FONT}, toolbar="right", ylabel="")  # fmt: skip
 
 

@@ -580,7 +580,7 @@ def timeline_view(
     parts = tuple(p for i, p in enumerate(_PARTS) if with_waits and data.parts_present[i])
     return (bands * raster * krects * wrects * crects * segs * _legend(kinds, parts)).opts(
         hv.opts.Overlay(
-            title=title, height=height, yticks=list(enumerate(data.lane_labels)),
+            title=figures.hv_title(title), height=height, yticks=list(enumerate(data.lane_labels)),
             **({"responsive": True} if responsive else {"width": width}),
             padding=0, legend_position="top", legend_cols=6,
             legend_opts={"background_fill_alpha": 0.0, "padding": 2, "margin": 0, "label_height": 12, "glyph_height": 12,

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 from bokeh.models import NumeralTickFormatter
 
-from overlapviz.figures import CAUSE_COLORS, CAUSE_LABELS, KIND_COLORS, TITLE_FONT, fmt_bytes, fmt_us, int_text, short_name, time_unit
+from overlapviz.figures import CAUSE_COLORS, CAUSE_LABELS, KIND_COLORS, TITLE_FONT, fmt_bytes, fmt_us, hv_title, int_text, short_name, time_unit
 
 WAIT_CAUSES = ("stream_order", "dependency", "sm_resources", "launch_latency", "unknown")
 RESOURCE_LABELS = {
@@ -165,7 +165,7 @@ def sm_budget(table: pd.DataFrame, facts: dict, *, width: int = 900) -> hv.Overl
     title = f"SM budget{' — what if ' + str(what) if what else ''}: {n_fit} {fits}{why}\n{short_name(facts.get('comm'))[:60]} {beside}"
     ticks = list(zip(y.tolist(), label))
     return (bars * outline * limit * marks * text * legend).opts(
-        hv.opts.Overlay(title=title, width=width, height=70 * n + 140, yticks=ticks, xlim=(0, right), ylim=(-0.5, n - 0.35),
+        hv.opts.Overlay(title=hv_title(title), width=width, height=70 * n + 140, yticks=ticks, xlim=(0, right), ylim=(-0.5, n - 0.35),
                         xlabel="share of the SM's capacity (1 = full; dotted: the largest shared-memory carve-out)", ylabel="",
                         legend_position="top", fontsize={"title": "10pt"}, show_grid=False, toolbar="right"),
     )  # fmt: skip

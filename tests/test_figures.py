@@ -313,6 +313,23 @@ def test_late_by_cause_and_budget_figures():
     assert len(outline) == 2  # registers and the shared memory the carve-out left both overflow
 
 
+def test_braces_in_a_kernel_s_or_a_run_s_name_are_drawn_as_they_are():
+    """HoloViews fills a plot title's {label} fields with str.format: the SM budget of a collective beside a PyTorch
+    kernel (``{lambda(float)#1}``), found on the real HTA trace with `serve --device-name`, and a Timeline of a run
+    named with braces raised KeyError and were not drawn."""
+    from overlapviz.devices import nvidia_arch
+
+    limits = dict(nvidia_arch(8, 0), num_sms=108)
+    name = "elementwise<{lambda(float)#1}>"
+    t = budget.sm_budget(limits, [{"name": name, "blocks": 4, "warps_per_block": 4, "regs_per_warp": 4096, "smem_alloc_bytes": 0}],
+                         {"warps_per_block": 16, "regs_per_warp": 3072, "smem_alloc_bytes": 1024, "smem_config_needed_bytes": 0})  # fmt: skip
+    facts = {"fit": t.attrs["fit"], "limiter": t.attrs["limiter"], "comm": "nccl{anonymous}", "resident": name, "blocks_per_sm": 4}
+    title = hv.render(figures_why.sm_budget(t, facts), backend="bokeh").title.text
+    assert "nccl{anonymous}" in title and "{lambda(float)#1}" in title and "{{" not in title
+    title = hv.render(ftl.timeline(kernels(3), title="Timeline of run{0}"), backend="bokeh").title.text
+    assert title.startswith("Timeline of run{0} — ")
+
+
 def test_collectives_figure():
     cells = pd.DataFrame({"run_id": "r", "instance": ["i0", "i0", "i1", "i1"], "ordinal": [0, 0, 1, 1], "rank": [0, 1, 0, 1],
                           "arrival_us": [0.0, 12.0, 3.0, 0.0], "peer_wait_us": [12.0, 0.0, 0.0, 3.0], "start_delay_us": 1.0,
