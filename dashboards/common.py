@@ -242,7 +242,8 @@ class ExportButton(pn.widgets.FileDownload):
 def export_buttons(store: DataStore, *items, extra=()) -> pn.Column:
     """One format choice and a download button per ``(figure, options, label)``: ``figure`` as the page shows it
     (``options()``: ``build_figure``'s selection), drawn from the store's cached tables; a failure is shown
-    under the buttons. ``extra``: other download buttons kept in the same group."""
+    under the buttons. ``extra``: other download buttons kept in the same group. The group's ``buttons`` attribute
+    holds each figure's button: a page hides one while its view is unavailable."""
     fmt = pn.widgets.Select(label="Export format", options=EXPORT_FORMATS, value="png", width=110)
     message = pn.pane.Alert("", alert_type="danger", visible=False, width=460, margin=(0, 5))  # not stretched: the group keeps its width in a wrapping row
     buttons: dict[str, ExportButton] = {}
@@ -266,7 +267,9 @@ def export_buttons(store: DataStore, *items, extra=()) -> pn.Column:
             b.filename = f"{figure}.{event.new}"
 
     fmt.param.watch(_fmt, "value")
-    return pn.Column(pn.Row(fmt, *buttons.values(), *extra, align=("start", "end")), message, margin=0)
+    group = pn.Column(pn.Row(fmt, *buttons.values(), *extra, align=("start", "end")), message, margin=0)
+    group.buttons = buttons
+    return group
 
 
 def perfetto_button(store: DataStore) -> pn.Column:
@@ -304,6 +307,13 @@ class Page(Viewer):
     def __init__(self, store: DataStore, **params):
         self._keys: dict = {}  # what each view shows now (set before the Page's init: views may be drawn there)
         super().__init__(store=store, **params)
+
+    def _exportable(self, figure: str, yes: bool) -> None:
+        """Show the export button of ``figure`` (of the group the page keeps as ``_exports``) only while its view is drawn:
+        a view the page says is unavailable has no export but a failure."""
+        group = getattr(self, "_exports", None)
+        if group is not None and figure in group.buttons:
+            group.buttons[figure].visible = yes
 
     @property
     def live(self) -> bool:

@@ -106,7 +106,7 @@ class _Run:
         self.ranks = {r["rank"]: r for r in dtl.rank_summaries_on(client, path, run_id, KINDS)}
         self.origin_ns = min((r["start"] for r in self.ranks.values()), default=0)
         try:  # as store.load_timeline's: the run's rows
-            self.residency = by_rank(store.run_analysis(path, stamp, "kernel_residency", run_id), path)
+            self.residency = by_rank(store.run_analysis(path, stamp, "kernel_residency", run_id), path, store.DEVICE["name"])
         except store.Unavailable:
             self.residency = None
         self.why = None

@@ -16,6 +16,7 @@ from bokeh.models import NumberFormatter
 
 from overlapviz import figures, figures_why
 from overlapviz.analysis import budget, ranks as ranks_analysis
+from overlapviz.analysis.residency import ANY_RANK
 from overlapviz.dashboards.common import PLOT_WIDTH, Page, StaticTable, controls_row, export_buttons, notice, static_plot, table, unavailable
 from overlapviz.dashboards.store import DataStore, Unavailable
 
@@ -28,8 +29,8 @@ _KERNEL_TITLES = {
 }  # fmt: skip
 _NO_DEVICE = ("so blocks per SM, the SM budget and the fit cannot be computed here. A trace records them in a Kineto "
               "trace's `deviceProperties` (torch ≥ 2.1), an Nsight Systems export's `TARGET_INFO_GPU`, or rocprof's agent "
-              "info. For a GPU you name, the CLI computes them: `overlapviz explain DATASET --device-name 'NVIDIA H200'` "
-              "(also `overlapviz residency` and `overlapviz advise`).")  # fmt: skip
+              "info. Name the GPU the traces ran on to compute them: `overlapviz serve DATASET --device-name 'NVIDIA H200'` "
+              "(also `overlapviz explain`, `residency` and `export`).")  # fmt: skip
 
 
 # the most rows of a plain HTML table: the instances show that many (the largest skews); a longer per-rank table is a
@@ -51,6 +52,8 @@ def _no_device(store: DataStore, rank: int | None = None) -> str | None:
     ranks whose device has no row, or whose row names no GPU whose limits are known (the reason, and the fields the row
     lacks); None when each has its limits (whatever else is missing, a kernel's registers, is said elsewhere)."""
     limits = store.device_limits()
+    if isinstance(limits.get(ANY_RANK), dict):
+        return None  # `serve --device-name`: the GPU named fills every rank that has no limits of its own
     devices = store.devices()
     if rank is not None and "rank" in devices:
         devices = devices.loc[devices["rank"] == int(rank)]
@@ -226,9 +229,11 @@ class WhyPage(Page):
         try:
             tab, facts = self.store.budget(r, option)
         except Unavailable as exc:
+            self._exportable("budget", False)  # (the page says why: no button that can only fail)
             note = _no_device(self.store, int(r["rank"]))
             said = notice(f"**SM budget not available for rank {int(r['rank'])}.** {note}") if note else unavailable("SM budget", exc)
             return pn.Column(pn.pane.Markdown(f"#### SM budget of the chosen collective\n{where}"), said)
+        self._exportable("budget", True)
         free = facts.get("free_sms")
         extra = ("" if free is None else " · no SM was free of computation at ready" if free == 0 else
                  f" · **{free} of {facts.get('num_sms')} SMs** were free of computation at ready (the collective fits there)")  # fmt: skip
@@ -249,12 +254,10 @@ class WhyPage(Page):
 
     def __panel__(self):
         store = self.store
-        controls = controls_row(
-            self.run_select(),
-            export_buttons(store, ("why", lambda: {"runs": [store.run_id]}, "Export summary"),
-                           ("budget", lambda: {"runs": [store.run_id], "record": self.record, "what_if": self._chosen_option()},
-                            "Export SM budget")),
-        )  # fmt: skip
+        self._exports = export_buttons(store, ("why", lambda: {"runs": [store.run_id]}, "Export summary"),
+                                       ("budget", lambda: {"runs": [store.run_id], "record": self.record, "what_if": self._chosen_option()},
+                                        "Export SM budget"))  # fmt: skip
+        controls = controls_row(self.run_select(), self._exports)
         intro = pn.pane.Markdown(
             "### Why did the collectives start late?\nEach collective's **start − launch** split by cause "
             "(`overlapviz explain`: stream order, event dependency, SM resources, launch latency), the computation "
@@ -287,6 +290,7 @@ class ResidencyPage(Page):
     def _residency(self):
         if (spacer := self.visit("residency", (self.store.run_id,))) is not None:
             return spacer
+        self._exportable("residency", False)  # until there is a figure to export (the page says why there is none)
         try:
             t = self.store.run_residency()
         except Unavailable as exc:
@@ -297,6 +301,7 @@ class ResidencyPage(Page):
         if not known.any():
             notes = t["residency_note"].dropna().unique()[:3]
             return notice(f"No kernel launch shape of {self.store.run_id} has a residency: {'; '.join(map(str, notes)) or 'shapes unknown'}.")
+        self._exportable("residency", True)
         cols = {"name": "kernel", "kind": "kind", "threads_per_block": "threads/block", "regs_per_thread": "registers/thread",
                 "shared_mem_bytes": "shared mem/block (B)", "blocks_per_sm": "blocks/SM", "limiter": "limited by",
                 "occupancy": "occupancy (%)", "n_launches": "launches", "total_us": "total (µs)", "waves": "waves"}  # fmt: skip
@@ -313,7 +318,8 @@ class ResidencyPage(Page):
 
     def __panel__(self):
         store = self.store
-        controls = controls_row(self.run_select(), export_buttons(store, ("residency", lambda: {"runs": [store.run_id]}, "Export residency")))
+        self._exports = export_buttons(store, ("residency", lambda: {"runs": [store.run_id]}, "Export residency"))
+        controls = controls_row(self.run_select(), self._exports)
         intro = pn.pane.Markdown(
             "### Residency per kernel launch shape\nHow many blocks of each launch shape one SM holds at once (registers, "
             "shared memory, threads and block slots of the run's GPU) and which resource limits it: what is left on an "

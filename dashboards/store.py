@@ -36,7 +36,15 @@ class Unavailable(ValueError):
 
 def _compare(path: str, run_a: str, run_b: str) -> pd.DataFrame:
     """``speedup.compare`` of two runs, given the configuration table the store keeps (not computed per pair)."""
-    return speedup.compare(path, run_a, run_b, table=load_analysis(path, _stamp(path), "config_table"))
+    return speedup.compare(path, run_a, run_b, table=load_analysis(path, _stamp(path), "config_table"), explain=_explain)
+
+
+def _explain(path: str, **kwargs) -> pd.DataFrame:
+    return explain.explain(path, **kwargs, device=DEVICE["name"])
+
+
+def _residency(path: str, **kwargs) -> pd.DataFrame:
+    return residency.kernel_residency(path, **kwargs, device=DEVICE["name"])
 
 
 # the analyses the pages show, by the name their cache entries are kept under
@@ -44,13 +52,16 @@ ANALYSES = {
     "analyze": metrics.analyze,
     "config_table": speedup.config_table,
     "compare": _compare,
-    "kernel_residency": residency.kernel_residency,
-    "explain": explain.explain,
+    "kernel_residency": _residency,
+    "explain": _explain,
 }
 PAUSABLE = ("explain", "kernel_residency")  # analyses that call yield_to_pages between ranks
 _NULLABLE = {pa.int32(): pd.Int32Dtype(), pa.int64(): pd.Int64Dtype(), pa.bool_(): pd.BooleanDtype()}
 # `serve --scheduler`: a dashboards.dask_source.DaskSource computes the analyses it has and the timelines on its cluster
 ENGINE: dict = {"dask": None}
+# `serve --device-name`: the GPU the traces ran on, for ranks whose trace does not say (``residency.device_table``); part
+# of every table's key (``_stamp``): the tables of one dataset under two names are two sets
+DEVICE: dict = {"name": None}
 
 
 class _Memo:
@@ -127,7 +138,7 @@ _TIMELINES = _Memo(10)  # TimelineData per (path, stamp, run, ranks[, kernels al
 def _stamp(path: str) -> str:
     """Cache key part that changes when the dataset is rewritten (ingest replaces the directory)."""
     meta = Path(path) / schema.METADATA_FILE
-    return f"{meta.stat().st_mtime_ns}"
+    return f"{meta.stat().st_mtime_ns}" + (f" device={DEVICE['name']}" if DEVICE["name"] else "")
 
 
 def load_runs(path: str, stamp: str) -> pd.DataFrame:
@@ -151,7 +162,8 @@ def load_analysis(path: str, stamp: str, name: str, *args, **kwargs) -> pd.DataF
         try:
             dask = ENGINE["dask"]
             if dask and name in dask.analyses:
-                return dask.analyses[name](path, *args, **kwargs)
+                extra = {"device": DEVICE["name"]} if name in ("explain", "kernel_residency") else {}
+                return dask.analyses[name](path, *args, **kwargs, **extra)
             extra = {"pause": yield_to_pages} if name in PAUSABLE else {}
             return ANALYSES[name](path, *args, **kwargs, **extra)
         except ValueError as exc:
@@ -251,7 +263,7 @@ def _why_parts(path: str, stamp: str, run_id: str, kernels: pd.DataFrame) -> dic
     except Unavailable:
         pass
     try:
-        res = residency.by_rank(run_analysis(path, stamp, "kernel_residency", run_id), path)
+        res = residency.by_rank(run_analysis(path, stamp, "kernel_residency", run_id), path, DEVICE["name"])
     except Unavailable:  # the hover's residency is optional: a timeline without it beats no timeline
         res = None
     return {"residency": res, "why": why, "waits": waits}
@@ -317,7 +329,7 @@ def perfetto_trace(path: str, stamp: str, run_id: str) -> bytes:
 
     def build() -> bytes:
         with tempfile.TemporaryDirectory(prefix="ovz-perfetto-") as tmp:
-            return perfetto.write_perfetto(path, run_id, Path(tmp) / "trace.json.gz").read_bytes()
+            return perfetto.write_perfetto(path, run_id, Path(tmp) / "trace.json.gz", device=DEVICE["name"]).read_bytes()
 
     name = f"perfetto:{run_id}:{code.st_size}:{code.st_mtime_ns}"
     return _FILES.get((path, stamp, "perfetto", run_id), lambda: _on_disk(path, stamp, name, build))
@@ -586,7 +598,7 @@ class DataStore(param.Parameterized):
 
     def device_limits(self) -> dict:
         """``residency.device_table`` of the dataset: each (run, rank, device)'s limits, or why there are none."""
-        return _TABLES.get((self.path, self.stamp, "device limits"), lambda: residency.device_table(self.path))
+        return _TABLES.get((self.path, self.stamp, "device limits"), lambda: residency.device_table(self.path, DEVICE["name"]))
 
     def devices(self, run_id: str | None = None) -> pd.DataFrame:
         dev = load_table(self.path, self.stamp, "devices")
@@ -657,7 +669,8 @@ class DataStore(param.Parameterized):
 
         def compute():
             try:
-                return budget.kernel_budget(self.path, record, kernels=self._rank_kernels(record), what_if=what_if)
+                return budget.kernel_budget(self.path, record, kernels=self._rank_kernels(record), what_if=what_if,
+                                            device=DEVICE["name"])  # fmt: skip
             except ValueError as exc:
                 raise Unavailable(str(exc)) from None
 
@@ -665,7 +678,8 @@ class DataStore(param.Parameterized):
 
     def what_if(self, record: dict) -> pd.DataFrame:
         key = (self.path, self.stamp, "what_if", record["run_id"], int(record["rank"]), int(record["start_ns"]))
-        return _TABLES.get(key, lambda: budget.what_if_options(self.path, record, kernels=self._rank_kernels(record)))
+        return _TABLES.get(key, lambda: budget.what_if_options(self.path, record, kernels=self._rank_kernels(record),
+                                                                 device=DEVICE["name"]))  # fmt: skip
 
     def _rank_kernels(self, record: dict) -> pd.DataFrame | None:
         """The record's rank's kernels around its ready time, from the cached timeline when it is loaded."""

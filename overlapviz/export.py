@@ -328,8 +328,9 @@ class DatasetSource:
     ValueError (naming what is missing) when it cannot answer.
     """
 
-    def __init__(self, dataset: str):
+    def __init__(self, dataset: str, device: str | None = None):
         self.path = str(dataset)
+        self.device = device  # the GPU for ranks whose trace does not say (``residency.device_table``)
         self._memo: dict = {}
 
     def _once(self, key, compute):
@@ -362,10 +363,10 @@ class DatasetSource:
         return analyze(self.path, run_ids=run_ids)
 
     def kernel_residency(self):
-        return self._once("residency", lambda: kernel_residency(self.path))
+        return self._once("residency", lambda: kernel_residency(self.path, device=self.device))
 
     def explained(self, run_id: str):
-        return self._once(("explain", run_id), lambda: explain.explain(self.path, run_ids=[run_id]))
+        return self._once(("explain", run_id), lambda: explain.explain(self.path, run_ids=[run_id], device=self.device))
 
     def summary(self, run_id: str):
         return explain.summarize(self.explained(run_id))
@@ -381,7 +382,7 @@ class DatasetSource:
         return budget.instance_ranks(self.explained(run_id), self.instances(run_id))
 
     def budget(self, record: dict, what_if: dict | None = None):
-        return budget.kernel_budget(self.path, record, what_if=what_if)
+        return budget.kernel_budget(self.path, record, what_if=what_if, device=self.device)
 
     def timeline(self, run_id: str, ranks=None) -> figures_timeline.TimelineData:
         import pyarrow.compute as pc
@@ -392,7 +393,7 @@ class DatasetSource:
         if not len(kernels):
             raise ValueError(f"{self.path}: run {run_id!r} has no kernels" + (f" on ranks {list(ranks)}" if ranks else ""))
         try:
-            residency = by_rank(self.kernel_residency(), self.path)
+            residency = by_rank(self.kernel_residency(), self.path, self.device)
         except ValueError:  # the hover's residency is optional: a timeline without it beats no timeline
             residency = None
         try:
@@ -433,6 +434,7 @@ def build_figure(
     record: dict | None = None,
     what_if: dict | None = None,
     source=None,
+    device: str | None = None,
 ):
     """The static HoloViews figure ``figure`` of a dataset (what ``overlapviz export`` writes).
 
@@ -456,6 +458,9 @@ def build_figure(
         resources, else its latest start after launch) and an advisor option to apply.
     source
         Where the tables come from: a ``DatasetSource`` (default) or the dashboard's DataStore.
+    device
+        The GPU the traces ran on, for ranks whose trace does not say (``residency.device_table``; the
+        ``DatasetSource``'s: a DataStore has its own).
 
     Raises
     ------
@@ -466,7 +471,7 @@ def build_figure(
     schema.read_metadata(dataset)
     if figure not in FIGURES:
         raise ValueError(f"figure {figure!r} is not one of {', '.join(FIGURES)}")
-    src = DatasetSource(dataset) if source is None else source
+    src = DatasetSource(dataset, device) if source is None else source
     if figure in ("heatmap", "speedup"):
         table = src.config_table()
         if runs:

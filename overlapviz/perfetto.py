@@ -84,8 +84,9 @@ def _clean(v):
     return v.item() if isinstance(v, np.generic) else v
 
 
-def perfetto_events(dataset_path: str | os.PathLike, run_id: str) -> dict:
-    """The trace document of one run (see the module docstring).
+def perfetto_events(dataset_path: str | os.PathLike, run_id: str, *, device: str | None = None) -> dict:
+    """The trace document of one run (see the module docstring); ``device``: the GPU for ranks whose trace does not say
+    (as explain's).
 
     Raises
     ------
@@ -100,7 +101,7 @@ def perfetto_events(dataset_path: str | os.PathLike, run_id: str) -> dict:
         raise ValueError(f"{dataset_path}: run {run_id!r} has no activities to export")
     base = int(pc.min(k.column("start_ns")).as_py())
     kern = k.to_pandas()
-    why = explain(dataset_path, run_ids=[run_id])
+    why = explain(dataset_path, run_ids=[run_id], device=device)
     events: list[dict] = []
     for rank in sorted(kern["rank"].unique().tolist()):
         events.append({"ph": "M", "name": "process_name", "pid": int(rank), "tid": 0, "args": {"name": f"rank {rank}"}})
@@ -204,12 +205,12 @@ def _counters(dataset_path, run_id: str, kern: pd.DataFrame, base: int) -> list[
     return out
 
 
-def write_perfetto(dataset_path: str | os.PathLike, run_id: str, out: str | os.PathLike) -> Path:
+def write_perfetto(dataset_path: str | os.PathLike, run_id: str, out: str | os.PathLike, *, device: str | None = None) -> Path:
     """Write :func:`perfetto_events` of a run to ``out`` (``.json`` or ``.json.gz``), atomically."""
     import gzip
 
     out = Path(out)
-    doc = perfetto_events(dataset_path, run_id)
+    doc = perfetto_events(dataset_path, run_id, device=device)
     text = "".join(_Encoder(separators=(",", ":"), ensure_ascii=False).iterencode(doc)).encode()
     tmp = out.with_name(f".{out.name}.tmp{os.getpid()}")
     try:

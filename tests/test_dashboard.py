@@ -414,9 +414,9 @@ def test_the_perfetto_trace_is_written_once_per_run_and_dataset_state(dataset, m
     calls = []
     real = perfetto.write_perfetto
 
-    def counted(path, run_id, out):
+    def counted(path, run_id, out, **kw):
         calls.append(run_id)
-        return real(path, run_id, out)
+        return real(path, run_id, out, **kw)
 
     monkeypatch.setattr(perfetto, "write_perfetto", counted)
     store = store_mod.DataStore(dataset, warm_up=False)
@@ -597,7 +597,7 @@ def test_missing_numbers_read_as_a_dash_in_tables_and_hovers_never_nan(tmp_path,
 
     from overlapviz import figures
     from overlapviz.dashboards import store as store_mod
-    from overlapviz.dashboards.pages_why import WhyPage
+    from overlapviz.dashboards.pages_why import ResidencyPage, WhyPage
     from overlapviz.ingest import ingest
 
     monkeypatch.setenv(store_mod.TABLE_CACHE_ENV, "0")
@@ -613,8 +613,63 @@ def test_missing_numbers_read_as_a_dash_in_tables_and_hovers_never_nan(tmp_path,
     page.shown = True  # opens the run: its worst collective is chosen
     said = " ".join(str(getattr(o, "object", "")) for o in page._budget().objects)
     assert "`num_sms`" in said and "--device-name" in said and "no devices row" in said  # which fields, and how to give them
+    # no export offered of a budget or a residency the page says it cannot draw (one that could only fail)
+    for page, figure in ((WhyPage(store), "budget"), (ResidencyPage(store), "residency")):
+        page.__panel__()
+        page.shown = True  # (its views are drawn)
+        assert not page._exports.buttons[figure].visible, figure
     assert figures.int_text(pd.Series([3.0, None, "x"], dtype=object)).tolist() == ["3", "—", "—"]
     assert figures.int_text(pd.Series([1, None], dtype="Int64"), "?").tolist() == ["1", "?"]
+
+
+def test_serve_device_name_gives_every_page_the_residency_a_trace_without_device_properties_lacks(tmp_path, monkeypatch):
+    """`serve --device-name GPU` on the real 2-rank HTA trace (no device rows): the dashboard's explain, residency, SM
+    budget, what-ifs and hover are explain's and residency's with ``device=GPU`` (what the CLI's --device-name prints),
+    the notice is gone, and the tables of the dataset without the name are kept apart (not served under it). A name no
+    GPU has: one line, before anything listens."""
+    from pathlib import Path
+
+    from click.testing import CliRunner
+
+    from overlapviz.analysis import budget, explain, residency
+    from overlapviz.cli import main
+    from overlapviz.dashboards import store as store_mod
+    from overlapviz.dashboards.pages_why import ResidencyPage, WhyPage
+    from overlapviz.ingest import ingest
+
+    gpu = "NVIDIA A100-SXM4-80GB"
+    monkeypatch.setenv(store_mod.TABLE_CACHE_ENV, "0")
+    path = ingest([Path(__file__).parent / "data" / "hta_trace_filter_2rank"], tmp_path / "ds", progress=False)
+    plain = store_mod.DataStore(path, warm_up=False)
+    assert plain.explained()["comm_blocks_fit_per_sm"].isna().all()
+    monkeypatch.setitem(store_mod.DEVICE, "name", gpu)
+    store = store_mod.DataStore(path, warm_up=False)
+    assert store.stamp != plain.stamp  # every table of the named GPU under keys of its own
+    want = explain.explain(path, run_ids=[store.run_id], device=gpu)
+    got = store.explained()
+    assert want["comm_blocks_fit_per_sm"].notna().any()
+    pd.testing.assert_frame_equal(got.reset_index(drop=True), want.reset_index(drop=True))
+    pd.testing.assert_frame_equal(store.run_residency().reset_index(drop=True),
+                                  residency.kernel_residency(path, run_ids=[store.run_id], device=gpu).reset_index(drop=True))
+    hover = store.timeline(why=True).residency
+    assert hover is not None and hover["blocks_per_sm"].notna().any()
+    record = budget.worst_record(got)
+    table, facts = store.budget(record)
+    assert facts["num_sms"] == 108 and facts["fit"] == budget.kernel_budget(path, record, device=gpu)[1]["fit"]
+    pd.testing.assert_frame_equal(store.what_if(record), budget.what_if_options(path, record, device=gpu))
+    page = WhyPage(store)
+    page.shown = True
+    said = " ".join(str(getattr(o, "object", "")) for o in page._budget().objects)
+    assert "--device-name" not in said and "no devices row" not in said
+    for page, figure in ((WhyPage(store), "budget"), (ResidencyPage(store), "residency")):
+        page.__panel__()
+        page.shown = True
+        assert page._exports.buttons[figure].visible, figure
+    monkeypatch.setitem(store_mod.DEVICE, "name", None)
+    assert store_mod.DataStore(path, warm_up=False).explained()["comm_blocks_fit_per_sm"].isna().all()  # not the GPU's
+    bad = CliRunner().invoke(main, ["serve", str(path), "--device-name", "no such gpu", "--port", "0"])
+    assert bad.exit_code == 1 and bad.output.strip().count("\n") == 0 and "--device-name 'no such gpu'" in bad.output
+    assert store_mod.DEVICE["name"] is None
 
 
 def test_compare_of_two_imported_traces_says_what_they_lack_instead_of_rows_of_dashes(tmp_path, monkeypatch):

@@ -298,6 +298,20 @@ def test_device_name_fills_traces_that_do_not_say_which_gpu(tmp_path):
     assert res.exit_code == 0 and {r["blocks_per_sm"] for r in orjson.loads(res.output) if r["name"] == "gemm"} == {4}
     bad = CliRunner().invoke(main, ["explain", str(ds), "--device-name", "no such gpu"])
     assert bad.exit_code == 1 and "--device-name 'no such gpu'" in bad.output
+    # export: the budget figure and the Perfetto trace's findings of the named GPU (without it: no budget, no fit)
+    out = tmp_path / "budget.html"
+    assert CliRunner().invoke(main, ["export", str(ds), "--figure", "budget", "-o", str(out)]).exit_code == 1
+    res = CliRunner().invoke(main, ["export", str(ds), "--figure", "budget", "--device-name", "NVIDIA H200", "-o", str(out)])
+    assert res.exit_code == 0 and "0 comm blocks fit" in out.read_text(), res.output
+    fits = {}
+    for args in ([], ["--device-name", "NVIDIA H200"]):
+        trace = tmp_path / f"t{len(args)}.json"
+        assert CliRunner().invoke(main, ["export", str(ds), "--format", "perfetto", *args, "-o", str(trace)]).exit_code == 0
+        waits = [e for e in orjson.loads(trace.read_bytes())["traceEvents"] if e.get("name") == "wait: sm_resources"]
+        fits[len(args)] = [e["args"]["comm_blocks_fit_per_sm"] for e in waits]
+    assert fits[0] == [] and fits[2] == [0]
+    bad = CliRunner().invoke(main, ["export", str(ds), "--figure", "budget", "--device-name", "no such gpu", "-o", str(out)])
+    assert bad.exit_code == 1 and "--device-name 'no such gpu'" in bad.output
     # --arch is the same option under the name advise uses
     for cmd in ("residency", "explain"):
         by_arch = CliRunner().invoke(main, [cmd, str(ds), "--arch", "sm_90", "--format", "json"])

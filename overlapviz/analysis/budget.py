@@ -359,14 +359,14 @@ def _occ_rows(rows: pd.DataFrame, dev_limits: dict, carveouts: dict) -> pd.DataF
     return kernel_occupancy(rows.assign(threads_per_block=threads, grid_blocks=grid), dev_limits, carveouts)
 
 
-def _held_sms(dataset_path, record: dict, kernels: pd.DataFrame | None) -> dict:
+def _held_sms(dataset_path, record: dict, kernels: pd.DataFrame | None, device: str | None = None) -> dict:
     """The SMs around ``record``'s comm kernel at its ready time, as explain models them: the comm kernel's row and
     occupancy (``comm_row``, ``comm``), its device's ``limits``, each resident computation kernel (one per stream, on
     its device, named in explain's ``resident_compute``; only the blocker when there is one) with the comm blocks that
     fit beside its blocks on an SM it holds, the best of them (``best``: (fit, occupancy row, shape, kernel row); the
     first such: the blocker's, else in stream order; None without one), the fit on an SM free of computation (``alone``)
     and why a resident kernel has no residency (``note``). ValueError when the comm kernel, its shape or its
-    device's limits are unknown."""
+    device's limits are unknown. ``device``: the GPU for ranks whose trace does not say (``residency.device_table``)."""
     k, t = _record_kernels(dataset_path, record, kernels)
     comm_rows = k.loc[(k["start_ns"] == int(record["start_ns"])) & (k["stream"] == record["stream"])]
     if record.get("correlation") is not None and not pd.isna(record.get("correlation")):
@@ -384,7 +384,7 @@ def _held_sms(dataset_path, record: dict, kernels: pd.DataFrame | None) -> dict:
     blocker = record.get("blocker")
     if blocker is not None and not pd.isna(blocker) and (res["name"] == blocker).any():
         res = res.loc[res["name"] == blocker]
-    dev_limits = device_table(dataset_path)
+    dev_limits = device_table(dataset_path, device)
     rows = pd.concat([comm_rows.iloc[:1], res], ignore_index=True)
     occ = _occ_rows(rows, dev_limits, run_carveouts(dataset_path))
     c = occ.iloc[0]
@@ -410,7 +410,7 @@ def _held_sms(dataset_path, record: dict, kernels: pd.DataFrame | None) -> dict:
 
 
 def kernel_budget(dataset_path: str | os.PathLike, record: dict, *, kernels: pd.DataFrame | None = None,
-                  what_if: dict | None = None) -> tuple[pd.DataFrame, dict]:  # fmt: skip
+                  what_if: dict | None = None, device: str | None = None) -> tuple[pd.DataFrame, dict]:  # fmt: skip
     """The SM budget of one comm kernel at its ready time, on the SM explain's ``comm_blocks_fit_per_sm`` is of (the
     best SM's): the SM held by the resident computation kernel beside which the most comm blocks fit (the blocker's when
     none fits), or an SM free of computation when none is resident or free SMs remain and take more. With ``what_if``,
@@ -426,6 +426,9 @@ def kernel_budget(dataset_path: str | os.PathLike, record: dict, *, kernels: pd.
         Optional row of :func:`what_if_options` (an :func:`overlapviz.analysis.advise.advise`
         option): the computation kernel as that option changes it (threads, registers, shared
         memory, carve-out preference, blocks per SM).
+    device
+        The GPU the traces ran on, for ranks whose trace does not say (as explain's ``device``;
+        :func:`overlapviz.analysis.residency.device_table`).
 
     Returns
     -------
@@ -441,7 +444,7 @@ def kernel_budget(dataset_path: str | os.PathLike, record: dict, *, kernels: pd.
         When the device limits or the comm kernel's launch shape are unknown (the reason).
     """
     record = dict(record)
-    sm = _held_sms(dataset_path, record, kernels)
+    sm = _held_sms(dataset_path, record, kernels, device)
     c, limits, comm, best, alone = sm["comm_row"], sm["limits"], sm["comm"], sm["best"], sm["alone"]
     free = record.get("free_sms")
     free = None if free is None or pd.isna(free) else int(free)
@@ -486,15 +489,17 @@ def _apply_option(limits: dict, option: dict) -> tuple[float, float, dict]:
     return float(option["compute_blocks_per_sm"]), float(t["shared_mem_config"]), shape
 
 
-def what_if_options(dataset_path: str | os.PathLike, record: dict, *, kernels: pd.DataFrame | None = None) -> pd.DataFrame:
+def what_if_options(dataset_path: str | os.PathLike, record: dict, *, kernels: pd.DataFrame | None = None,
+                    device: str | None = None) -> pd.DataFrame:  # fmt: skip
     """The advisor's options (:func:`overlapviz.analysis.advise.advise`, one comm block per SM) for the
     computation kernel that held the SM when ``record``'s comm kernel was ready: the one whose SM
     :func:`kernel_budget` shows a what-if on (the blocker, else the resident kernel with the most room).
 
-    Empty when nothing was resident or a shape or the device limits are unknown.
+    Empty when nothing was resident or a shape or the device limits are unknown. ``device``: as for
+    :func:`kernel_budget`.
     """
     try:
-        sm = _held_sms(dataset_path, dict(record), kernels)
+        sm = _held_sms(dataset_path, dict(record), kernels, device)
     except ValueError:
         return pd.DataFrame()
     if sm["best"] is None:

@@ -291,13 +291,13 @@ def kernel_residency(dataset_path, *, run_ids=None, device: str | None = None, p
     return finish_shapes(merge_shapes(shapes), carveouts)
 
 
-def by_rank(residency: pd.DataFrame | None, dataset_path) -> pd.DataFrame | None:
+def by_rank(residency: pd.DataFrame | None, dataset_path, device: str | None = None) -> pd.DataFrame | None:
     """:func:`kernel_residency`'s rows as a rank's kernels look theirs up (a hover's "N blocks/SM").
 
     Unchanged where every run ran on one GPU model. Where one did not (its ranks on two models: a launch shape has a
     residency per model, and the merged rows name the model, not the ranks), every row of every run is repeated for
     each rank that ran on its model, with a ``rank`` column: a rank finds its own GPU's row. A rank whose device is
-    unknown finds the rows of no model (their note says why).
+    unknown finds the rows of no model (their note says why). ``device``: as for :func:`kernel_residency`.
     """
     if residency is None or not len(residency) or "device_name" not in residency:
         return residency
@@ -306,7 +306,7 @@ def by_rank(residency: pd.DataFrame | None, dataset_path) -> pd.DataFrame | None
         return residency
     pairs = schema.read_frame(dataset_path, "kernels", columns=["run_id", "rank", "device"],
                               run_ids=residency["run_id"].dropna().unique().tolist()).drop_duplicates()  # fmt: skip
-    names = pd.Series([lim.get("name") for lim in _limits_of(pairs, device_table(dataset_path))], index=pairs.index, dtype=object)
+    names = pd.Series([lim.get("name") for lim in _limits_of(pairs, device_table(dataset_path, device))], index=pairs.index, dtype=object)
     ranks = (pairs.assign(device_name=names)[["run_id", "rank", "device_name"]]
              .drop_duplicates(["run_id", "rank"]))  # (a rank on two devices of two models: its first)
     return residency.merge(ranks, on=["run_id", "device_name"], how="inner", sort=False)

@@ -28,7 +28,10 @@ ALL_FORMATS = (*FORMATS, "perfetto")
               "`overlapviz explain`; default: the run's longest wait for SM resources).")
 @click.option("--what-if", "what_if", metavar="SETTING", help="Budget: apply this option of `overlapviz advise` to the "
               "computation kernel (its setting column, e.g. '+29312 B' or '16 SMs left to communication').")
-def export(dataset, figure, fmt, output, runs, ranks, start_ms, end_ms, value, width, kernel, what_if) -> None:
+@click.option("--device-name", "--arch", "device_name", metavar="GPU", help="The GPU the traces ran on, for traces that do not "
+              "say (a product name such as 'NVIDIA A100-SXM4-80GB', or an architecture such as sm_80 or gfx942): residency, "
+              "fit and SM budget as `overlapviz explain --device-name` computes them.")
+def export(dataset, figure, fmt, output, runs, ranks, start_ms, end_ms, value, width, kernel, what_if, device_name) -> None:
     """Write FIGURE of DATASET to a file, fully offline.
 
     PNG and SVG are rendered in the system's headless chromium (Debian: chromium,
@@ -41,7 +44,7 @@ def export(dataset, figure, fmt, output, runs, ranks, start_ms, end_ms, value, w
             raise click.ClickException("--format perfetto writes one run: give one --run")
         try:
             run_id = runs[0] if runs else _first_run(dataset)
-            click.echo(str(write_perfetto(dataset, run_id, output)))
+            click.echo(str(write_perfetto(dataset, run_id, output, device=device_name)))
         except ValueError as exc:
             raise click.ClickException(str(exc)) from None
         return
@@ -62,18 +65,19 @@ def export(dataset, figure, fmt, output, runs, ranks, start_ms, end_ms, value, w
         extra = {}
         if figure == "budget" and (kernel or what_if):
             run_id = runs[0] if runs else _first_run(dataset)
-            extra = budget_selection(dataset, run_id, kernel, what_if)
+            extra = budget_selection(dataset, run_id, kernel, what_if, device_name)
         path = export_mod.export_dataset_figure(
             dataset, figure, output, fmt, runs=list(runs) or None, ranks=list(ranks) or None, window_ms=window,
-            value=value, width=width, **extra,
+            value=value, width=width, device=device_name, **extra,
         )  # fmt: skip
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(str(path))
 
 
-def budget_selection(dataset: str, run_id: str, kernel: str | None, what_if: str | None) -> dict:
-    """``record`` and ``what_if`` of the budget figure from ``--kernel RANK:START_NS`` and ``--what-if SETTING``.
+def budget_selection(dataset: str, run_id: str, kernel: str | None, what_if: str | None, device: str | None = None) -> dict:
+    """``record`` and ``what_if`` of the budget figure from ``--kernel RANK:START_NS`` and ``--what-if SETTING``
+    (``device``: as explain's ``--device-name``).
 
     Raises
     ------
@@ -84,7 +88,7 @@ def budget_selection(dataset: str, run_id: str, kernel: str | None, what_if: str
     from overlapviz import schema
     from overlapviz.analysis import budget, explain
 
-    records = explain.explain(dataset, run_ids=[run_id])
+    records = explain.explain(dataset, run_ids=[run_id], device=device)
     how = f"list them with `overlapviz explain {dataset} --run {run_id}` (the kernel column is RANK:START_NS)"
     if kernel is None:
         record = budget.worst_record(records)
@@ -111,7 +115,7 @@ def budget_selection(dataset: str, run_id: str, kernel: str | None, what_if: str
         record = hit.iloc[0].to_dict()
     option = None
     if what_if is not None:
-        options = budget.what_if_options(dataset, record)
+        options = budget.what_if_options(dataset, record, device=device)
         settings = [] if not len(options) else [str(s) for s in options["setting"]]
         if what_if not in settings:
             offered = ", ".join(repr(s) for s in settings) if settings else "none (nothing resident, or a shape or the device unknown)"

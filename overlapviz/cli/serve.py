@@ -41,14 +41,17 @@ TOKEN_ENV = "OVERLAPVIZ_TOKEN"
               help="Draw the Timeline from a Dask cluster (its kernels stay there) and compute the analyze and explain "
                    "tables on it: tcp://host:8786, a scheduler file, or local / local:N (a LocalCluster stopped with "
                    "the server). pip install 'overlapviz[dask]'; docs/dask.md.")  # fmt: skip
+@click.option("--device-name", "--arch", "device_name", metavar="GPU", help="The GPU the traces ran on, for traces that do not "
+              "say (a product name such as 'NVIDIA A100-SXM4-80GB', or an architecture such as sm_80 or gfx942): residency, "
+              "fit and SM budget on every page, as `overlapviz explain --device-name` computes them.")
 @click.pass_context
 def serve(ctx: click.Context, dataset: str | None, address: str, port: int, allow_remote: bool, allow_http: bool,
           ssl_certfile: str | None, ssl_keyfile: str | None, origins: tuple[str, ...], token: str | None, no_token: bool,
           token_file: Path | None, unix_socket: str | None, show: bool, get_path: str | None,
-          scheduler: str | None) -> None:  # fmt: skip
+          scheduler: str | None, device_name: str | None) -> None:  # fmt: skip
     """Serve the dashboard for DATASET (the bundled sample traces when omitted).
 
-    Pages: Overview (configuration heatmaps), Timeline, Compare, Residency, Ranks.
+    Pages: Overview (configuration heatmaps), Timeline, Why late, Collectives, Residency, Compare.
     Every resource is served by this server or inlined: the page works with no internet.
     Only the holder of the printed URL's token gets in (docs/security.md).
     """
@@ -61,6 +64,15 @@ def serve(ctx: click.Context, dataset: str | None, address: str, port: int, allo
         raise click.UsageError(f"--unix-socket listens on no TCP address: drop {', '.join('--' + g.replace('_', '-') for g in sorted(given))}")
     if (ssl_certfile is None) != (ssl_keyfile is None):
         raise click.UsageError("--ssl-certfile and --ssl-keyfile go together")
+    if device_name is not None:
+        from overlapviz.analysis.residency import device_override
+        from overlapviz.dashboards import store
+
+        try:
+            device_override(device_name)  # a name no GPU has: said now, not as a notice on every page
+        except ValueError as exc:
+            raise click.ClickException(str(exc)) from None
+        store.DEVICE["name"] = device_name
     if scheduler:  # the client (and a cluster it started) lives as long as the command: closed when the server stops
         from overlapviz.dashboards import dask_source
 
