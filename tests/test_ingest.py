@@ -355,6 +355,9 @@ def test_cli_summary_line(tmp_path):
     assert r.exit_code == 0, r.output
     lines = r.output.strip().splitlines()
     assert len(lines) == 1 and "1 run" in lines[0] and "2 ranks" in lines[0] and str(tmp_path / "ds") in lines[0]
+    # every row of the kernels table, memory copies included: not called "kernels" (analyze's n_kernels counts fewer)
+    n = len(schema.read_frame(tmp_path / "ds", "kernels"))
+    assert f"{n:,} GPU activities (kernels, copies, memsets)" in lines[0]
 
 
 def test_collective_names():

@@ -134,7 +134,8 @@ def ingest(sources, out, run_id, overwrite, append, skip_bad, workers, rule_text
     _print_skipped(skipped)
     if not quiet:
         n_runs = len(meta.get("runs", []))
-        what = f"{n_runs} run{'s' * (n_runs != 1)}, {n_ranks} rank{'s' * (n_ranks != 1)}, {meta.get('n_kernels', 0)} kernels"
+        what = (f"{n_runs} run{'s' * (n_runs != 1)}, {n_ranks} rank{'s' * (n_ranks != 1)}, "
+                f"{meta.get('n_kernels', 0):,} GPU activities (kernels, copies, memsets)")
         if append:
             added = [r for r in meta.get("runs", []) if r not in before]
             click.echo(f"appended to {display(path)} ({len(added)} new run{'s' * (len(added) != 1)}): it now holds {what}")
