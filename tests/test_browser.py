@@ -803,6 +803,9 @@ def test_a_one_run_imported_dataset_says_why_on_every_page(imported_server, brow
     open_tab(driver, "Residency", "No residency for")
     text = page_text(driver)
     assert "num_sms" in text and "deviceProperties" in text and "--device-name" in text, text[-1500:]
+    # and no export of the residency it cannot draw (the button could only fail)
+    shown = driver.execute_script(f"return {MODELS}.filter(m => m.label === 'Export residency').map(m => m.visible)")
+    assert shown == [False], shown
     open_tab(driver, "Collectives", "seen on one rank only")
     # an export that cannot be made says why in the page
     set_model(driver, "panel.models.widgets.CustomSelect", "value", "html", where="Export format", every=True)
