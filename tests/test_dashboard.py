@@ -670,6 +670,8 @@ def test_serve_device_name_gives_every_page_the_residency_a_trace_without_device
     bad = CliRunner().invoke(main, ["serve", str(path), "--device-name", "no such gpu", "--port", "0"])
     assert bad.exit_code == 1 and bad.output.strip().count("\n") == 0 and "--device-name 'no such gpu'" in bad.output
     assert store_mod.DEVICE["name"] is None
+    good = CliRunner().invoke(main, ["serve", str(path), "--device-name", gpu, "--get", "/"])
+    assert good.exit_code == 0 and store_mod.DEVICE["name"] == gpu, good.output[-500:]  # (monkeypatch puts it back)
 
 
 def test_compare_of_two_imported_traces_says_what_they_lack_instead_of_rows_of_dashes(tmp_path, monkeypatch):
