@@ -149,9 +149,11 @@ class OverviewPage(Page):
         except Unavailable as exc:
             return unavailable("Configuration grid", exc)
         if table_ is None:
-            return notice("These runs are imported traces without an experiment configuration (workload, setup, "
-                          "shaping, priority): there is no grid to show. Open them on the **Timeline**, "
-                          "**Why late** (with the SM budget), **Collectives** and **Residency** pages.", "info")  # fmt: skip
+            one = len(self.store.runs) == 1
+            return notice(f"{'This run is an imported trace' if one else 'These runs are imported traces'} without an "
+                          "experiment configuration (workload, setup, shaping, priority): there is no grid to show. Open "
+                          f"{'it' if one else 'them'} on the **Timeline**, **Why late** (with the SM budget), **Collectives** "
+                          "and **Residency** pages.", "info")  # fmt: skip
         self._pane = pn.Column(self._heatmap(), max_height=900, scroll=True, sizing_mode="stretch_width")
         return self._pane
 

@@ -68,6 +68,19 @@ def _no_device(store: DataStore, rank: int | None = None) -> str | None:
     return (f"The GPU's limits are unknown: {'; '.join(why[:2])} (the devices row lacks {fields or 'no field'}), " + _NO_DEVICE)
 
 
+def _held_off(explained: pd.DataFrame, blocked: int) -> str:
+    """How many collectives computation held off the SMs, as far as it is known: explain finds it only where the device's
+    limits and the launch shapes are known (``comm_blocks_fit_per_sm``); elsewhere 0 would be a claim."""
+    unknown = int(explained["comm_blocks_fit_per_sm"].isna().sum())
+    held = f"{blocked:,} {'was' if blocked == 1 else 'were'} held off the SMs by computation"
+    if not unknown:
+        return held + "."
+    if unknown == len(explained):
+        return ("Whether computation held any off the SMs is unknown: the SM room needs the GPU's limits and the launch "
+                "shapes (see the SM budget below).")  # fmt: skip
+    return f"{held}; for {unknown:,} the SM room is unknown (the GPU's limits or a launch shape are missing)."
+
+
 class WhyPage(Page):
     """Why collectives started late: time by cause per rank, top blockers, every collective (click one for its
     SM budget and the advisor's what-ifs, or to open it on the Timeline)."""
@@ -91,8 +104,7 @@ class WhyPage(Page):
             e = e.loc[e["cause"] == self.cause]
         if self.rank != "all":
             e = e.loc[e["rank"] == int(self.rank)]
-        late = pd.to_numeric(e["start_minus_launch_ns"], errors="coerce").astype("Float64")
-        return e.assign(_late=late.fillna(-1)).sort_values("_late", ascending=False, kind="stable")
+        return budget.latest_first(e)
 
     @param.depends("store.run_id", "shown", watch=True, on_init=True)
     def _new_run(self) -> None:
@@ -160,18 +172,32 @@ class WhyPage(Page):
         except Unavailable as exc:
             return unavailable("Why collectives started late (overlapviz explain)", exc)
         if not len(summary):
+            self._exportable("why", False)
+            self._exportable("budget", False)
             return notice(f"Run {self.store.run_id} has no communication kernels: nothing waited.", "info")
-        total = {c: float(summary[f"{c}_us"].sum()) for c in figures_why.WAIT_CAUSES}
-        blocked_n = int(summary["n_blocked"].sum())
-        worst = max(total, key=total.get)
-        line = (f"**{int(summary['n_comm_kernels'].sum()):,} collectives** on {len(summary)} rank(s) started "
-                f"{figures.fmt_duration(sum(total.values()))} after their launches in all; most of it **{figures.CAUSE_LABELS[worst]}** "
-                f"({figures.fmt_duration(total[worst])}). {blocked_n:,} {'was' if blocked_n == 1 else 'were'} held off the SMs by computation.")  # fmt: skip
+        self._exportable("why", True)
+        n = int(summary["n_comm_kernels"].sum())
+        unknown = int(summary["n_launch_unknown"].sum()) if "n_launch_unknown" in summary else 0
+        ranks = f"{len(summary)} rank{'' if len(summary) == 1 else 's'}"
         run = self.store.run_id
-        panes = [static_plot(self.store, ("late by cause", run), lambda: figures_why.late_by_cause(summary, width=600))]
+        panes = []
+        if unknown == n:  # no launch in the trace: no start − launch to sum (0 would be a claim)
+            causes = self.store.explained()["cause"].value_counts()
+            by = ", ".join(f"{k:,} {figures.CAUSE_LABELS.get(c, c)}" for c, k in causes.items())
+            line = (f"**{n:,} collectives** on {ranks}. The trace has none of their launches (no runtime API records), so how "
+                    f"long after its launch each started is unknown; by the cause of their ready → start: {by}.")  # fmt: skip
+        else:
+            total = {c: float(summary[f"{c}_us"].sum()) for c in figures_why.WAIT_CAUSES}
+            worst = max(total, key=total.get)
+            line = (f"**{n:,} collectives** on {ranks} started {figures.fmt_duration(sum(total.values()))} after their launches in "
+                    f"all; most of it **{figures.CAUSE_LABELS[worst]}** ({figures.fmt_duration(total[worst])}).")  # fmt: skip
+            if unknown:
+                line += f" The trace has no launch for {unknown:,} of them (not in these sums)."
+            panes.append(static_plot(self.store, ("late by cause", run), lambda: figures_why.late_by_cause(summary, width=600)))
+        line += " " + _held_off(self.store.explained(), int(summary["n_blocked"].sum()))
         if len(blocked):
             panes.append(static_plot(self.store, ("blockers", run), lambda: figures_why.blockers(blocked, width=480)))
-        return pn.Column(pn.pane.Markdown(line, margin=(0, 10)), pn.Row(*panes), sizing_mode="stretch_width")
+        return pn.Column(pn.pane.Markdown(line, margin=(0, 10)), *([pn.Row(*panes)] if panes else []), sizing_mode="stretch_width")
 
     @param.depends("store.run_id", "cause", "rank", "shown")
     def _kernels(self):
@@ -202,7 +228,9 @@ class WhyPage(Page):
 
         tab.param.watch(pick, "selection")
         self._table = tab
-        return pn.Column(pn.pane.Markdown(f"#### Every collective of this run, longest start − launch first ({len(shown):,}) — select one "
+        order = ("longest start − launch first" if e["start_minus_launch_ns"].notna().any() else
+                 "longest ready → start first (the trace has none of their launches)")  # fmt: skip
+        return pn.Column(pn.pane.Markdown(f"#### Every collective of this run, {order} ({len(shown):,}) — select one "
                                           "for its SM budget below", margin=(10, 10, 0, 10)), tab, sizing_mode="stretch_width")  # fmt: skip
 
     def _show_on_timeline(self, *_):

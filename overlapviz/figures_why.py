@@ -22,6 +22,16 @@ def _legend(items: dict) -> hv.Points:
         color="entry", cmap=items, marker="square", size=10, show_legend=True, default_tools=[])
 
 
+def resource_labels(table: pd.DataFrame) -> dict:
+    """``RESOURCE_LABELS`` for one SM budget (``budget.sm_budget``'s table): an AMD CU counts wavefronts of its own size
+    ("waves (threads / 64)" on CDNA), an NVIDIA SM warps of 32."""
+    out = dict(RESOURCE_LABELS)
+    row = table.loc[table["resource"] == "warps"]
+    if len(row):
+        out["warps"] = f"{row['unit'].iloc[0]} (threads / {int(table.attrs.get('threads_per_warp') or 32)})"
+    return out
+
+
 def late_by_cause(summary: pd.DataFrame, *, width: int = 620, bar_height: int = 28) -> hv.Overlay:
     """Per rank, the time its collectives started after their launch, stacked by cause.
 
@@ -36,7 +46,11 @@ def late_by_cause(summary: pd.DataFrame, *, width: int = 620, bar_height: int = 
     hv.Overlay: one horizontal bar per rank (``hv.Rectangles``), one segment per cause, and the legend.
     """
     cols = [c for c in WAIT_CAUSES if f"{c}_us" in summary]
-    values = summary[[f"{c}_us" for c in cols]].apply(pd.to_numeric, errors="coerce").fillna(0.0).to_numpy(np.float64)
+    raw = summary[[f"{c}_us" for c in cols]].apply(pd.to_numeric, errors="coerce")
+    title = "Late-start time by cause, per rank"
+    if len(raw) and raw.isna().all(axis=None):
+        title += " (unknown: the trace has none of the launches)"
+    values = raw.fillna(0.0).to_numpy(np.float64)
     top = float(values.sum(axis=1).max()) if len(values) else 0.0
     unit, div = time_unit(top)
     n = len(summary)
@@ -60,7 +74,7 @@ def late_by_cause(summary: pd.DataFrame, *, width: int = 620, bar_height: int = 
         hover_tooltips=[("rank", "@{rank}"), ("cause", "@{cause}"), ("time", "@{time}"), ("share of the rank's", "@{share}")])  # fmt: skip
     ticks = [(float(v), f"rank {int(r)}") for v, r in zip(y, summary["rank"])]
     return (bars * _legend(colors)).opts(
-        hv.opts.Overlay(title="Late-start time by cause, per rank", width=width, height=max(200, bar_height * n + 150), yticks=ticks,
+        hv.opts.Overlay(title=title, width=width, height=max(200, bar_height * n + 150), yticks=ticks,
                         ylim=(-0.6, n - 0.4), xlim=(0, max(top / div, 1e-9) * 1.02), legend_position="top", legend_cols=3,
                         ylabel="", fontsize={"title": TITLE_FONT}, show_grid=False, toolbar="right",
                         legend_opts={"label_text_font_size": "9pt", "padding": 2, "spacing": 2}),
@@ -76,16 +90,21 @@ def blockers(table: pd.DataFrame, *, width: int = 520, top: int = 8) -> hv.Bars:
         ``overlapviz.analysis.budget.blocker_table`` rows of one run. Not modified.
     """
     t = table.head(top)
-    total = float(t["blocked_us"].max()) if len(t) else 0.0
+    # start − launch, or ready → start where the trace has none of the blocked collectives' launches
+    launch = len(t) and pd.to_numeric(t["blocked_us"], errors="coerce").notna().any()
+    col, what = ("blocked_us", "start − launch") if launch or not len(t) else ("ready_wait_us", "ready → start")
+    values = pd.to_numeric(t[col], errors="coerce").fillna(0.0).to_numpy(np.float64)
+    total = float(values.max()) if len(t) else 0.0
     unit, div = time_unit(total)
     frame = pd.DataFrame({"kernel": [short_name(n, 28) for n in t["blocker"]],
-                          "t": t["blocked_us"].to_numpy(np.float64) / div,
+                          "t": values / div,
                           "n": t["n_blocked"].astype(int).to_numpy(), "resource": t["blocking_resource"].fillna("—").astype(str),
                           "name": t["blocker"].astype(str)}).drop_duplicates("kernel")  # fmt: skip
     return hv.Bars(frame[::-1], kdims=[hv.Dimension("kernel", label="Blocker")],
-                   vdims=[hv.Dimension("t", label=f"Collectives held off the SMs: start − launch ({unit})"), "n", "resource", "name"]).opts(
+                   vdims=[hv.Dimension("t", label=f"Collectives held off the SMs: {what} ({unit})"), "n", "resource", "name"]).opts(
         invert_axes=True, color=CAUSE_COLORS["sm_resources"], tools=["hover"], default_tools=["save"], width=width,
-        height=max(180, 26 * len(frame) + 110), title="Top blockers (SM resources)", fontsize={"title": TITLE_FONT}, ylabel="",
+        height=max(180, 26 * len(frame) + 110), title="Top blockers (SM resources)", fontsize={"title": TITLE_FONT},
+        ylabel=f"Collectives held off the SMs: {what} ({unit})",  # (the value axis: drawn horizontal, invert_axes)
         hover_tooltips=[("blocker", "@{name}"), ("collectives held", "@{n}"), ("time", "@{t}{0,0.0} " + unit),
                         ("resource", "@{resource}")], xformatter=NumeralTickFormatter(format="0,0.[0]"))  # fmt: skip
 
@@ -114,7 +133,8 @@ def sm_budget(table: pd.DataFrame, facts: dict, *, width: int = 900) -> hv.Overl
     used = t["used"].to_numpy(np.float64) / cap
     need = t["need"].to_numpy(np.float64) / cap
     over = t["overflow"].to_numpy(bool)
-    label = [RESOURCE_LABELS.get(r, r) for r in t["resource"]]
+    labels = resource_labels(t)
+    label = [labels.get(r, r) for r in t["resource"]]
 
     def amount(v, unit):
         if unit == "bytes":
@@ -157,7 +177,7 @@ def sm_budget(table: pd.DataFrame, facts: dict, *, width: int = 900) -> hv.Overl
     lim = facts.get("limiter")
     what = facts.get("what_if")
     n_fit = int(fit) if fit is not None and np.isfinite(fit) else "?"
-    why = f", limited by {RESOURCE_LABELS.get(lim, str(lim).replace('_', ' '))}" if lim and (fit is None or fit < 1) else ""
+    why = f", limited by {labels.get(lim, str(lim).replace('_', ' '))}" if lim and (fit is None or fit < 1) else ""
     held = int(facts["blocks_per_sm"]) if facts.get("resident") else 0
     beside = (f"beside {held} {'block' if held == 1 else 'blocks'} of {short_name(facts.get('resident'))[:50]}" if facts.get("resident")
               else "on an SM free of computation")  # fmt: skip
@@ -243,11 +263,13 @@ def rank_waits(cells: pd.DataFrame, instances: pd.DataFrame, *, width: int = 540
     unit, div = time_unit(float(peer.max()) if len(peer) else 0.0)
     per_rank = pd.DataFrame({"rank": [str(r) for r in ranks], "last": [int(last.get(r, 0)) for r in ranks],
                              "peer": [float(peer.get(r, 0.0)) / div for r in ranks]})  # fmt: skip
+    # one hover for both: every field named, with its unit (the first said "peer: 132.166", the second "Rank: 1")
+    hover = [("rank", "@{rank}"), ("instances ready last", "@{last}"), (f"peer wait, summed ({unit})", "@{peer}{0,0.0}")]
     slow = hv.Bars(per_rank, kdims=[hv.Dimension("rank", label="Rank")], vdims=[hv.Dimension("last", label="instances"), "peer"]).opts(
-        color=KIND_COLORS["compute"], tools=["hover"], width=width, height=260, default_tools=["save"],
+        color=KIND_COLORS["compute"], tools=["hover"], width=width, height=260, default_tools=["save"], hover_tooltips=hover,
         title="Instances where the rank was ready last", fontsize={"title": TITLE_FONT})  # fmt: skip
     pw = hv.Bars(per_rank, kdims=[hv.Dimension("rank", label="Rank")], vdims=[hv.Dimension("peer", label=f"peer wait, summed ({unit})"), "last"]).opts(
-        color=KIND_COLORS["comm"], tools=["hover"], width=width, height=260, default_tools=["save"],
+        color=KIND_COLORS["comm"], tools=["hover"], width=width, height=260, default_tools=["save"], hover_tooltips=hover,
         title="Time the rank's collectives waited for their peers", fontsize={"title": TITLE_FONT}, yformatter="%.1f")  # fmt: skip
     return slow, pw
 

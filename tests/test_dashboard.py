@@ -674,6 +674,66 @@ def test_serve_device_name_gives_every_page_the_residency_a_trace_without_device
     assert good.exit_code == 0 and store_mod.DEVICE["name"] == gpu, good.output[-500:]  # (monkeypatch puts it back)
 
 
+def test_a_trace_without_launch_records_is_not_said_to_have_started_its_collectives_0_us_late(tmp_path, monkeypatch):
+    """The real MI350X rocprofv3 trace has no HIP API records: no collective's launch is known. Its summary's sums by cause
+    are unknown (the CLI prints "-"), not 0 µs "mostly stream order"; the page says why, lists the collectives by
+    ready → start, and the blockers by ready → start (zero-length bars before). On the HTA trace (no device limits)
+    the page does not claim that 0 collectives were held off the SMs."""
+    from pathlib import Path
+
+    import holoviews as hv
+
+    from overlapviz import figures_why
+    from overlapviz.analysis import budget, explain
+    from overlapviz.dashboards import store as store_mod
+    from overlapviz.dashboards.pages_why import WhyPage
+    from overlapviz.ingest import ingest
+
+    monkeypatch.setenv(store_mod.TABLE_CACHE_ENV, "0")
+    data = Path(__file__).parent / "data"
+    path = ingest([data / "rocprof" / "v3" / "tracelens_mi350x_json" / "908_results.json.gz"], tmp_path / "mi350", progress=False)
+    e = explain.explain(path)
+    assert len(e) == 1310 and e["start_minus_launch_ns"].isna().all() and e["start_delay_us"].notna().any()
+    s = explain.summarize(e).iloc[0]
+    assert s["n_launch_unknown"] == 1310 and all(pd.isna(s[f"{c}_us"]) for c in explain.CAUSES)
+    known = e.copy()
+    known.loc[known.index[:2], "start_minus_launch_ns"] = [5_000, 7_000]  # two launches known: summed, the rest not
+    s = explain.summarize(known).iloc[0]
+    assert s["n_launch_unknown"] == 1308 and sum(s[f"{c}_us"] for c in explain.CAUSES) == 12.0
+    blockers = budget.blocker_table(e)
+    assert len(blockers) and blockers["blocked_us"].isna().all() and (blockers["ready_wait_us"] > 0).all()
+    bars = hv.render(figures_why.blockers(blockers), backend="bokeh")
+    assert "ready → start" in bars.xaxis[0].axis_label or "ready → start" in bars.yaxis[0].axis_label
+    order = budget.latest_first(e)["ready_wait_ns"].astype("Float64").fillna(-1).to_numpy()
+    assert (order[:-1] >= order[1:]).all()  # longest ready → start first
+    store = store_mod.DataStore(path, warm_up=False)
+    page = WhyPage(store)
+    page.shown = True
+    said = " ".join(str(getattr(o, "object", "")) for o in page._summary().objects)
+    assert "0.000" not in said and "none of their launches" in said and "1,310 collectives" in said, said
+    assert "longest ready → start first" in " ".join(str(getattr(o, "object", "")) for o in page._kernels().objects)
+    hta = ingest([data / "hta_trace_filter_2rank"], tmp_path / "hta", progress=False)
+    page = WhyPage(store_mod.DataStore(hta, warm_up=False))
+    page.shown = True
+    said = " ".join(str(getattr(o, "object", "")) for o in page._summary().objects)
+    assert "held any off the SMs is unknown" in said and "0 were held" not in said, said
+
+
+def test_a_run_without_collectives_offers_no_why_export(tmp_path, monkeypatch):
+    """Why late of a run with no communication kernel says nothing waited, and offers no export of the summary or the SM
+    budget (QA: both buttons were shown, and a click downloaded nothing and said nothing)."""
+    from overlapviz.dashboards import store as store_mod
+    from overlapviz.dashboards.pages_why import WhyPage
+    from overlapviz.testing import kernel_row, write_rows_dataset
+
+    monkeypatch.setenv(store_mod.TABLE_CACHE_ENV, "0")
+    path = write_rows_dataset(tmp_path / "ds", [kernel_row("gemm", "compute", 7, 0, 100_000, launch=0, grid=64, corr=1)])
+    page = WhyPage(store_mod.DataStore(path, warm_up=False))
+    page.__panel__()
+    page.shown = True
+    assert not page._exports.buttons["why"].visible and not page._exports.buttons["budget"].visible
+
+
 def test_compare_of_two_imported_traces_says_what_they_lack_instead_of_rows_of_dashes(tmp_path, monkeypatch):
     """Two imported runs (no iteration times, no sequential baseline): the deltas table shows what was measured, and one
     line names the metrics left out and what they need; the configuration line is readable (ranks, source file)."""

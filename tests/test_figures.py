@@ -330,6 +330,20 @@ def test_braces_in_a_kernel_s_or_a_run_s_name_are_drawn_as_they_are():
     assert title.startswith("Timeline of run{0} — ")
 
 
+def test_an_amd_sm_budget_counts_wavefronts_of_64():
+    """An MI350X's budget said "limited by warps (threads / 32)" beside a detail counting waves of 64 (QA, real trace)."""
+    from overlapviz.devices import amd_arch, device_limits
+
+    limits = device_limits({"arch": "gfx950", "name": "AMD Instinct MI350X"})
+    assert limits["warp_size"] == 64 and amd_arch("gfx950")
+    t = budget.sm_budget(limits, [{"name": "gemm", "blocks": 30, "warps_per_block": 1, "regs_per_warp": 512, "smem_alloc_bytes": 0}],
+                         {"warps_per_block": 4, "regs_per_warp": 512, "smem_alloc_bytes": 0, "smem_config_needed_bytes": 0})  # fmt: skip
+    facts = {"fit": t.attrs["fit"], "limiter": "warps", "comm": "rccl", "resident": "gemm", "blocks_per_sm": 30}
+    plot = hv.render(figures_why.sm_budget(t, facts), backend="bokeh")
+    assert "waves (threads / 64)" in plot.title.text and "32" not in plot.title.text.split("limited by")[1].split("\n")[0]
+    assert "waves (threads / 64)" in [str(v) for v in plot.yaxis[0].major_label_overrides.values()]
+
+
 def test_collectives_figure():
     cells = pd.DataFrame({"run_id": "r", "instance": ["i0", "i0", "i1", "i1"], "ordinal": [0, 0, 1, 1], "rank": [0, 1, 0, 1],
                           "arrival_us": [0.0, 12.0, 3.0, 0.0], "peer_wait_us": [12.0, 0.0, 0.0, 3.0], "start_delay_us": 1.0,
@@ -348,6 +362,9 @@ def test_collectives_figure():
     assert [c.title for c in plot.right if type(c).__name__ == "ColorBar"] == ["µs"]
     skew = hv.render(figures_why.arrival_skew(inst), backend="bokeh")
     assert sorted(skew.renderers[0].data_source.data["slowest"]) == ["rank 0", "rank 1"]  # the legend's entries
+    for fig in figures_why.rank_waits(cells, inst):  # every field named with its unit (it said "peer: 132.166")
+        tips = next(t for t in hv.render(fig, backend="bokeh").tools if type(t).__name__ == "HoverTool").tooltips
+        assert [name for name, _ in tips] == ["rank", "instances ready last", "peer wait, summed (µs)"]
     layout = figures_why.collectives(cells, inst)
     assert len(layout) == 4  # no bandwidth panel without message sizes
     assert figures_why.bus_bandwidth(inst) is None

@@ -229,22 +229,25 @@ def blocker_table(explained: pd.DataFrame) -> pd.DataFrame:
     -------
     pandas.DataFrame
         ``run_id, blocker, n_blocked`` (records whose cause is ``sm_resources`` with this
-        blocker), ``ranks`` (how many ranks), ``blocked_us`` (their start − launch summed),
-        ``ready_wait_us`` (their ready -> start summed), ``blocking_resource`` (the most
+        blocker), ``ranks`` (how many ranks), ``blocked_us`` (their start − launch summed; null when the trace has
+        the launch of none of them), ``ready_wait_us`` (their ready -> start summed), ``blocking_resource`` (the most
         frequent one).
     """
     cols = ["run_id", "blocker", "n_blocked", "ranks", "blocked_us", "ready_wait_us", "blocking_resource"]
     d = explained.loc[(explained["cause"] == "sm_resources") & explained["blocker"].notna()]
     if not len(d):
         return pd.DataFrame(columns=cols)
-    d = d.assign(_sml=pd.to_numeric(d["start_minus_launch_ns"], errors="coerce").astype("Float64").fillna(0).clip(lower=0),
+    sml = pd.to_numeric(d["start_minus_launch_ns"], errors="coerce").astype("Float64")
+    d = d.assign(_sml=sml.fillna(0).clip(lower=0), _known=sml.notna().astype(int),
                  _rw=pd.to_numeric(d["ready_wait_ns"], errors="coerce").astype("Float64").fillna(0).clip(lower=0))  # fmt: skip
     g = d.groupby(["run_id", "blocker"], sort=False)
-    out = g.agg(n_blocked=("cause", "size"), ranks=("rank", "nunique"), blocked_ns=("_sml", "sum"), rw=("_rw", "sum"))
+    out = g.agg(n_blocked=("cause", "size"), ranks=("rank", "nunique"), blocked_ns=("_sml", "sum"), known=("_known", "sum"),
+                rw=("_rw", "sum"))  # fmt: skip
     res = g["blocking_resource"].agg(lambda s: s.value_counts().index[0] if s.notna().any() else None)
-    out = out.assign(blocked_us=out["blocked_ns"].astype(float) / 1000.0, ready_wait_us=out["rw"].astype(float) / 1000.0,
-                     blocking_resource=res).reset_index()  # fmt: skip
-    return out[cols].sort_values(["run_id", "blocked_us"], ascending=[True, False], kind="stable").reset_index(drop=True)
+    out = out.assign(blocked_us=(out["blocked_ns"].astype(float) / 1000.0).where(out["known"] > 0),
+                     ready_wait_us=out["rw"].astype(float) / 1000.0, blocking_resource=res).reset_index()  # fmt: skip
+    return out[cols].sort_values(["run_id", "blocked_us", "ready_wait_us"], ascending=[True, False, False], kind="stable",
+                                 na_position="last").reset_index(drop=True)  # fmt: skip
 
 
 def worst_record(explained: pd.DataFrame) -> dict | None:
@@ -252,10 +255,19 @@ def worst_record(explained: pd.DataFrame) -> dict | None:
     (cause ``sm_resources``), else the longest of all; None without records."""
     if not len(explained):
         return None
-    late = pd.to_numeric(explained["start_minus_launch_ns"], errors="coerce").astype("Float64").fillna(-1)
-    blocked = (explained["cause"] == "sm_resources").to_numpy(bool)
-    pick = late.where(blocked, -2).idxmax() if blocked.any() else late.idxmax()
-    return explained.loc[pick].to_dict()
+    return explained.loc[latest_first(explained, blocked_first=True).index[0]].to_dict()
+
+
+def latest_first(explained: pd.DataFrame, *, blocked_first: bool = False) -> pd.DataFrame:
+    """``explained`` by start − launch, longest first, then those whose launch the trace does not have, by ready → start
+    (the Why late page's order); ``blocked_first``: the collectives held off the SMs (cause ``sm_resources``) first."""
+    late = pd.to_numeric(explained["start_minus_launch_ns"], errors="coerce").astype("Float64")
+    wait = pd.to_numeric(explained["ready_wait_ns"], errors="coerce").astype("Float64")
+    keys = pd.DataFrame({"blocked": (explained["cause"] == "sm_resources").to_numpy(bool) if blocked_first else False,
+                         "known": late.notna().to_numpy(bool), "late": late.fillna(-1).to_numpy(float),
+                         "wait": wait.fillna(-1).to_numpy(float)}, index=explained.index)  # fmt: skip
+    order = keys.sort_values(["blocked", "known", "late", "wait"], ascending=False, kind="stable").index
+    return explained.loc[order]
 
 
 # --- one SM's budget ----------------------------------------------------------------------------

@@ -445,15 +445,17 @@ def _occupancy(k: pa.Table, rows: np.ndarray, dev_limits: dict, carveouts: dict)
 def summarize(explained: pd.DataFrame) -> pd.DataFrame:
     """Per run x rank: comm kernels, start − launch summed by cause (``<cause>_us``), total peer wait, top blockers.
 
-    Also ``median_start_delay_us``, ``p95_start_delay_us`` (ready -> start) and ``n_blocked``
-    (cause ``sm_resources``).
+    Also ``median_start_delay_us``, ``p95_start_delay_us`` (ready -> start), ``n_blocked``
+    (cause ``sm_resources``) and ``n_launch_unknown`` (kernels whose launch the trace does not have: their start −
+    launch is unknown and in no sum; every ``<cause>_us`` is null when no kernel of the rank has one, not 0).
     """
     rows = []
     for (run_id, rank), d in explained.groupby(["run_id", "rank"], sort=True):
         row = {"run_id": run_id, "rank": int(rank), "n_comm_kernels": len(d)}
-        sml = d["start_minus_launch_ns"].astype("Float64").fillna(0)
+        sml = d["start_minus_launch_ns"].astype("Float64")
+        known = sml.notna().to_numpy(bool)
         for cause in CAUSES:
-            row[f"{cause}_us"] = float(sml[d["cause"] == cause].clip(lower=0).sum()) / 1000.0
+            row[f"{cause}_us"] = float(sml[known & (d["cause"] == cause).to_numpy(bool)].clip(lower=0).sum()) / 1000.0 if known.any() else None
         row["peer_wait_us"] = float(d["peer_wait_us"].astype("Float64").fillna(0).sum())
         delay = d["start_delay_us"].astype("Float64").dropna()
         row["median_start_delay_us"] = float(delay.median()) if len(delay) else None
@@ -461,6 +463,7 @@ def summarize(explained: pd.DataFrame) -> pd.DataFrame:
         row["n_blocked"] = int((d["cause"] == "sm_resources").sum())
         top = d.loc[d["cause"] == "sm_resources", "blocker"].dropna().value_counts().head(3)
         row["top_blockers"] = "; ".join(f"{name} ({n})" for name, n in top.items()) or None
+        row["n_launch_unknown"] = int((~known).sum())
         rows.append(row)
     return pd.DataFrame(rows)
 
