@@ -598,3 +598,52 @@ def test_single_process_multi_gpu_collective_is_one_rank_per_gpu(tmp_path):
     m = {r["rank"]: r for r in analyze(out)}
     assert m[4]["overlap_us"] == 0 and m[4]["comm_us"] == 100 and m[4]["compute_us"] == 100
     assert m[5]["comm_us"] == 100 and m[5]["compute_us"] == 0
+
+
+def test_a_reader_s_surprise_says_where_and_keeps_its_traceback_under_debug(monkeypatch):
+    """A KeyError inside a reader is one line naming the file and where it happened; with OVERLAPVIZ_DEBUG=1 it keeps
+    its traceback (test_cli_tables once failed on "not a well-formed rocprof_v1_json file (unexpected content:
+    KeyError: 30)", not reproduced since, with nothing to say where)."""
+    from overlapviz.ingest.rocprof import _guarded
+
+    class Reader:
+        name = "rocprof_v1_json"
+
+        @_guarded
+        def read(self, path):
+            return {}[30]
+
+    monkeypatch.delenv("OVERLAPVIZ_DEBUG", raising=False)
+    # (where: the innermost frame in overlapviz's code, a reader's own line; here the guard's, the reader being the test's)
+    with pytest.raises(ValueError, match=r"x\.json: not a well-formed rocprof_v1_json file \(unexpected content: KeyError: 30 at "
+                                         r"ingest/rocprof\.py:\d+ in guarded\)"):  # fmt: skip
+        Reader().read(Path("x.json"))
+    monkeypatch.setenv("OVERLAPVIZ_DEBUG", "1")
+    with pytest.raises(KeyError):
+        Reader().read(Path("x.json"))
+
+
+def test_columns_reach_pyarrow_as_arrays_never_as_a_series(monkeypatch):
+    """The rocprof readers' columns are handed to pyarrow as arrays: a pyarrow that does not take a Series for one reads
+    it as a sequence, ``values[i]``, which a Series answers by label — "KeyError: 30" for a rocprof v1 trace's kernels
+    (rows 30... of its events), in test_cli_tables' worker processes now and then."""
+    import types
+
+    import pyarrow as pa
+
+    from overlapviz.ingest import rocprof_common
+
+    def arrays_only(values, *args, **kwargs):
+        assert not isinstance(values, pd.Series), "a Series handed to pyarrow"
+        return pa.array(values, *args, **kwargs)
+
+    # what the module sees of pyarrow: arrays taken, a Series refused, Array.from_pandas (which takes one) gone
+    monkeypatch.setattr(rocprof_common, "pa", types.SimpleNamespace(array=arrays_only, Array=types.SimpleNamespace()))
+    index = [30, 31, 33]
+    cases = [(pd.Series([1, None, 3], index=index, dtype="Int64"), [1, None, 3]),
+             (pd.Series([1.5, None, 2.0], index=index), [1.5, None, 2.0]),
+             (pd.Series(["a", None, "c"], index=index, dtype="string"), ["a", None, "c"]),
+             (pd.Series([True, None, False], index=index, dtype="boolean"), [True, None, False]),
+             (pd.Series([7, 8, 9], index=index, dtype=pd.ArrowDtype(pa.int64())), [7, 8, 9])]  # fmt: skip
+    for series, want in cases:
+        assert rocprof_common._to_arrow(series).to_pylist() == want, series.dtype

@@ -14,6 +14,7 @@ process that drives a collective on several GPUs into one rank per GPU, by the r
 from __future__ import annotations
 
 import functools
+import os
 import re
 from pathlib import Path
 
@@ -36,9 +37,13 @@ def _guarded(read):
             raise
         except (TypeError, AttributeError, KeyError, IndexError, OverflowError, ArithmeticError,
                 UnicodeError, NotImplementedError) as exc:  # fmt: skip
+            from overlapviz.ingest.driver import DEBUG_ENV, _where  # (here: the driver imports the readers)
+
+            if os.environ.get(DEBUG_ENV, "") not in ("", "0"):
+                raise  # the traceback, as for an internal error (a one-off "KeyError: 30" in CI had none)
             first = (str(exc).strip().splitlines() or [""])[0][:200]
             raise ValueError(f"{path}: not a well-formed {self.name} file "
-                             f"(unexpected content: {type(exc).__name__}: {first})") from None  # fmt: skip
+                             f"(unexpected content: {type(exc).__name__}: {first}{_where(exc)})") from None  # fmt: skip
 
     return guarded
 

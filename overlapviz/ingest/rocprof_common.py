@@ -149,9 +149,13 @@ def _to_arrow(values) -> pa.Array:
     if type(values).__module__.split(".")[0] == "pandas":  # a Series: pandas is imported already
         import pandas as pd
 
+        # never the Series itself: pyarrow that does not take it for one reads it as a sequence, ``values[i]``, which a
+        # Series answers by label: "KeyError: 30" for a rocprof v1 trace's kernels (rows 30... of its events), seen in a
+        # worker process now and then
         if isinstance(values.dtype, pd.StringDtype) or values.dtype == object:
-            return pa.array(values.astype(object).where(values.notna(), None), from_pandas=True)
-        return pa.Array.from_pandas(values)
+            return pa.array(values.astype(object).where(values.notna(), None).to_numpy(object), from_pandas=True)
+        array = values.array
+        return pa.array(array) if hasattr(array, "__arrow_array__") else pa.array(values.to_numpy(), from_pandas=True)
     if isinstance(values, np.ndarray):
         return pa.array(values)
     return pa.array(list(values))
