@@ -334,9 +334,13 @@ class ResidencyPage(Page):
                 "shared_mem_bytes": "shared mem/block (B)", "blocks_per_sm": "blocks/SM", "limiter": "limited by",
                 "occupancy": "occupancy (%)", "n_launches": "launches", "total_us": "total (µs)", "waves": "waves"}  # fmt: skip
         shown = t[[c for c in cols if c in t]].assign(name=t["name"].map(figures.short_name))
-        if "occupancy" in shown:  # a bar and its percentage (Tabulator's legend prints the value: 0.390625 as a fraction)
-            shown["occupancy"] = (pd.to_numeric(shown["occupancy"], errors="coerce") * 100).round()
-        fmts = {"occupancy": {"type": "progress", "max": 100, "legend": True}, "total_us": _money(1), "waves": _money(2)}
+        if "limiter" in shown:
+            shown["limiter"] = figures.limiter_words(shown["limiter"])
+        if "occupancy" in shown:  # a bar and its percentage as the CLI gives it (62.5, not 62: round() goes to even)
+            shown["occupancy"] = (pd.to_numeric(shown["occupancy"], errors="coerce") * 100).round(1)
+        # waves to 4 decimals at most: a 2-block grid on 108 SMs is 0.0046 of a wave, not "0.00"
+        waves = NumberFormatter(format="0,0.[0000]", nan_format="—", null_format="—", text_align="right")
+        fmts = {"occupancy": {"type": "progress", "max": 100, "legend": True}, "total_us": _money(1), "waves": waves}
         return pn.Column(
             static_plot(self.store, ("residency", self.store.run_id), lambda: figures.residency(t, width=PLOT_WIDTH)),
             table(shown, titles=cols, formatters={k: v for k, v in fmts.items() if k in shown}, page_size=10,
@@ -426,6 +430,7 @@ class CollectivesPage(Page):
         if not len(mine):
             return notice(f"No kernels, so no per-rank metrics, for {self.store.run_id}.", "info")
         strag = ranks_analysis.straggler_ranks(mine)
+        no_comm = not (pd.to_numeric(mine["comm_us"], errors="coerce").fillna(0) > 0).any()
         cols = {"rank": "rank", "comm_us": "comm (µs)", "compute_us": "compute (µs)", "overlap_us": "overlapped (µs)",
                 "exposed_comm_us": "exposed comm (µs)", "overlap_fraction": "overlap", "span_us": "GPU span (µs)",
                 "n_kernels": "kernels", "n_comm_kernels": "comm kernels", "straggler": "straggler"}  # fmt: skip
@@ -436,7 +441,9 @@ class CollectivesPage(Page):
         return pn.Column(
             pn.pane.Markdown("#### Per rank: communication overlapped vs exposed, and GPU span", margin=(10, 10, 0, 10)),
             # two panes: a Layout in one pane lost its size here
-            pn.Row(*[static_plot(self.store, ("ranks", self.store.run_id, i), lambda i=i: figures.ranks(mine)[i]) for i in (0, 1)]),
+            # (no communication: its chart would be an empty axis; the GPU span alone)
+            pn.Row(*[static_plot(self.store, ("ranks", self.store.run_id, i), lambda i=i: figures.ranks(mine)[i]) for i in
+                     ((1,) if no_comm else (0, 1))]),  # fmt: skip
             StaticTable(shown, titles=cols, digits=digits, rows=16) if len(shown) <= _STATIC_ROWS else
             table(shown, titles=cols, page_size=16, remote=True, formatters={c: _money(n) for c, n in digits.items()}),
             sizing_mode="stretch_width",

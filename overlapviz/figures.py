@@ -59,6 +59,16 @@ def _plain(frame: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+# occupancy's limiter names (``occupancy.kernel_occupancy``) in words, as the pages and figures say them
+LIMITER_LABELS = {"registers": "registers", "shared_memory": "shared memory", "warps": "warps", "blocks": "block slots",
+                  "sgprs": "SGPRs", "vgprs": "VGPRs", "shared_memory_carveout": "shared memory (carve-out)"}  # fmt: skip
+
+
+def limiter_words(limiters: pd.Series) -> pd.Series:
+    """``limiter`` values as the pages say them ("shared memory", not ``shared_memory``); unknown where missing."""
+    return limiters.map(lambda v: "unknown" if _null(v) else LIMITER_LABELS.get(str(v), str(v).replace("_", " ")))
+
+
 def hv_title(text: str) -> str:
     """``text`` as a HoloViews plot's ``title`` option. HoloViews fills a title's ``{label}``, ``{group}``... with
     ``str.format``: a brace in a kernel's or a run's name (PyTorch's ``{lambda(float)#1}``, GCC's ``{anonymous}``) raised
@@ -454,7 +464,7 @@ def residency(table: pd.DataFrame, *, width: int = 1000, top: int = RESIDENCY_TO
     shapes = t.assign(
         kernel=pd.Series(short_names(t["name"], 48), index=t.index) + " · " + int_text(t["threads_per_block"], "?") + " thr, "
         + int_text(t["regs_per_thread"], "?") + " reg, " + t["shared_mem_bytes"].map(fmt_bytes),
-        limiter=t["limiter"].fillna("unknown").astype(str),
+        limiter=limiter_words(t["limiter"]),
         time=t["total_us"].map(fmt_us) if "total_us" in t else "—",
     )  # fmt: skip
     # one bar per label: a shape drawn twice is left out; two template instances of one function with the same launch
@@ -462,7 +472,8 @@ def residency(table: pd.DataFrame, *, width: int = 1000, top: int = RESIDENCY_TO
     shapes = shapes.drop_duplicates(["kernel", "blocks_per_sm", "limiter"])
     again = shapes.groupby("kernel", sort=False).cumcount().to_numpy()
     shapes = shapes.assign(kernel=shapes["kernel"] + np.where(again > 0, [f" ({i + 1})" for i in again], ""))
-    palette = {"registers": "#0072B2", "shared_memory": "#E69F00", "warps": "#009E73", "blocks": "#CC79A7", "sgprs": "#56B4E9"}
+    palette = {LIMITER_LABELS[k]: c for k, c in
+               {"registers": "#0072B2", "shared_memory": "#E69F00", "warps": "#009E73", "blocks": "#CC79A7", "sgprs": "#56B4E9"}.items()}
     more = f"top {len(shapes)} of {n_all} by time, all in the table; " if n_all > len(shapes) else ""
     # the limiter as a second key of one-segment stacks: HoloViews then draws its legend (a colour by dim has none)
     limiters = list(dict.fromkeys(shapes["limiter"]))

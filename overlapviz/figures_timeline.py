@@ -450,7 +450,7 @@ _COMM_HOVER = [
     ("step", "@{step}"), ("grid × block", "@{grid} × @{block}"),
 ]  # fmt: skip
 _WAIT_HOVER = [("waiting for", "@{label}"), ("for", "@{wait}"), ("from", "@{start_ms}{0,0.000} ms"), ("to", "@{end_ms}{0,0.000} ms")]
-_RECT_KDIMS = [hv.Dimension("start_ms", label="Time since first kernel", unit="ms"), "lane_lo", "end_ms", "lane_hi"]
+_RECT_KDIMS = [hv.Dimension("start_ms", label="Time since the first GPU activity", unit="ms"), "lane_lo", "end_ms", "lane_hi"]
 
 
 LOD_TIMEOUT_MS = 80  # the wheel's zoom is sent to the server this long after the last turn (Bokeh's default: 500)
@@ -585,7 +585,7 @@ def timeline_view(
             padding=0, legend_position="top", legend_cols=6,
             legend_opts={"background_fill_alpha": 0.0, "padding": 2, "margin": 0, "label_height": 12, "glyph_height": 12,
                          "label_text_font_size": "9pt", "spacing": 2},
-            xlabel="Time since first kernel (ms)", ylabel="", show_grid=False, invert_yaxis=True,
+            xlabel="Time since the first GPU activity (ms)", ylabel="", show_grid=False, invert_yaxis=True,
             active_tools=["xwheel_zoom", "xpan"], fontsize={"title": "11pt"}, hooks=[_quick_ranges, _follow_height], xformatter=xformatter,
             **xlim,
         )
@@ -613,10 +613,11 @@ def drawn_whole(data: TimelineData, max_glyphs: int) -> bool:
 def view_labels(data: TimelineData, x_range: tuple[float, float] | None, *, title: str, max_glyphs: int = MAX_GLYPHS,
                 n: int | None = None) -> tuple[str, str]:
     """(the frame's title, its time axis' printf format) for the window ``x_range`` (ms; None: the whole run): the title
-    says how many kernels are in view and whether they are rasterized; the axis has the decimals its ticks need (a
+    says how many GPU activities (kernels, copies, memsets) are in view and whether they are rasterized; the axis has the
+    decimals its ticks need (a
     tenth of the window: 0.1 ms from a 1 ms window up, 1 µs for a 0.01-0.1 ms one, 0.1 µs at most)."""
     n = data.n_visible(x_range) if n is None else n
-    kernels = "kernel" if n == 1 else "kernels"
+    kernels = "GPU activity" if n == 1 else "GPU activities"  # copies and memsets too (analyze's n_kernels has fewer)
     if n > max_glyphs:
         mode = f"{n:,} {kernels} in view, rasterized: zoom in for single kernels, their waits and arrows"
     else:

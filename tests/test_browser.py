@@ -616,7 +616,7 @@ WAITS_JS = PLOT_VIEW + """
 
 
 def _in_view(title: str) -> int:
-    return int(re.search(r"— ([\d,]+) kernels? in view", title).group(1).replace(",", ""))
+    return int(re.search(r"— ([\d,]+) GPU activit(?:y|ies) in view", title).group(1).replace(",", ""))
 
 
 def test_zoom_in_a_run_drawn_whole_counts_the_window_and_keeps_it(loaded, server_log):
@@ -751,8 +751,8 @@ def test_every_export_button_downloads_its_file(loaded, downloads, server_log):
 
     zoomed = wait_for(driver, settled, what="the zoom settled")
     html = _download(driver, downloads, "Export timeline", "timeline", "html").read_text()
-    shown = re.search(r"([\d,]+) kernels? in view", zoomed).group(1)
-    assert re.search(rf"\b{shown} kernels? in view", html), (zoomed, re.findall(r"[\d,]+ kernels? in view", html))
+    shown = re.search(r"([\d,]+) GPU activit(?:y|ies) in view", zoomed).group(1)
+    assert re.search(rf"\b{shown} GPU activit(?:y|ies) in view", html), (zoomed, re.findall(r"[\d,]+ GPU activit(?:y|ies) in view", html))
     assert not server_errors(server_log), server_errors(server_log)
 
 

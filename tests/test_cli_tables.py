@@ -126,3 +126,19 @@ def test_short_names():
     long = "Cijk_Ailk_Bljk_HHS_BH_MT128x128x32_MI32x32x8x1_SN_1LDSB0_APM1_ABV0_ACED0_AF0EM1"
     assert short_name(long) == long[:39] + "…" and short_name(long, None) == long
     assert short_name("pos:3:void f<int>(int)#12") == "pos:3:f#12"
+
+
+def test_compact_names_keep_what_tells_two_kernels_apart():
+    """QA (Nsight Systems cloverleaf): about 25 residency rows read "clover::par_ranged2d_kernel"; names that would read
+    the same keep their template arguments, and those still alike once cut are numbered ("(2)")."""
+    from overlapviz.cli._table import render
+
+    names = ["void clover::par_ranged2d_kernel<PdV_kernel(bool)::{lambda(int, int)#1}>(int, int)",
+             "void clover::par_ranged2d_kernel<PdV_kernel(bool)::{lambda(int, int)#2}>(int, int)",
+             "void clover::par_ranged2d_kernel<accelerate_kernel()::{lambda(int, int)#1}>(int, int)",
+             "void clover::par_ranged2d_kernel<PdV_kernel(bool)::{lambda(int, int)#1}>(int, int)",
+             "void gemm_kernel<float>(float*)", "void other(int)"]  # fmt: skip
+    out = render(["name", "n"], {"name": names, "n": list(range(len(names)))}, wide=False)
+    rows = [line.rsplit(None, 1)[0].strip() for line in out.splitlines()[1:]]
+    assert len(set(rows[:3])) == 3 and rows[3] == rows[0]  # three kernels apart; the same kernel twice reads the same
+    assert rows[0].startswith("clover::par_ranged2d_kernel<") and rows[4] == "gemm_kernel" and rows[5] == "other"

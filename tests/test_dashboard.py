@@ -734,6 +734,33 @@ def test_a_run_without_collectives_offers_no_why_export(tmp_path, monkeypatch):
     assert not page._exports.buttons["why"].visible and not page._exports.buttons["budget"].visible
 
 
+def test_residency_and_collectives_of_small_compute_only_runs_read_as_the_cli(tmp_path, monkeypatch):
+    """QA on real Nsight Systems traces (saxpy, a mock): a 2-block grid's waves read "0.00" (now up to 4 decimals),
+    occupancy was rounded to even (62.5 -> 62; now one decimal, as the CLI), the limiter was the raw "shared_memory";
+    a run without communication drew an empty "overlapped vs exposed" chart."""
+    from overlapviz.dashboards import store as store_mod
+    from overlapviz.dashboards.pages_why import CollectivesPage, ResidencyPage
+    from overlapviz.testing import kernel_row, write_rows_dataset
+
+    monkeypatch.setenv(store_mod.TABLE_CACHE_ENV, "0")
+    path = write_rows_dataset(tmp_path / "ds", [kernel_row("saxpy", "compute", 7, 0, 100_000, launch=0, grid=2, corr=1),
+                                                kernel_row("stencil", "compute", 7, 200_000, 300_000, launch=0, grid=64, smem=100_000,
+                                                           corr=2)])  # fmt: skip
+    store = store_mod.DataStore(path, warm_up=False)
+    page = ResidencyPage(store)
+    page.shown = True
+    tab = next(o for o in page._residency().objects if isinstance(o, pn.widgets.Tabulator))
+    shown = tab.value.set_index("name")
+    res = store.run_residency().set_index("name")
+    assert tab.formatters["waves"].format == "0,0.[0000]" and 0 < res.loc["saxpy", "waves"] < 0.01
+    assert (shown["occupancy"] == (res["occupancy"] * 100).round(1)).all()
+    assert set(shown["limiter"]) <= {"registers", "shared memory", "warps", "block slots"} and "shared memory" in set(shown["limiter"])
+    coll = CollectivesPage(store)
+    coll.shown = True
+    plots = [o for o in coll._ranks().objects if isinstance(o, pn.Row)][0].objects
+    assert len(plots) == 1  # the GPU span; no communication chart of nothing
+
+
 def test_compare_of_two_imported_traces_says_what_they_lack_instead_of_rows_of_dashes(tmp_path, monkeypatch):
     """Two imported runs (no iteration times, no sequential baseline): the deltas table shows what was measured, and one
     line names the metrics left out and what they need; the configuration line is readable (ranks, source file)."""

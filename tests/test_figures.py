@@ -65,8 +65,8 @@ def test_timeline_glyphs_carry_hover_fields():
     assert rects.dframe()["duration_us"].iloc[0] == pytest.approx(8.0)
     assert rects.dframe()["name"].iloc[0] == "k0"  # "void k0(float*)" as a tooltip shows it: no return type, no parameters
     plot = hv.render(ov, backend="bokeh")
-    assert plot.xaxis.axis_label == "Time since first kernel (ms)"
-    assert "6 kernels in view" in plot.title.text
+    assert plot.xaxis.axis_label == "Time since the first GPU activity (ms)"
+    assert "6 GPU activities in view" in plot.title.text
     # hover: every field a tooltip names is a column of its glyphs (HoloViews once expanded @block inside @blocks_per_sm)
     from bokeh.models import HoverTool
 
@@ -280,7 +280,7 @@ def test_residency_names_each_shape_readably_and_has_a_legend_of_its_limiters():
             shown |= {str(v) for r in item.renderers for v in r.data_source.data[field]}
         else:
             shown.add(str(label["value"] if isinstance(label, dict) else label.value))
-    assert shown == {"warps", "registers", "blocks"}
+    assert shown == {"warps", "registers", "block slots"}  # in words, as the SM budget says them
 
 
 def test_number_formats_follow_the_cli():
@@ -392,7 +392,7 @@ def test_compare_labels_the_shared_time_axis_in_one_format():
         plot = hv.render(ftl.compare(ftl.TimelineData(a), ftl.TimelineData(b), labels=("A", "B")), backend="bokeh")
         figs = [c[0] for c in plot.children if hasattr(c[0], "x_range")]
         assert [f.xaxis[0].formatter.format for f in figs] == ["%.1f", "%.1f"]
-        assert all("— 6 kernels in view" in f.title.text for f in figs)
+        assert all("— 6 GPU activities in view" in f.title.text for f in figs)
 
 
 def test_the_timeline_legend_has_as_many_rows_for_every_run():

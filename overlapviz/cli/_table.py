@@ -104,6 +104,32 @@ def short_name(name: str, limit: int | None = NAME_MAX) -> str:
     return vocabulary.short_name(name, limit)
 
 
+def _distinct_names(values: list, limit: int) -> list[str]:
+    """Kernel names shortened to their function name, except where two different names would read the same: those keep
+    their template arguments (the residency of ``clover::par_ranged2d_kernel<PdV_kernel…>`` and of its other instances
+    were 25 rows named alike, which the dashboard tells apart)."""
+    short = [NULL if is_null(v) else short_name(str(v), limit) for v in values]
+    full: dict[str, set] = {}
+    for v, s in zip(values, short):
+        if not is_null(v):
+            full.setdefault(s, set()).add(str(v))
+    out = [s if is_null(v) or len(full[s]) < 2 else vocabulary.short_name(str(v), limit, templates=True)
+           for v, s in zip(values, short)]  # fmt: skip
+    # still alike once cut to the width: the second name so shown is "(2)", the third "(3)" (--wide has them whole)
+    seen: dict[str, list] = {}
+    for i, (v, s) in enumerate(zip(values, out)):
+        if is_null(v):
+            continue
+        names = seen.setdefault(s, [])
+        if str(v) not in names:
+            names.append(str(v))
+        k = names.index(str(v))
+        if k:
+            tag = f" ({k + 1})"
+            out[i] = (s if limit is None or len(s) + len(tag) <= limit else s[: max(1, limit - len(tag) - 1)] + "…") + tag
+    return out
+
+
 def render(columns: list[str], data: dict[str, list], *, wide: bool, text: set[str] | None = None,
            row_units: dict[str, list[str]] | None = None, notes: tuple[str, ...] = ("residency_note",)) -> str:
     """An aligned text table of ``columns`` (each a list of values in ``data``).
@@ -129,7 +155,7 @@ def render(columns: list[str], data: dict[str, list], *, wide: bool, text: set[s
         if not wide and c in notes:
             cells[c] = [NULL if is_null(v) else f"[{footnotes.setdefault(str(v), len(footnotes) + 1)}]" for v in values]
         elif not wide and c in NAME_COLUMNS:
-            cells[c] = [NULL if is_null(v) else short_name(str(v), name_max) for v in values]
+            cells[c] = _distinct_names(values, name_max)
         elif row_units and c in row_units:
             cells[c] = [cell(ru, v) for ru, v in zip(row_units[c], values)]
         else:

@@ -19,8 +19,8 @@ ALL_FORMATS = (*FORMATS, "perfetto")
 @click.option("-o", "--output", "output", required=True, type=click.Path(dir_okay=False, path_type=str), help="Output file.")
 @click.option("--run", "runs", multiple=True, metavar="RUN_ID", help="Run(s) to draw; compare takes two (repeat the option).")
 @click.option("--rank", "ranks", multiple=True, type=int, metavar="N", help="Ranks on the timeline (repeatable; default all).")
-@click.option("--start-ms", type=float, help="Timeline/compare window start, ms since the first kernel.")
-@click.option("--end-ms", type=float, help="Timeline/compare window end, ms since the first kernel.")
+@click.option("--start-ms", type=float, help="Timeline/compare window start, ms since the first GPU activity.")
+@click.option("--end-ms", type=float, help="Timeline/compare window end, ms since the first GPU activity.")
 @click.option("--value", default="time_ratio", show_default=True,
               type=click.Choice(["time_ratio", "speedup", "overlap_fraction"]), help="Heatmap metric.")  # fmt: skip
 @click.option("--width", default=1100, show_default=True, type=click.IntRange(300, 6000), help="Timeline width in pixels.")
