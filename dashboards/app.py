@@ -263,6 +263,7 @@ def serve(dataset: str | os.PathLike, *, show: bool = False, on_ready: Callable[
         # a batch job's end (SIGTERM) stops the server as Ctrl-C does (Panel handles SIGINT), so the socket
         # file and the token file are removed
         signal.signal(signal.SIGTERM, lambda *_: server.io_loop.asyncio_loop.call_soon_threadsafe(server.io_loop.stop))
+    server.io_loop.asyncio_loop.set_exception_handler(_closed_quietly)
     try:
         server.start()
         if on_ready is not None:
@@ -276,6 +277,18 @@ def serve(dataset: str | os.PathLike, *, show: bool = False, on_ready: Callable[
             listening.unix_socket.unlink(missing_ok=True)
         for folder in leftovers:
             shutil.rmtree(folder, ignore_errors=True)
+
+
+def _closed_quietly(loop, context: dict) -> None:
+    """The server loop's handler of an exception no task awaited: a browser tab closed while the server was sending it
+    a change (Tornado's WebSocketClosedError in a send nobody waits for) is nothing to report; asyncio logged it as
+    "ERROR Task exception was never retrieved" with two tracebacks. Anything else goes to asyncio's own handler."""
+    from tornado.iostream import StreamClosedError
+    from tornado.websocket import WebSocketClosedError
+
+    if isinstance(context.get("exception"), (WebSocketClosedError, StreamClosedError)):
+        return
+    loop.default_exception_handler(context)
 
 
 def get(dataset: str | os.PathLike, path: str = "/") -> tuple[int, str]:
