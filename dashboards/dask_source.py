@@ -54,14 +54,18 @@ class DaskSource:
 
         return metrics.to_frame(analyze_on(self.client, dataset_path, per=per, run_ids=run_ids))
 
+    # device: `serve --device-name`'s GPU unless given (store.DEVICE, as store._explain and store._residency): every
+    # caller, the store's tables and compare's explain alike, gets the same answers
     def explain(self, dataset_path, *, run_ids=None, kinds=("comm",), device=None) -> pd.DataFrame:
         from overlapviz.distributed import explain_on
 
+        device = store.DEVICE["name"] if device is None else device
         return explain_on(self.client, dataset_path, run_ids=run_ids, kinds=kinds, device=device)
 
     def residency(self, dataset_path, *, run_ids=None, device=None) -> pd.DataFrame:
         from overlapviz.distributed import residency_on
 
+        device = store.DEVICE["name"] if device is None else device
         return residency_on(self.client, dataset_path, run_ids=run_ids, device=device)
 
     def config_table(self, dataset_path, **kwargs) -> pd.DataFrame:

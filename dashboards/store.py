@@ -162,8 +162,7 @@ def load_analysis(path: str, stamp: str, name: str, *args, **kwargs) -> pd.DataF
         try:
             dask = ENGINE["dask"]
             if dask and name in dask.analyses:
-                extra = {"device": DEVICE["name"]} if name in ("explain", "kernel_residency") else {}
-                return dask.analyses[name](path, *args, **kwargs, **extra)
+                return dask.analyses[name](path, *args, **kwargs)  # (its explain and residency take DEVICE too)
             extra = {"pause": yield_to_pages} if name in PAUSABLE else {}
             return ANALYSES[name](path, *args, **kwargs, **extra)
         except ValueError as exc:
