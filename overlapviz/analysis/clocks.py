@@ -1,0 +1,59 @@
+"""Which ranks' clocks can be compared (DESIGN.md, "Clocks"): the one place that decides whether a peer wait or an arrival skew across ranks is a number.
+
+Ranks on one host share its clock. Ranks on different hosts are comparable only where
+the dataset says so: the ranks table's ``clock_domain`` (ranks of one run with the same
+domain share a clock, after the alignment ingest recorded in ``clock_offset_ns``), else
+their ``host``. A rank whose host is unknown is taken to share the clock of the run's
+other ranks of unknown host (single-host traces rarely name the host).
+"""
+
+from __future__ import annotations
+
+import os
+
+import pandas as pd
+
+__all__ = ["clock_domains", "domain_notes"]
+
+
+def clock_domains(dataset_path: str | os.PathLike, run_ids=None) -> pd.DataFrame:
+    """One row per run x rank: ``run_id, rank, clock_domain`` (a string; equal strings within a
+    run mean comparable clocks) and ``clock_note`` (why this rank's clock is kept apart, or None).
+    """
+    from overlapviz import schema
+
+    ranks = schema.read_frame(dataset_path, "ranks")
+    if run_ids is not None:
+        ranks = ranks.loc[ranks["run_id"].isin(list(run_ids))]
+    return domains_of(ranks)
+
+
+def domains_of(ranks: pd.DataFrame) -> pd.DataFrame:
+    """:func:`clock_domains` of a ranks table already read (not modified)."""
+    cols = ["run_id", "rank", "clock_domain", "clock_note"]
+    if not len(ranks):
+        return pd.DataFrame(columns=cols)
+    if "clock_domain" in ranks and ranks["clock_domain"].notna().any():
+        domain = ranks["clock_domain"].astype(object)
+    else:
+        domain = pd.Series(None, index=ranks.index, dtype=object)
+    host = ranks["host"].astype(object) if "host" in ranks else pd.Series(None, index=ranks.index, dtype=object)
+    domain = domain.where(domain.notna(), "host:" + host.where(host.notna(), "").astype(str))
+    n_domains = domain.groupby(ranks["run_id"].to_numpy()).transform("nunique")
+    note = pd.Series(None, index=ranks.index, dtype=object)
+    split = (n_domains > 1).to_numpy(bool)
+    note[split] = ("clocks of " + domain[split].str.replace("host:", "host ", regex=False)
+                   + " not comparable with the run's other ranks (no shared clock or alignment recorded)")  # fmt: skip
+    return pd.DataFrame({"run_id": ranks["run_id"].to_numpy(object), "rank": ranks["rank"].astype("int64").to_numpy(),
+                         "clock_domain": domain.to_numpy(object), "clock_note": note.to_numpy(object)})[cols]  # fmt: skip
+
+
+def domain_notes(domains: pd.DataFrame) -> dict[str, str]:
+    """Per run whose ranks span several clock domains, one sentence saying so (for notices)."""
+    out = {}
+    for run_id, d in domains.groupby("run_id", sort=True):
+        n = d["clock_domain"].nunique()
+        if n > 1:
+            out[run_id] = (f"{run_id}: ranks on {n} clocks that are not comparable (different hosts, no alignment): "
+                           "peer waits and arrival skews across them are not computed")  # fmt: skip
+    return out
