@@ -121,11 +121,12 @@ def _last_other_stream(l_tid, l_t, l_stream, l_idx, tid, t, stream) -> np.ndarra
     # prev_other[i]: the last launch before i on i's thread whose stream differs from i's
     new_run = np.ones(n, bool)
     new_run[1:] = (l_tid[1:] != l_tid[:-1]) | (l_stream[1:] != l_stream[:-1])
-    prev_other = np.maximum.accumulate(np.where(new_run, np.arange(n), 0)) - 1
+    run_start = np.maximum.accumulate(np.where(new_run, np.arange(n), 0))
+    prev_other = run_start - 1
     same_thread = prev_other >= 0
     same_thread[same_thread] = l_tid[prev_other[same_thread]] == l_tid[same_thread]
     prev_other[~same_thread] = UNKNOWN
-    # the last launch before t on the thread (sorted by thread, then time)
+    # the last launch before t on the thread (tid sorts first, then time)
     pos = np.full(len(t), UNKNOWN, np.int64)
     for key in np.unique(tid):
         if key == UNKNOWN:
