@@ -102,7 +102,7 @@ class _NoPandas(importlib.abc.MetaPathFinder):
 
 _defer_pandas_in_pyarrow()
 
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "1.1"  # 1.1: kernels.launch_end_ns
 SCHEMA_MAJOR = 1
 METADATA_FILE = "dataset.json"
 KINDS = ("comm", "compute", "memory", "other")
@@ -138,6 +138,7 @@ KERNELS = pa.schema(
         ("collective", pa.string()),  # all_reduce, all_to_all, ... for comm kernels where known
         ("source_format", pa.string()),  # chrome, rocprof_v1_csv, rocprof_v1_json, rocprof_v3_csv, rocprof_v3_json
         ("launch_tid", pa.int64()),  # host thread of the launch call (by correlation); null where unknown
+        ("launch_end_ns", pa.int64()),  # end of the host launch call, clock of launch_ns; null where unknown (1.1)
         # what the profiler recorded of a collective (record_param_comms / the kernel's args); null elsewhere
         ("comm_group", pa.string()),  # process group name
         ("comm_group_ranks", pa.string()),  # the group's ranks, as recorded

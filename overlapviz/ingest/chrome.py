@@ -353,6 +353,8 @@ def _gpu_activities(gpu: pa.Table, runtime: pa.Table, host: pa.Table, main_pid, 
 
     # launch: the runtime/driver call with the same correlation id, preferring the main process
     launch = np.zeros(n, dtype=np.int64)
+    launch_end = np.zeros(n, dtype=np.int64)
+    launch_end_ok = np.zeros(n, dtype=bool)
     rt_idx = np.full(n, -1, dtype=np.int64)
     rt = runtime.filter(pc.is_valid(runtime.column("correlation"))) if runtime.num_rows else runtime
     if rt.num_rows:
@@ -369,6 +371,13 @@ def _gpu_activities(gpu: pa.Table, runtime: pa.Table, host: pa.Table, main_pid, 
         hit = (corr >= 0) & (kc[pos_c] == corr)
         rt_idx[hit] = keep[pos_c[hit]]
         launch[hit] = r_start[keep[pos_c[hit]]]
+        # the call's own end (cuda_runtime / cuda_driver dur): a launch call that loads modules runs ms
+        r_dur = rt.column("dur")
+        d_ok = np.asarray(r_dur.is_valid()) if r_dur.null_count else np.ones(rt.num_rows, bool)
+        r_end = r_start + pc.fill_null(r_dur, 0).to_numpy()
+        d_ok &= r_end >= r_start
+        launch_end[hit] = r_end[keep[pos_c[hit]]]
+        launch_end_ok[hit] = d_ok[keep[pos_c[hit]]]
 
     grid_col, block_col = gpu.column("grid"), gpu.column("block")
     smem = gpu.column("shared memory")
@@ -421,6 +430,7 @@ def _gpu_activities(gpu: pa.Table, runtime: pa.Table, host: pa.Table, main_pid, 
             "launch_ns": pa.array(launch, mask=~has_rt),
             "source_format": pa.array(np.full(n, SOURCE_FORMAT, dtype=object), pa.string()),
             "launch_tid": launch_tid,
+            "launch_end_ns": pa.array(launch_end, mask=~(has_rt & launch_end_ok)),
             **_comm_metadata(gpu, host),
         }
     )

@@ -434,6 +434,7 @@ def _process(p: int, acts: pa.Table, api, nvtx, syncs, events, gpus, meta, strin
     calls = _Calls(_of_process(api, p))
     at = calls.find(np_int(acts.column("correlation")))
     launch, launch_tid = calls.take(calls.start, at), calls.take(calls.tid, at)
+    launch_end = calls.take(calls.end, at)  # CUPTI_ACTIVITY_KIND_RUNTIME.end: the call's own end
 
     devices = _devices(np_int(acts.column("device")), pid, gpus)
     wave = np.full(n, -1, np.int64)
@@ -460,6 +461,7 @@ def _process(p: int, acts: pa.Table, api, nvtx, syncs, events, gpus, meta, strin
             "bytes": _column(acts, "bytes", pa.int64()),
             "launch_ns": masked(launch, at >= 0),
             "launch_tid": masked(launch_tid, at >= 0),
+            "launch_end_ns": masked(launch_end, (at >= 0) & (launch_end >= launch)),
             "collective": _nvtx_collectives(acts.column("name"), launch, launch_tid, ranges),
             "source_format": pa.array([SOURCE_FORMAT] * n, pa.string()),
         },

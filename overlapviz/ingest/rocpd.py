@@ -400,16 +400,19 @@ def _event_and_launch_joins(src: _Sources, alias: str) -> tuple[str, dict[str, s
     API region with that id (the launch call), and the columns they add."""
     ev = src("rocpd_event", ["id", "guid", "stack_id"])
     joins = f"LEFT JOIN {ev} E ON E.id = {alias}.event_id AND E.guid = {alias}.guid "
-    rg = src("rocpd_region", ["id", "guid", "tid", "start", "name_id"])
+    rg = src("rocpd_region", ["id", "guid", "tid", "start", "end", "name_id"])
     joins += f"LEFT JOIN {rg} R ON R.id = E.stack_id AND R.guid = {alias}.guid AND R.start <= {alias}.start"
-    return joins, {"corr": "E.stack_id", "launch_ns": "R.start", "launch_tid": "R.tid", "launch_name": "R.name_id"}
+    return joins, {"corr": "E.stack_id", "launch_ns": "R.start", "launch_end_ns": 'R."end"', "launch_tid": "R.tid",
+                   "launch_name": "R.name_id"}  # fmt: skip
 
 
 def _launch_columns(guid: np.ndarray, t: dict, strings: _Strings) -> dict:
-    """``launch_ns`` / ``launch_tid`` where the joined region is an enqueueing call."""
+    """``launch_ns`` / ``launch_end_ns`` / ``launch_tid`` where the joined region is an enqueueing call."""
     ok = strings.is_launch(guid, t["guid"], t["launch_name"]) & np.asarray(t["launch_ns"].is_valid())
+    start, end = np_int(t["launch_ns"]), np_int(t["launch_end_ns"])
     return {
-        "launch_ns": masked(np_int(t["launch_ns"]), ok),
+        "launch_ns": masked(start, ok),
+        "launch_end_ns": masked(end, ok & np.asarray(t["launch_end_ns"].is_valid()) & (end >= start)),
         "launch_tid": masked(np_int(t["launch_tid"]), ok),
     }
 
@@ -625,6 +628,7 @@ def _process(key, rank, kernels, copies, proc: dict, agents, api, stream_args, s
             "wave_size": masked(wave, wave >= 0, pa.int32()),
             "launch_ns": acts.column("launch_ns"),
             "launch_tid": acts.column("launch_tid"),
+            "launch_end_ns": acts.column("launch_end_ns"),
             "collective": _collectives(acts, calls),
             "source_format": pa.repeat(pa.scalar(SOURCE_FORMAT, pa.string()), n),
         },

@@ -266,7 +266,8 @@ def _read_api(paths: list[Path]) -> pd.DataFrame | None:
         return None
     api = pd.concat(frames, ignore_index=True)
     return api.rename(columns={"Function": "function", "Correlation_Id": "correlation", "Thread_Id": "thread_id",
-                               "Start_Timestamp": "api_start_ns", "Domain": "domain"})  # fmt: skip
+                               "Start_Timestamp": "api_start_ns", "End_Timestamp": "api_end_ns",
+                               "Domain": "domain"})  # fmt: skip
 
 
 def launch_times(correlation: pd.Series, start_ns: pd.Series, api: pd.DataFrame | None) -> pd.Series:
@@ -276,16 +277,27 @@ def launch_times(correlation: pd.Series, start_ns: pd.Series, api: pd.DataFrame 
     activity count, so a correlation id that lands on an unrelated call (files from
     different runs) gives null rather than a wrong time.
     """
+    return _launch_call(correlation, start_ns, api, "api_start_ns")
+
+
+def launch_end_times(correlation: pd.Series, start_ns: pd.Series, api: pd.DataFrame | None) -> pd.Series:
+    """End of the host call :func:`launch_times` finds (the API record's end timestamp); null
+    where that call is unknown or the record has no end."""
+    return _launch_call(correlation, start_ns, api, "api_end_ns")
+
+
+def _launch_call(correlation: pd.Series, start_ns: pd.Series, api: pd.DataFrame | None, column: str) -> pd.Series:
     out = pd.Series(pd.NA, index=correlation.index, dtype="Int64")
-    if api is None or api.empty:
+    if api is None or api.empty or column not in api:
         return out
     calls = api[api["function"].str.contains(LAUNCH_FUNCTIONS, regex=True, na=False)]
     calls = calls.dropna(subset=["correlation", "api_start_ns"]).drop_duplicates("correlation")
-    found = pd.DataFrame({"correlation": correlation, "start": start_ns}).merge(
-        calls[["correlation", "api_start_ns"]], on="correlation", how="left"
-    )
-    ok = found["api_start_ns"].notna() & (found["api_start_ns"] <= found["start"])
-    return pd.Series(found["api_start_ns"].where(ok, pd.NA).to_numpy(), index=correlation.index, dtype="Int64")
+    wanted = ["correlation", "api_start_ns"] + ([column] if column != "api_start_ns" else [])
+    found = pd.DataFrame({"correlation": correlation, "start": start_ns}).merge(calls[wanted], on="correlation", how="left")
+    ok = found["api_start_ns"].notna() & (found["api_start_ns"] <= found["start"]) & found[column].notna()
+    if column != "api_start_ns":
+        ok &= found[column].fillna(-1) >= found["api_start_ns"].fillna(0)
+    return pd.Series(found[column].where(ok, pd.NA).to_numpy(), index=correlation.index, dtype="Int64")
 
 
 def read_v3_csv(path: Path) -> RankTrace:
@@ -373,6 +385,7 @@ def _v3_kernels(path: Path, mapping: dict, hip, rccl):
     }
     if correlation is not None:
         cols["launch_ns"] = launch_times(correlation, d["Start_Timestamp"], hip)
+        cols["launch_end_ns"] = launch_end_times(correlation, d["Start_Timestamp"], hip)
     frame = pd.DataFrame({"name": cols["name"], "correlation": correlation if correlation is not None else pd.NA})
     if "Thread_Id" in d:
         frame["thread_id"] = d["Thread_Id"]
@@ -414,6 +427,7 @@ def _v3_copies(path: Path, mapping: dict, hip):
     }
     if correlation is not None:
         cols["launch_ns"] = launch_times(correlation, d["Start_Timestamp"], hip)
+        cols["launch_end_ns"] = launch_end_times(correlation, d["Start_Timestamp"], hip)
     return kernel_table({k: v for k, v in cols.items() if v is not None}, where=str(path), row=csv_line), n
 
 
@@ -477,6 +491,8 @@ def read_v2_cli(path: Path) -> RankTrace:
                 {"function": c["Function"], "correlation": api_ints("Correlation_ID"),
                  "api_start_ns": api_ints("Start_Timestamp")}  # fmt: skip
             )
+            if "End_Timestamp" in c:
+                api["api_end_ns"] = api_ints("End_Timestamp")
     n = len(d)
     cols = {
         "device": ints("GPU_ID"),
@@ -502,6 +518,7 @@ def read_v2_cli(path: Path) -> RankTrace:
     }
     if correlation is not None:
         cols["launch_ns"] = launch_times(correlation, start, api)
+        cols["launch_end_ns"] = launch_end_times(correlation, start, api)
     pids = d["Process_ID"].unique() if "Process_ID" in d else []
     return RankTrace(
         rank=rank_from_name(path.name),

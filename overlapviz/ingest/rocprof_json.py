@@ -5,6 +5,7 @@ from __future__ import annotations
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
+import numpy as np
 import orjson
 import pandas as pd
 import pyarrow as pa
@@ -152,6 +153,7 @@ def read_v1_json(path: Path) -> RankTrace:
         "start_ns": acts["start_ns"],
         "end_ns": acts["end_ns"],
         "launch_ns": acts["launch_ns"],
+        "launch_end_ns": acts["launch_end_ns"],
         "source_format": ["rocprof_v1_json"] * len(acts),
     }
     cols |= _v1_csv_details(path, acts)
@@ -213,7 +215,8 @@ def _v1_times(path: Path, x: pd.DataFrame) -> dict:
 
 
 def _v1_flows(acts: pd.DataFrame, api: pd.DataFrame, events: list[dict]) -> pd.DataFrame:
-    """Attach ``correlation`` (the flow id) and ``launch_ns`` (its HIP call's begin) via DataFlow arrows."""
+    """Attach ``correlation`` (the flow id), ``launch_ns`` and ``launch_end_ns`` (its HIP call's begin
+    and end) via DataFlow arrows."""
     flows = pd.DataFrame(
         [
             {"id": e.get("id"), "ph": e["ph"], "pid": str(e.get("pid")), "tid": str(e.get("tid")), "ts": e.get("ts")}
@@ -222,15 +225,16 @@ def _v1_flows(acts: pd.DataFrame, api: pd.DataFrame, events: list[dict]) -> pd.D
         ],
         columns=["id", "ph", "pid", "tid", "ts"],
     )
-    acts = acts.assign(correlation=pd.NA, launch_ns=pd.NA)
+    acts = acts.assign(correlation=pd.NA, launch_ns=pd.NA, launch_end_ns=pd.NA)
+    types = {"correlation": "Int64", "launch_ns": "Int64", "launch_end_ns": "Int64"}
     if flows.empty or api.empty:
-        return acts.astype({"correlation": "Int64", "launch_ns": "Int64"})
+        return acts.astype(types)
     flows["ts"] = pd.to_numeric(flows["ts"], errors="coerce")
     flows = flows.dropna(subset=["ts", "id"]).astype({"ts": "int64"})
     src = flows[flows["ph"] == "s"].drop_duplicates("id")
     dst = flows[flows["ph"] == "t"].drop_duplicates("id")
     # the arrow leaves the HIP call at its end (µs, as written); nested calls: the innermost
-    calls = api.sort_values("start_ns")[["pid", "tid", "end_us", "ts_us", "start_ns"]]
+    calls = api.sort_values("start_ns")[["pid", "tid", "end_us", "ts_us", "start_ns", "end_ns"]]
     by_end = src.merge(calls.drop_duplicates(["pid", "tid", "end_us"], keep="last"),
                        left_on=["pid", "tid", "ts"], right_on=["pid", "tid", "end_us"], how="left")  # fmt: skip
     # copies: rocprof draws their arrow at the copy's own start, so it names only the thread;
@@ -238,25 +242,28 @@ def _v1_flows(acts: pd.DataFrame, api: pd.DataFrame, events: list[dict]) -> pd.D
     mem_calls = api[api["name"].str.contains(_V1_MEMORY_CALLS, regex=True, na=False)]
     before = pd.merge_asof(
         src.reset_index(drop=True).sort_values("ts"),
-        mem_calls[["pid", "tid", "ts_us", "start_ns"]].sort_values("ts_us"),
+        mem_calls[["pid", "tid", "ts_us", "start_ns", "end_ns"]].sort_values("ts_us"),
         left_on="ts",
         right_on="ts_us",
         by=["pid", "tid"],
         direction="backward",
-    ).set_index("id")["start_ns"]
+    ).set_index("id")
     src = src.reset_index(drop=True)
-    src = src.assign(launch_ns=by_end["start_ns"].fillna(src["id"].map(before)).to_numpy())
+    via_end = by_end["start_ns"].notna().to_numpy()
+    src = src.assign(launch_ns=by_end["start_ns"].fillna(src["id"].map(before["start_ns"])).to_numpy(),
+                     launch_end_ns=np.where(via_end, by_end["end_ns"], src["id"].map(before["end_ns"])))  # fmt: skip
     # the arrow lands on the activity's own ts; equal keys pair in order
     keyed = acts[["pid", "tid", "ts_us", "start_ns"]].assign(
         _k=acts.groupby(["pid", "tid", "ts_us"]).cumcount(), _row=acts.index
     )
     dst = dst.assign(_k=dst.groupby(["pid", "tid", "ts"]).cumcount())
     hit = keyed.merge(dst.rename(columns={"ts": "ts_us"}), on=["pid", "tid", "ts_us", "_k"], how="inner")
-    hit = hit.merge(src[["id", "launch_ns"]], on="id", how="left").set_index("_row")
+    hit = hit.merge(src[["id", "launch_ns", "launch_end_ns"]], on="id", how="left").set_index("_row")
     acts.loc[hit.index, "correlation"] = pd.to_numeric(hit["id"], errors="coerce")
     ok = hit["launch_ns"].notna() & (hit["launch_ns"] <= hit["start_ns"])
     acts.loc[hit.index[ok], "launch_ns"] = hit.loc[ok, "launch_ns"]
-    return acts.astype({"correlation": "Int64", "launch_ns": "Int64"})
+    acts.loc[hit.index[ok], "launch_end_ns"] = hit.loc[ok, "launch_end_ns"]
+    return acts.astype(types)
 
 
 def _v1_csv_details(path: Path, acts: pd.DataFrame) -> dict:
@@ -417,12 +424,12 @@ def _v3_process(path: Path, tool: dict, index: int) -> RankTrace:
     hip = None
     if not api.empty:
         hip = pd.DataFrame({"function": op_names(api), "correlation": api["correlation_id.internal"],
-                            "api_start_ns": api["start_timestamp"]})  # fmt: skip
+                            "api_start_ns": api["start_timestamp"], "api_end_ns": api.get("end_timestamp")})  # fmt: skip
     calls = None
     if not rccl.empty:
         calls = pd.DataFrame({"function": op_names(rccl), "correlation": rccl["correlation_id.internal"],
                               "thread_id": rccl.get("thread_id")})  # fmt: skip
-    from overlapviz.ingest.rocprof_csv import launch_times
+    from overlapviz.ingest.rocprof_csv import launch_end_times, launch_times
 
     tables = []
     if not disp.empty:
@@ -469,6 +476,7 @@ def _v3_process(path: Path, tool: dict, index: int) -> RankTrace:
             "accum_vgprs": kid.map(symbols.get("accum_vgpr_count", pd.Series(dtype=object))).astype("Int64"),
             "sgprs": kid.map(symbols.get("sgpr_count", pd.Series(dtype=object))).astype("Int64"),
             "launch_ns": launch_times(disp["correlation_id.internal"], disp["start_timestamp"], hip),
+            "launch_end_ns": launch_end_times(disp["correlation_id.internal"], disp["start_timestamp"], hip),
             "source_format": ["rocprof_v3_json"] * len(disp),
         }
         for axis in "xyz":
@@ -497,6 +505,7 @@ def _v3_process(path: Path, tool: dict, index: int) -> RankTrace:
             "end_ns": copies["end_timestamp"],
             "bytes": _col(copies, "bytes"),
             "launch_ns": launch_times(copies["correlation_id.internal"], copies["start_timestamp"], hip),
+            "launch_end_ns": launch_end_times(copies["correlation_id.internal"], copies["start_timestamp"], hip),
             "source_format": ["rocprof_v3_json"] * len(copies),
         }
         tables.append(kernel_table({k: v for k, v in cols.items() if v is not None}, where=where))
