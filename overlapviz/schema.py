@@ -102,7 +102,7 @@ class _NoPandas(importlib.abc.MetaPathFinder):
 
 _defer_pandas_in_pyarrow()
 
-SCHEMA_VERSION = "1.1"  # 1.1: kernels.launch_end_ns
+SCHEMA_VERSION = "1.1"  # 1.1: kernels.launch_end_ns; ranks.clock_domain, clock_offset_ns, clock_note
 SCHEMA_MAJOR = 1
 METADATA_FILE = "dataset.json"
 KINDS = ("comm", "compute", "memory", "other")
@@ -225,6 +225,11 @@ RANKS = pa.schema(
         ("base_time_ns", pa.int64()),  # the trace's baseTimeNanoseconds (0 where absent); add to *_ns for wall time
         ("n_events", pa.int64()),  # trace events read
         ("distributed_info", pa.string()),  # JSON
+        # (1.1) the rank's clock (overlapviz.ingest.align, overlapviz.analysis.clocks): ranks of a run with
+        # equal clock_domain compare; null in older datasets (then: their host's)
+        ("clock_domain", pa.string()),
+        ("clock_offset_ns", pa.int64()),  # added by ingest to every time of this rank to align it; null: none
+        ("clock_note", pa.string()),  # how the clock was aligned, or why it is kept apart
     ]
 )
 

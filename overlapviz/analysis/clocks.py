@@ -2,8 +2,8 @@
 
 Ranks on one host share its clock. Ranks on different hosts are comparable only where
 the dataset says so: the ranks table's ``clock_domain`` (ranks of one run with the same
-domain share a clock, after the alignment ingest recorded in ``clock_offset_ns``), else
-their ``host``. A rank whose host is unknown is taken to share the clock of the run's
+domain share a clock, after the alignment ingest recorded in ``clock_offset_ns``; see
+``overlapviz.ingest.align``), else their ``host``. A rank whose host is unknown is taken to share the clock of the run's
 other ranks of unknown host (single-host traces rarely name the host).
 """
 
@@ -44,6 +44,10 @@ def domains_of(ranks: pd.DataFrame) -> pd.DataFrame:
     split = (n_domains > 1).to_numpy(bool)
     note[split] = ("clocks of " + domain[split].str.replace("host:", "host ", regex=False)
                    + " not comparable with the run's other ranks (no shared clock or alignment recorded)")  # fmt: skip
+    if "clock_note" in ranks:  # ingest's own words (overlapviz.ingest.align) where it recorded why
+        said = ranks["clock_note"].astype(object)
+        use = split & said.notna().to_numpy(bool)
+        note[use] = said[use]
     return pd.DataFrame({"run_id": ranks["run_id"].to_numpy(object), "rank": ranks["rank"].astype("int64").to_numpy(),
                          "clock_domain": domain.to_numpy(object), "clock_note": note.to_numpy(object)})[cols]  # fmt: skip
 

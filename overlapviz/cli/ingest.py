@@ -68,12 +68,17 @@ def build_rules(rule_texts: tuple[str, ...], comm_patterns: tuple[str, ...], rul
     help="Extra regex for comm kernels, beside the default communication vocabulary (docs/ingest.md) (repeatable).",
 )
 @click.option("--rules-file", type=click.Path(path_type=str), default=None, help="JSON rule set replacing the defaults.")
+@click.option("--align-clocks", "align_clocks", type=click.Choice(["collectives", "none"]), default=None,
+              help="Align ranks' clocks on collective completion (NCCL/RCCL instances end within microseconds on every "
+                   "rank): 'collectives' for every run of several ranks, 'none' never. Default: where the clocks are not "
+                   "comparable (ranks on different hosts, or instances that end further apart than they lasted). "
+                   "Offsets are added to every time of the rank, stored in ranks.clock_offset_ns and shown (docs/ingest.md).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar and no summary line.")
 @click.option("--scheduler", envvar="OVERLAPVIZ_SCHEDULER", metavar="ADDRESS", default=None,
               help="Read the traces on a Dask cluster: tcp://host:8786, a scheduler file, or local / local:N for a "
                    "LocalCluster started and stopped here (pip install 'overlapviz[dask]'; docs/dask.md).")
-def ingest(sources, out, run_id, overwrite, append, skip_bad, workers, rule_texts, comm_patterns, rules_file, quiet,
-           scheduler) -> None:  # fmt: skip
+def ingest(sources, out, run_id, overwrite, append, skip_bad, workers, rule_texts, comm_patterns, rules_file,
+           align_clocks, quiet, scheduler) -> None:  # fmt: skip
     """Ingest PyTorch-profiler (Kineto) Chrome traces and rocprof output into a Parquet dataset.
 
     SOURCES are trace files (.json, .json.gz), directories of per-rank files (one run,
@@ -103,7 +108,7 @@ def ingest(sources, out, run_id, overwrite, append, skip_bad, workers, rule_text
 
                 with client_for(scheduler) as client:
                     path = ingest_on(client, list(sources), out, rules=rules, run_id=run_id, overwrite=overwrite,
-                                     progress=None if not quiet else False)  # fmt: skip
+                                     progress=None if not quiet else False, align_clocks=align_clocks or "auto")  # fmt: skip
             else:
                 path = run_ingest(
                     list(sources),
@@ -116,6 +121,7 @@ def ingest(sources, out, run_id, overwrite, append, skip_bad, workers, rule_text
                     skip_bad=skip_bad,
                     skipped=skipped,
                     append=append,
+                    align_clocks=align_clocks or "auto",
                 )
         meta = schema.read_metadata(path)
         n_ranks = _rows(path / "ranks.parquet")
@@ -141,6 +147,22 @@ def ingest(sources, out, run_id, overwrite, append, skip_bad, workers, rule_text
             click.echo(f"appended to {display(path)} ({len(added)} new run{'s' * (len(added) != 1)}): it now holds {what}")
         else:
             click.echo(f"ingested {what} into {display(path)}")
+        for line in _clock_lines(path, None if not append else set(meta.get("runs", [])) - before):
+            click.echo(printable(line))
+
+
+def _clock_lines(path, runs: set | None) -> list[str]:
+    """What ingest did to the clocks of the runs (``runs``; None: all): offsets added, clocks kept apart."""
+    from overlapviz import schema
+    from overlapviz.ingest.align import ClockFix, summary_lines
+
+    ranks = schema.read_table(path, "ranks")
+    by_run: dict = {}
+    for row in ranks.select(["run_id", "rank", "clock_domain", "clock_offset_ns", "clock_note"]).to_pylist():
+        if runs is None or row["run_id"] in runs:
+            by_run.setdefault(row["run_id"], {})[row["rank"]] = ClockFix(row["clock_domain"], row["clock_offset_ns"],
+                                                                         row["clock_note"])  # fmt: skip
+    return [line for run_id, fixes in by_run.items() for line in summary_lines(run_id, fixes)]
 
 
 def _runs_of(path: str) -> set[str]:

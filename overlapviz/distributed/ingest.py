@@ -102,7 +102,7 @@ def _drain(client, directory: str, timeout: float = DRAIN_TIMEOUT_S) -> None:
 
 def ingest_on(client, sources: Sequence[str | os.PathLike] | str | os.PathLike, out: str | os.PathLike, *,
               rules=None, run_id: str | None = None, overwrite: bool = False,
-              progress: bool | None = None) -> Path:  # fmt: skip
+              progress: bool | None = None, align_clocks: str = "auto") -> Path:  # fmt: skip
     """``overlapviz.ingest.ingest`` with one Dask task per trace file; the same dataset, byte for byte.
 
     Parameters
@@ -112,7 +112,7 @@ def ingest_on(client, sources: Sequence[str | os.PathLike] | str | os.PathLike, 
         ``out``'s parent directory at the same paths (a shared file system); relative paths
         are kept as given where the workers' working directory is this process's, else made
         absolute (and recorded so in ``ranks.source_path``).
-    sources, out, rules, run_id, overwrite
+    sources, out, rules, run_id, overwrite, align_clocks
         As ``overlapviz.ingest.ingest``.
     progress
         A progress bar on stderr, moved as the cluster finishes files; None: when stderr is
@@ -141,13 +141,14 @@ def ingest_on(client, sources: Sequence[str | os.PathLike] | str | os.PathLike, 
         # files grouped by directory that turn out not to be one job's ranks are ingested again as a run per file,
         # as the local path does (driver.ingest)
         try:
-            return _ingest_runs(client, sources, runs, out, rules, overwrite, progress, same_cwd)
+            return _ingest_runs(client, sources, runs, out, rules, overwrite, progress, same_cwd, align_clocks)
         except driver._Disagree as d:
             runs = runs[: d.index] + split_by_file(runs[d.index]) + runs[d.index + 1 :]
             check_unique(runs)
 
 
-def _ingest_runs(client, sources, runs, out, rules, overwrite: bool, progress, same_cwd: bool) -> Path:
+def _ingest_runs(client, sources, runs, out, rules, overwrite: bool, progress, same_cwd: bool,
+                 align_clocks: str = "auto") -> Path:  # fmt: skip
     from overlapviz.ingest import driver
     from overlapviz.ingest.discover import input_paths
     from overlapviz.rules import default_rules
@@ -191,7 +192,7 @@ def _ingest_runs(client, sources, runs, out, rules, overwrite: bool, progress, s
         shutil.rmtree(os.path.join(directory, STAGING), ignore_errors=True)  # what workers that died left
         done = [(r, st) for r, st in zip(runs, state) if st.ranks or not r.files]  # as driver._ingest_runs
         for r, st in done:
-            driver._add_run(writer, r, st, run_rules[r.run_id])
+            driver._add_run(writer, r, st, run_rules[r.run_id], align_clocks)
         meta = {"runs": [r.run_id for r, _ in done], "ingested_from": [display(s) for s in sources]}
         return writer.commit(meta)
 

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from overlapviz import schema
-from overlapviz.ingest import pool
+from overlapviz.ingest import align, pool
 from overlapviz.ingest.base import RankTrace, rank_from_name
 from overlapviz.ingest.classify import finish_kernels, set_column, split_multi_gpu
 from overlapviz.ingest.discover import _TIMINGS_RE, MANIFEST, RunSource, check_unique, discover, input_paths, split_by_file
@@ -223,6 +223,7 @@ def ingest(
     skip_bad: bool = False,
     skipped: list[tuple[str, str]] | None = None,
     append: bool = False,
+    align_clocks: str = "auto",
 ) -> Path:
     """Ingest traces into the dataset directory ``out`` and return its path.
 
@@ -257,6 +258,13 @@ def ingest(
         new dataset of its runs and the new ones is built beside it and swapped in. A run id
         already in ``out`` is an error unless ``overwrite``. Each run keeps the kind rules
         it was classified by (``runs.kind_rules``).
+    align_clocks
+        ``auto``: align a run's ranks on collective completion where their clocks are not
+        comparable (different hosts, or collective instances that end further apart than
+        they lasted); ``collectives``: align every run of several ranks; ``none``: never
+        (ranks whose clocks do not compare are then kept in distinct ``clock_domain`` s).
+        Offsets are added to every time of the rank and recorded in ``ranks.clock_offset_ns``
+        (``overlapviz.ingest.align``).
 
     Raises
     ------
@@ -266,6 +274,8 @@ def ingest(
     """
     if isinstance(sources, (str, os.PathLike)):
         sources = [sources]
+    if align_clocks not in align.MODES:
+        raise ValueError(f"align_clocks {align_clocks!r}: expected one of {', '.join(align.MODES)}")
     skipped = [] if skipped is None else skipped
     existing = _existing(out) if append else None
     runs = discover(sources, run_id=run_id, skipped=skipped if skip_bad else None)
@@ -279,7 +289,7 @@ def ingest(
         try:
             return _ingest_runs(sources, runs, out, rules=rules, overwrite=overwrite or append, workers=workers,
                                 progress=progress, skipped=skipped if skip_bad else None, existing=existing,
-                                replace=overwrite)  # fmt: skip
+                                replace=overwrite, align_clocks=align_clocks)  # fmt: skip
         except _Disagree as d:
             runs = runs[: d.index] + split_by_file(runs[d.index]) + runs[d.index + 1:]
             check_unique(runs)
@@ -298,7 +308,7 @@ def _existing(out) -> dict:
 
 
 def _ingest_runs(sources, runs: list[RunSource], out, *, rules, overwrite, workers, progress, skipped, existing,
-                 replace) -> Path:  # fmt: skip
+                 replace, align_clocks="auto") -> Path:  # fmt: skip
     old_ids: list[str] = [] if existing is None else list(existing["tables"]["runs"].column("run_id").to_pylist())
     clash = [r.run_id for r in runs if r.run_id in old_ids]
     if clash and not replace:
@@ -343,7 +353,7 @@ def _ingest_runs(sources, runs: list[RunSource], out, *, rules, overwrite, worke
             if not done:
                 raise ValueError(f"nothing ingested: every trace was skipped ({len(skipped)})")
         for r, st in done:
-            _add_run(writer, r, st, run_rules[r.run_id])
+            _add_run(writer, r, st, run_rules[r.run_id], align_clocks)
         old_from = [] if existing is None else list(existing["meta"].get("ingested_from") or [])
         meta = {"runs": kept + [r.run_id for r, _ in done], "ingested_from": old_from + [display(s) for s in sources]}
         return writer.commit(meta)
@@ -416,6 +426,8 @@ class _RunState:
     n_kernels: int = 0
     files: set = field(default_factory=set)  # kernels files (relative) the run's ranks have
     world: int | None = None  # the world size its files state
+    # per rank, held until the run is complete (its clock may be aligned): ranks row, steps, syncs
+    pending: dict = field(default_factory=dict)
 
 
 def _add_parts(writer, run: RunSource, st: _RunState, path: Path, parts: list[_RankPart], index: int) -> None:
@@ -450,10 +462,11 @@ def _add_file_parts(writer, run: RunSource, st: _RunState, path: Path, parts: li
         writer.add_kernels_file(part.kernels_file, part.n_kernels, run.run_id, rank)
         st.n_kernels += part.n_kernels
         ident = {"run_id": run.run_id, "rank": rank}
+        timed = {}
         if part.steps is not None and part.steps.num_rows:
-            writer.add("steps", _with_ident(part.steps, ident))
+            timed["steps"] = _with_ident(part.steps, ident)
         if part.syncs is not None and part.syncs.num_rows:
-            writer.add("syncs", _with_ident(part.syncs, ident))
+            timed["syncs"] = _with_ident(part.syncs, ident)
         devices = part.devices if part.devices is not None and part.devices.num_rows else _manifest_devices(run, rank)
         if devices is not None and devices.num_rows:
             writer.add("devices", _with_ident(devices, ident))
@@ -461,7 +474,7 @@ def _add_file_parts(writer, run: RunSource, st: _RunState, path: Path, parts: li
         info = {c: part.info.get(c) for c in schema.RANKS.names if c in part.info} | ident
         if run.manifest and not info.get("host"):
             info["host"] = (run.manifest.get("run") or {}).get("host")
-        writer.add("ranks", pa.Table.from_pylist([info]))
+        st.pending[rank] = (info, timed)
         st.infos.append(part.info)
 
 
@@ -503,10 +516,75 @@ def _device_name(devices: pa.Table, top_device: int | None) -> str | None:
     return names[0] if names else None
 
 
+# every time of a rank, by table: what an alignment offset is added to
+_TIMES = {"kernels": ("start_ns", "end_ns", "launch_ns", "launch_end_ns"), "steps": ("start_ns", "end_ns"),
+          "syncs": ("start_ns", "end_ns")}  # fmt: skip
+
+
+def _add_clocked(writer, run: RunSource, st: _RunState, mode: str) -> None:
+    """Decide the run's clocks (``overlapviz.ingest.align``), shift the ranks to align, and add
+    their ranks rows, steps and syncs."""
+    hosts = {rank: info.get("host") for rank, (info, _) in st.pending.items()}
+    ends = _comm_instance_ends(writer.directory, run.run_id, sorted(hosts)) if len(hosts) > 1 else {}
+    fixes = align.plan(hosts, ends, mode) if hosts else {}
+    for rank, (info, timed) in sorted(st.pending.items()):
+        fix = fixes[rank]
+        if fix.offset_ns:
+            _shift_kernels(writer.directory, run.run_id, rank, fix.offset_ns)
+            timed = {name: _shifted(t, _TIMES[name], fix.offset_ns, f"{run.run_id} rank {rank}") for name, t in timed.items()}
+        for name, table in timed.items():
+            writer.add(name, table)
+        writer.add("ranks", pa.Table.from_pylist([info | {"clock_domain": fix.domain, "clock_offset_ns": fix.offset_ns,
+                                                           "clock_note": fix.note}]))  # fmt: skip
+    st.pending.clear()
+
+
+_COMM_COLUMNS = ["kind", "start_ns", "end_ns", "name", "collective", "comm_group", "comm_seq"]
+
+
+def _comm_instance_ends(directory: Path, run_id: str, ranks: list[int]) -> dict:
+    """``align.instance_ends`` of the run's communication kernels, read back from its kernels files."""
+    import pyarrow.parquet as pq
+
+    parts = []
+    for rank in ranks:
+        t = pq.read_table(Path(directory) / schema.kernels_file(run_id, rank), columns=_COMM_COLUMNS)
+        t = t.filter(pc.equal(t.column("kind"), "comm"))
+        parts.append(t.append_column("rank", pa.repeat(pa.scalar(rank, pa.int64()), t.num_rows)))
+    t = pa.concat_tables(parts)
+    if not t.num_rows:
+        return {}
+    what = pc.coalesce(t.column("collective"), t.column("name")).to_pylist()
+    return align.instance_ends(t.column("rank").to_numpy(), t.column("start_ns").to_numpy(), t.column("end_ns").to_numpy(),
+                               t.column("comm_group").to_pylist(), t.column("comm_seq").to_pylist(), what)  # fmt: skip
+
+
+def _shifted(table: pa.Table, columns, offset: int, where: str) -> pa.Table:
+    """``table`` with ``offset`` ns added to ``columns`` (nulls stay null); one line naming ``where``
+    where a time would leave int64."""
+    for name in columns:
+        if name in table.column_names:
+            try:
+                col = pc.add_checked(table.column(name), pa.scalar(offset, pa.int64()))
+            except pa.ArrowInvalid:
+                raise ValueError(f"{where}: {name} + clock offset {offset:,} ns overflows int64 ns") from None
+            table = table.set_column(table.column_names.index(name), name, col)
+    return table
+
+
+def _shift_kernels(directory: Path, run_id: str, rank: int, offset: int) -> None:
+    import pyarrow.parquet as pq
+
+    path = Path(directory) / schema.kernels_file(run_id, rank)
+    table = _shifted(pq.read_table(path), _TIMES["kernels"], offset, f"{run_id} rank {rank}")
+    schema.write_kernels(table, directory, run_id, rank)
+
+
 _RUN_FACTS = ("world_size", "backend", "nccl_version", "hip_version", "cuda_version", "torch_version", "host")
 
 
-def _add_run(writer, run: RunSource, st: _RunState, rules: RuleSet) -> None:
+def _add_run(writer, run: RunSource, st: _RunState, rules: RuleSet, align_clocks: str = "auto") -> None:
+    _add_clocked(writer, run, st, align_clocks)
     row: dict = {}
     if run.manifest is not None:
         row.update({k: v for k, v in (run.manifest.get("run") or {}).items() if k in schema.RUNS.names})
