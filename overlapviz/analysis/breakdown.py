@@ -40,7 +40,8 @@ from overlapviz import schema
 from overlapviz.analysis import clocks, intervals, peers
 from overlapviz.analysis.explain import _DICTIONARY, _READ, _ints, _per_rank, _strs, rank_links
 
-__all__ = ["PARTS", "COLUMNS", "LABELS", "breakdown", "run_totals", "arrivals", "rank_timelines", "RankTimeline"]
+__all__ = ["PARTS", "COLUMNS", "LABELS", "READ", "breakdown", "run_totals", "arrivals", "rank_waits", "rank_timelines",
+           "timeline_of", "group_rows", "finish", "RankTimeline"]
 
 LABELS = ("peer_wait", "dependent", "host_idle", "other")
 PARTS = ("peer_wait_ns", "dependent_ns", "host_idle_ns", "exposed_other_ns")
@@ -108,7 +109,13 @@ def breakdown(dataset_path: str | os.PathLike, *, run_ids=None, per: str = "rank
         raise ValueError(f"per={per!r}: expected rank or step")
     rows = []
     for tl in rank_timelines(dataset_path, run_ids=run_ids, pause=pause):
-        rows.extend(_group_rows(tl, per))
+        rows.extend(group_rows(tl, per))
+    return finish(dataset_path, rows, per, run_ids)
+
+
+def finish(dataset_path, rows: list[dict], per: str, run_ids=None) -> pd.DataFrame:
+    """:func:`breakdown`'s frame from :func:`group_rows`' rows of every rank (with each rank's
+    ``peers_known`` and ``clock_note``), sorted."""
     keys = ["run_id", "rank"] + (["step"] if per == "step" else [])
     cols = keys + list(COLUMNS) + ["peers_known", "clock_note"]
     if not rows:
@@ -127,7 +134,7 @@ def run_totals(timelines) -> pd.DataFrame:
     :func:`rank_timelines`' timelines already computed."""
     rows: dict[str, dict] = {}
     for tl in timelines:
-        (r,) = _group_rows(tl, "rank")
+        (r,) = group_rows(tl, "rank")
         acc = rows.setdefault(tl.run_id, {"run_id": tl.run_id, "n_ranks": 0, **{c: 0 for c in COLUMNS}})
         acc["n_ranks"] += 1
         for c in COLUMNS:
@@ -135,7 +142,8 @@ def run_totals(timelines) -> pd.DataFrame:
     return pd.DataFrame(list(rows.values()), columns=["run_id", "n_ranks", *COLUMNS])
 
 
-def _group_rows(tl: RankTimeline, per: str) -> list[dict]:
+def group_rows(tl: RankTimeline, per: str) -> list[dict]:
+    """The breakdown rows of one rank's timeline: one (``per="rank"``) or one per step."""
     kind = tl.kind
     comm, comp = kind == "comm", kind == "compute"
     if per == "step":
@@ -237,21 +245,28 @@ def arrivals(comm: pd.DataFrame, domains: pd.DataFrame | None = None) -> pd.Data
     return per[cols].reset_index(drop=True)
 
 
+READ = list(dict.fromkeys(_READ + ["comm_group", "comm_seq"]))  # the kernels columns a timeline reads
+DICTIONARY = _DICTIONARY
+
+
+def rank_waits(dataset_path, comm: pd.DataFrame, run_ids=None) -> dict:
+    """Per (run_id, rank), the arrays ``(arrival_ns, last_arrival_ns)`` of its collective
+    instances (:func:`arrivals` of the ``comm`` rows, within the dataset's clock domains)."""
+    for c in ("run_id", "name", "kind", "collective", "comm_group"):
+        comm = comm.assign(**{c: comm[c].astype(object).where(comm[c].notna(), None)})
+    arr = arrivals(comm, clocks.clock_domains(dataset_path, run_ids))
+    return {key: (g["arrival_ns"].to_numpy(np.int64), g["last_arrival_ns"].to_numpy(np.int64))
+            for key, g in arr.groupby(["run_id", "rank"], sort=False)}  # fmt: skip
+
+
 def rank_timelines(dataset_path, *, run_ids=None, pause=None):
     """Yield a :class:`RankTimeline` per run x rank, in run, rank order."""
-    read = list(dict.fromkeys(_READ + ["comm_group", "comm_seq"]))
-    k = schema.read_kernels(dataset_path, columns=read, run_ids=run_ids, dictionary=_DICTIONARY)
+    k = schema.read_kernels(dataset_path, columns=READ, run_ids=run_ids, dictionary=DICTIONARY)
     syncs = schema.read_table(dataset_path, "syncs")
     if run_ids is not None and syncs.num_rows:
         syncs = syncs.filter(pc.is_in(syncs.column("run_id"), pa.array(list(run_ids), pa.string())))
-    domains = clocks.clock_domains(dataset_path, run_ids)
     comm_rows = k.filter(pc.equal(k.column("kind").cast(pa.string()), "comm"))
-    comm = comm_rows.select(_ARRIVAL_COLS).to_pandas()
-    for c in ("run_id", "name", "kind", "collective", "comm_group"):
-        comm[c] = comm[c].astype(object)
-    arr = arrivals(comm, domains)
-    waits = {key: (g["arrival_ns"].to_numpy(np.int64), g["last_arrival_ns"].to_numpy(np.int64))
-             for key, g in arr.groupby(["run_id", "rank"], sort=False)}  # fmt: skip
+    waits = rank_waits(dataset_path, comm_rows.select(_ARRIVAL_COLS).to_pandas(), run_ids)
     for rk in _per_rank(k):
         if pause is not None:
             pause()

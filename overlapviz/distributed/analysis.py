@@ -20,7 +20,7 @@ from overlapviz.distributed.partitions import (
 )
 from overlapviz.ingest.files import display
 
-__all__ = ["analyze_on", "explain_on"]
+__all__ = ["analyze_on", "breakdown_on", "explain_on"]
 
 _CHECKS = ("run_id", "rank", "start_ns", "end_ns", "bad", "kind")  # overlap_table's checks, in its order
 
@@ -313,3 +313,60 @@ def explain_on(client, dataset_path: str | os.PathLike, *, run_ids=None, kinds: 
         results.sort(key=lambda p: (p[0], p[1]))  # explain's order: run, then rank
         out = pd.concat([p[2] for p in results], ignore_index=True)
     return out[explain.KEYS + explain.EXTRA].sort_values(["run_id", "rank", "start_ns"], kind="stable").reset_index(drop=True)
+
+
+# --- breakdown ---------------------------------------------------------------------------------
+
+
+def _breakdown_batch(root: str, per: str, where: str, items: list[tuple], waits: dict) -> list[dict]:
+    """``breakdown.group_rows`` of each ``(file, run_id, rank)``'s timeline (its instances' waits given)."""
+    from overlapviz.analysis import breakdown as bd
+
+    out = []
+    for rel, run_id, rank in items:
+        k = _read_file(root, rel, bd.READ, bd.DICTIONARY, where)
+        if not k.num_rows:
+            continue
+        _check_rank(k, rel, run_id, rank, where)
+        tl = bd.timeline_of(run_id, rank, k, _rank_syncs(root, run_id, rank), waits.get((run_id, rank)))
+        out.extend(bd.group_rows(tl, per))
+    return out
+
+
+def breakdown_on(client, dataset_path: str | os.PathLike, *, run_ids=None, per: str = "rank", progress: bool | None = False):
+    """``breakdown.breakdown`` on the cluster; the same frame.
+
+    The client reads the communication rows alone (an instance's peer wait needs every rank's
+    start of it) and sends each task its ranks' waits; each task labels its ranks' time.
+    """
+    from overlapviz.analysis import breakdown as bd
+
+    if per not in ("rank", "step"):
+        raise ValueError(f"per={per!r}: expected rank or step")
+    files = _kernel_files(dataset_path, run_ids)
+    comm = schema.read_kernels(dataset_path, columns=bd._ARRIVAL_COLS, run_ids=run_ids,
+                               filter=pc.field("kind") == "comm").to_pandas()  # fmt: skip
+    waits = bd.rank_waits(dataset_path, comm, run_ids)
+    items = [(it[0], it[1], it[2]) for it in _rank_items(dataset_path, files, None)]
+    rows: list[dict] = []
+    if items:
+        root = os.path.abspath(dataset_path)
+        _check_workers(client)
+        batches = _batches(root, [it[0] for it in items], client)
+        lookup = {it[0]: it for it in items}
+        prefix = _key("ovz-breakdown")
+        futures = []
+        for i, b in enumerate(batches):
+            mine = [lookup[r] for r in b]
+            w = {(r, k): waits[(r, k)] for _, r, k in mine if (r, k) in waits}
+            futures.append(client.submit(_breakdown_batch, root, per, str(dataset_path), mine, w, key=f"{prefix}-{i}", retries=0))
+        bar = _progress(len(batches), progress, "breakdown")
+        try:
+            what = lambda i: display(os.path.join(str(dataset_path), batches[i][0]))
+            with contextlib.closing(_in_order(client, futures, bar, what)) as got:
+                del futures
+                for _, part in got:
+                    rows.extend(part)
+        finally:
+            bar.close()
+    return bd.finish(dataset_path, rows, per, run_ids)
