@@ -91,7 +91,7 @@ def _strs(table: pa.Table, name: str) -> np.ndarray:
 
 
 def explain(dataset_path: str | os.PathLike, *, run_ids=None, kinds: tuple[str, ...] = ("comm",), device: str | None = None,
-            pause: Callable[[], None] | None = None) -> pd.DataFrame:  # fmt: skip
+            pause: Callable[[], None] | None = None, on_rank: Callable | None = None) -> pd.DataFrame:  # fmt: skip
     """One record per communication kernel (or per kernel of ``kinds``): why it started when it did (module docstring).
 
     The definitions are the same for any GPU activity; ``kinds=("comm", "compute", "memory", "other")``
@@ -99,6 +99,8 @@ def explain(dataset_path: str | os.PathLike, *, run_ids=None, kinds: tuple[str, 
     for communication kernels only. ``device`` names the GPU for ranks whose trace does not
     (:func:`overlapviz.analysis.residency.device_table`). ``pause``, when given, is called before reading and
     each rank: a host computing this in the background (the dashboard) waits there while it draws a page.
+    ``on_rank``, when given, is called with ``(run_id, rank, rows, syncs, links)`` for every rank
+    (:class:`Links`), so that a caller reusing the rank's rows reads and links them once (the findings).
 
     Returns
     -------
@@ -123,7 +125,10 @@ def explain(dataset_path: str | os.PathLike, *, run_ids=None, kinds: tuple[str, 
         if syncs is not None and syncs.num_rows:
             m = pc.and_(pc.equal(syncs.column("run_id"), g["run_id"]), pc.equal(syncs.column("rank"), g["rank"]))
             rs = syncs.filter(m)
-        part = _explain_rank(rk, rs, dev_limits, carveouts, kinds)
+        links = rank_links(rk, rs)
+        if on_rank is not None:
+            on_rank(g["run_id"], int(g["rank"]), rk, rs, links)
+        part = _explain_rank(rk, rs, dev_limits, carveouts, kinds, links=links)
         if part is not None:
             parts.append(part)
     out = pd.concat(parts, ignore_index=True) if parts else _empty()
@@ -218,12 +223,13 @@ def rank_links(k: pa.Table, syncs: pa.Table | None) -> Links:
     return Links(host, lane, stream, device, start, end, launch, launch_tid, s_ready, dep, dep_src, prod, sync_cols)
 
 
-def _explain_rank(k: pa.Table, syncs: pa.Table | None, dev_limits: dict, carveouts: dict, kinds=("comm",)) -> pd.DataFrame | None:
+def _explain_rank(k: pa.Table, syncs: pa.Table | None, dev_limits: dict, carveouts: dict, kinds=("comm",),
+                  links: Links | None = None) -> pd.DataFrame | None:  # fmt: skip
     kind = _strs(k, "kind")
     is_comm = np.isin(kind, list(kinds))
     if not is_comm.any():
         return None
-    links = rank_links(k, syncs)
+    links = rank_links(k, syncs) if links is None else links
     host, lane, s_ready, sync_cols = links.host, links.lane, links.stream_ready, links.syncs
     stream, start, end, device = links.stream, links.start, links.end, links.device
     launch, launch_tid = links.launch, links.launch_tid

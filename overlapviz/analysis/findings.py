@@ -88,6 +88,13 @@ def findings(dataset_path: str | os.PathLike, *, run_ids=None, device: str | Non
         numbers), ``share`` (time_ns over the run's exposed communication summed over its
         ranks; null where it has none). Sorted by ``time_ns``, largest first.
     """
+    if timelines is None and explained is None:  # one read and one linking of each rank for both
+        ranks = []
+        explained = explain_lib.explain(dataset_path, run_ids=run_ids, device=device, pause=pause,
+                                        on_rank=lambda *a: ranks.append(a))  # fmt: skip
+        waits = bd.rank_waits(dataset_path, explained, run_ids)
+        timelines = [bd.timeline_of(r, k, rows, syncs, waits.get((r, k)), links=links) for r, k, rows, syncs, links in ranks]
+        del ranks
     if timelines is None:
         timelines = list(bd.rank_timelines(dataset_path, run_ids=run_ids, pause=pause))
     if explained is None:
@@ -96,7 +103,7 @@ def findings(dataset_path: str | os.PathLike, *, run_ids=None, device: str | Non
     by_run: dict[str, list] = {}
     for tl in timelines:
         by_run.setdefault(tl.run_id, []).append(tl)
-    arrivals = _arrivals(dataset_path, run_ids)
+    arrivals = _arrivals(dataset_path, explained, run_ids)
     runs = schema.read_frame(dataset_path, "runs")
     for run_id, tls in by_run.items():
         exposed_total = sum(int(intervals.measure(t.exposed, 1)[0]) for t in tls)
@@ -122,9 +129,12 @@ def findings(dataset_path: str | os.PathLike, *, run_ids=None, device: str | Non
     return out.drop(columns="_k").reset_index(drop=True)
 
 
-def _arrivals(dataset_path, run_ids) -> pd.DataFrame:
-    k = schema.read_frame(dataset_path, "kernels", columns=bd._ARRIVAL_COLS, run_ids=run_ids)
-    comm = k.loc[k["kind"] == "comm"]
+def _arrivals(dataset_path, explained: pd.DataFrame, run_ids) -> pd.DataFrame:
+    """:func:`overlapviz.analysis.breakdown.arrivals` of the communication kernels (``explained``'s
+    comm records carry every column it needs)."""
+    comm = explained.loc[explained["kind"] == "comm", bd._ARRIVAL_COLS] if len(explained) else explained
+    if not len(comm):
+        return bd.arrivals(comm)
     for c in ("run_id", "name", "kind", "collective", "comm_group"):
         comm = comm.assign(**{c: comm[c].astype(object).where(comm[c].notna(), None)})
     return bd.arrivals(comm.astype({"start_ns": np.int64, "end_ns": np.int64}), clocks.clock_domains(dataset_path, run_ids))
