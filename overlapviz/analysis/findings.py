@@ -112,7 +112,7 @@ def findings(dataset_path: str | os.PathLike, *, run_ids=None, device: str | Non
         found += _dependent(run_id, tls)
         found += _host_idle(run_id, tls)
         ex = explained.loc[explained["run_id"] == run_id] if len(explained) else explained
-        found += _start_delays(dataset_path, run_id, ex, runs, device)
+        found += _start_delays(dataset_path, run_id, ex, runs, device, {t.rank: t for t in tls})
         for f in found:
             f["share"] = f["time_ns"] / exposed_total if exposed_total else None
             if f["kind"] in _CAUSE_TEXT or f["kind"] == "sm_resources":
@@ -192,15 +192,15 @@ def _stragglers(run_id: str, tls: list, arr: pd.DataFrame) -> list[dict]:
         evidence.sort(key=lambda e: -e["time_ns"])
         names = ", ".join(e["label"] for e in evidence[:_LIST]) + (", …" if len(evidence) > _LIST else "")
         c, mc, gap, mg = before["compute_ns"], before["median_compute_ns"], before["idle_ns"], before["median_idle_ns"]
-        doing = (f"Before those arrivals rank {straggler} computed {format_ns(c)} (median rank {format_ns(mc)}) and its GPU "
-                 f"sat idle {format_ns(gap)} (median rank {format_ns(mg)}).")  # fmt: skip
+        doing = (f"Before those arrivals rank {straggler} computed {format_ns(c)} (median rank {format_ns(mc)}) and ran "
+                 f"nothing for {format_ns(gap)} (median rank {format_ns(mg)}).")  # fmt: skip
         if c - mc >= gap - mg and c > mc:
             top = before["top_kernel"]
             action = (f"Balance the work across ranks: rank {straggler}'s computation before these collectives ran "
                       f"{format_ns(c - mc)} longer than the median rank's" + (f" (longest kernel: {top})" if top else "") + ".")  # fmt: skip
         elif gap > mg:
             action = (f"Find what held rank {straggler}'s host before these collectives (data loading, host syncs, Python "
-                      f"work): its GPU sat idle {format_ns(gap - mg)} longer than the median rank's.")  # fmt: skip
+                      f"work): it ran nothing for {format_ns(gap - mg)} longer than the median rank.")  # fmt: skip
         else:
             action = (f"Rank {straggler} arrived last without more computation or idle GPU time than the median rank: look "
                       "at what delayed its launches (host, network, other processes on its GPU).")  # fmt: skip
@@ -212,8 +212,8 @@ def _stragglers(run_id: str, tls: list, arr: pd.DataFrame) -> list[dict]:
 
 
 def _before_arrival(late: pd.DataFrame, arr: pd.DataFrame, tl_of: dict, straggler: int) -> dict:
-    """Computation and idle GPU time of each rank between its previous collective and its
-    arrival at each of ``late``'s instances; the straggler's sums against the median rank's."""
+    """Computation and idle time of each rank between its previous collective and its arrival at
+    each of ``late``'s instances; the straggler's sums against the median of the other ranks'."""
     compute, idle, per_instance = {}, {}, {}
     sets = {}
     for rank, t in tl_of.items():
@@ -242,8 +242,9 @@ def _before_arrival(late: pd.DataFrame, arr: pd.DataFrame, tl_of: dict, straggle
         ranks = [r for (i, r) in compute if i == inst]
         if straggler not in ranks:
             continue
-        cs = [compute[(inst, r)] for r in ranks]
-        gs = [idle[(inst, r)] for r in ranks]
+        others = [r for r in ranks if r != straggler] or ranks  # the median of the ranks that waited
+        cs = [compute[(inst, r)] for r in others]
+        gs = [idle[(inst, r)] for r in others]
         row = {"compute_ns": compute[(inst, straggler)], "median_compute_ns": int(np.median(cs)),
                "idle_ns": idle[(inst, straggler)], "median_idle_ns": int(np.median(gs))}  # fmt: skip
         per_instance[inst] = row
@@ -349,8 +350,9 @@ def _host_idle(run_id: str, tls: list) -> list[dict]:
 
 
 _CAUSE_TEXT = {
-    "stream_order": ("waited behind computation or copies on their own stream",
-                     "Put the collective on a stream of its own, or launch it before the work ahead of it that it does not need."),
+    "stream_order": ("ran on a stream shared with computation or copies, queued behind them, with nothing beside them",
+                     "Put the collective on a stream of its own (with an event wait where it needs the computation's "
+                     "result), so that independent computation can run beside it."),
     "dependency": ("waited for the events their stream was made to wait on, once the stream was free (their input came late)",
                    "Start the collective on a smaller first piece (bucketing) so its input is ready earlier, or move "
                    "the work that produces its input earlier."),
@@ -363,11 +365,14 @@ _CAUSE_TEXT = {
 }
 
 
-def _start_delays(dataset_path, run_id: str, ex: pd.DataFrame, runs: pd.DataFrame, device) -> list[dict]:
+def _start_delays(dataset_path, run_id: str, ex: pd.DataFrame, runs: pd.DataFrame, device, tl_of: dict) -> list[dict]:
     if not len(ex):
         return []
     out = []
     for part in ("sm_resources",) + tuple(_CAUSE_TEXT):
+        if part == "stream_order":
+            out += _shared_stream(run_id, ex, tl_of)
+            continue
         lo, hi = explain_lib.part_waits(ex, part)
         has = (lo >= 0) & (hi > lo)
         if not has.any():
@@ -397,6 +402,41 @@ def _start_delays(dataset_path, run_id: str, ex: pd.DataFrame, runs: pd.DataFram
         text = f"{len(d)} collective kernel(s) {what}: {format_ns(total)} of waiting on {len(ranks)} rank(s)."
         out.append({"run_id": run_id, "kind": part, "time_ns": total, "ranks": ranks, "evidence": evidence, "action": action, "text": text})
     return out
+
+
+def _shared_stream(run_id: str, ex: pd.DataFrame, tl_of: dict) -> list[dict]:
+    """``stream_order``: collectives queued behind computation or copies on their own stream. The wait
+    itself is mostly the host running ahead of the GPU; what it costs is that such a collective runs
+    after that work, with nothing to overlap: the finding's time is those collectives' exposed time
+    (per rank the union of their intervals inside the exposed communication)."""
+    lo, hi = explain_lib.part_waits(ex, "stream_order")
+    has = (lo >= 0) & (hi > lo)
+    if not has.any():
+        return []
+    d = ex.loc[has]
+    total, ranks, evidence = 0, [], []
+    for rank, g in d.groupby("rank", sort=True):
+        t = tl_of.get(int(rank))
+        if t is None:
+            continue
+        got = intervals.covered(t.exposed, np.zeros(len(g), np.int64), g["start_ns"].to_numpy(np.int64), g["end_ns"].to_numpy(np.int64))
+        n = _measure_in(t, _set(g["start_ns"], g["end_ns"]))
+        if n:
+            total += n
+            ranks.append(int(rank))
+            for r, e in zip(g.itertuples(), got.tolist()):
+                if e:
+                    evidence.append({"rank": int(rank), "start_ns": int(r.start_ns), "name": _short(r.name),
+                                     "stream": None if pd.isna(r.stream) else int(r.stream),
+                                     "behind": None if pd.isna(r.stream_previous) else _short(r.stream_previous), "time_ns": int(e)})  # fmt: skip
+    if not total:
+        return []
+    evidence = sorted(evidence, key=lambda e: -e["time_ns"])[:_LIST]
+    what, action = _CAUSE_TEXT["stream_order"]
+    n_k = len(d)
+    text = f"{n_k} collective kernel(s) {what}: {format_ns(total)} of their time exposed on {len(ranks)} rank(s)."
+    return [{"run_id": run_id, "kind": "stream_order", "time_ns": total, "ranks": ranks, "evidence": evidence, "action": action,
+             "text": text}]  # fmt: skip
 
 
 def _sm_finding(dataset_path, run_id, d: pd.DataFrame, total: int, ranks: list, runs: pd.DataFrame, device) -> dict:
