@@ -75,6 +75,7 @@ class RankTimeline:
     step: np.ndarray
     exposed: intervals.IntervalSet
     syncs: dict
+    peers_matched: bool = False  # some instance of this rank was matched with another rank's
 
     def label_set(self, label: str) -> intervals.IntervalSet:
         keep = self.label == LABELS.index(label)
@@ -101,9 +102,10 @@ def breakdown(dataset_path: str | os.PathLike, *, run_ids=None, per: str = "rank
     pandas.DataFrame
         ``run_id, rank[, step], comm_ns, overlapped_ns, exposed_ns, peer_wait_ns,
         dependent_ns, host_idle_ns, exposed_other_ns`` (int64 ns; the four parts add up to
-        ``exposed_ns``), ``peers_known`` (False where the rank's instances could not be
-        compared with their peers: one rank, or clocks that do not compare) and
-        ``clock_note``. Sorted by run, rank[, step].
+        ``exposed_ns``), ``peers_known`` (True where some collective instance of the rank
+        was matched with another rank's on a comparable clock; False: its peer wait is 0
+        because none was, one rank or clocks that do not compare) and ``clock_note`` (why
+        the rank's clock is kept apart). Sorted by run, rank[, step].
     """
     if per not in ("rank", "step"):
         raise ValueError(f"per={per!r}: expected rank or step")
@@ -120,10 +122,8 @@ def finish(dataset_path, rows: list[dict], per: str, run_ids=None) -> pd.DataFra
     cols = keys + list(COLUMNS) + ["peers_known", "clock_note"]
     if not rows:
         return pd.DataFrame({c: pd.Series(dtype="int64" if c.endswith("_ns") else object) for c in cols})
-    out = pd.DataFrame(rows)
-    known = _peer_status(dataset_path, run_ids)
-    out = out.merge(known, on=["run_id", "rank"], how="left")
-    out["peers_known"] = out["peers_known"].fillna(False).astype(bool)
+    out = pd.DataFrame(rows).merge(_clock_notes(dataset_path, run_ids), on=["run_id", "rank"], how="left")
+    out["peers_known"] = out["peers_known"].astype(bool)
     for c in COLUMNS:
         out[c] = out[c].astype(np.int64)
     return out[cols].sort_values(keys, kind="stable").reset_index(drop=True)
@@ -174,7 +174,7 @@ def group_rows(tl: RankTimeline, per: str) -> list[dict]:
     other = exposed_ns - parts["peer_wait_ns"] - parts["dependent_ns"] - parts["host_idle_ns"]
     rows = []
     for i in range(n):
-        row = {"run_id": tl.run_id, "rank": tl.rank}
+        row = {"run_id": tl.run_id, "rank": tl.rank, "peers_known": tl.peers_matched}
         if per == "step":
             row["step"] = int(keys[i])
         row.update(comm_ns=int(comm_ns[i]), overlapped_ns=int(comm_ns[i] - exposed_ns[i]), exposed_ns=int(exposed_ns[i]),
@@ -184,12 +184,9 @@ def group_rows(tl: RankTimeline, per: str) -> list[dict]:
     return rows
 
 
-def _peer_status(dataset_path, run_ids) -> pd.DataFrame:
+def _clock_notes(dataset_path, run_ids) -> pd.DataFrame:
     dom = clocks.clock_domains(dataset_path, run_ids)
-    per_run = dom.groupby("run_id")["clock_domain"].transform("nunique")
-    n = dom.groupby("run_id")["rank"].transform("nunique")
-    return pd.DataFrame({"run_id": dom["run_id"], "rank": dom["rank"].astype(np.int64),
-                         "peers_known": ((per_run == 1) & (n > 1)).to_numpy(bool), "clock_note": dom["clock_note"]})  # fmt: skip
+    return pd.DataFrame({"run_id": dom["run_id"], "rank": dom["rank"].astype(np.int64), "clock_note": dom["clock_note"]})
 
 
 _ARRIVAL_COLS = ["run_id", "rank", "name", "kind", "collective", "comm_group", "comm_seq", "start_ns", "end_ns"]
@@ -347,6 +344,7 @@ def timeline_of(run_id: str, rank: int, k: pa.Table, syncs: pa.Table | None, wai
         run_id=run_id, rank=rank, seg_start=lo, seg_end=hi, label=label, next_kernel=next_k, gate=gate,
         names=_strs(k, "name"), kind=kind, start=start, end=end, launch=launch, launch_tid=links.launch_tid,
         step=_ints(k, "step"), exposed=intervals.subtract(comm_set, comp_set), syncs=links.syncs,
+        peers_matched=waits is not None and len(waits[0]) > 0,
     )  # fmt: skip
 
 

@@ -35,7 +35,7 @@ __all__ = ["KINDS", "COLUMNS", "findings", "format_ns", "headline"]
 
 KINDS = ("straggler", "dependent", "host_idle", "sm_resources", "stream_order", "dependency", "launch_latency", "unknown",
          "launch_call")  # fmt: skip
-COLUMNS = ["run_id", "kind", "time_ns", "ranks", "evidence", "action", "text", "share"]
+COLUMNS = ["run_id", "kind", "time_ns", "ranks", "evidence", "action", "text", "share", "waiting_ranks"]
 _LIST = 5  # evidence items kept per finding
 
 
@@ -122,7 +122,7 @@ def findings(dataset_path: str | os.PathLike, *, run_ids=None, device: str | Non
         rows += found
     if not rows:
         return pd.DataFrame({c: pd.Series(dtype="int64" if c == "time_ns" else object) for c in COLUMNS})
-    out = pd.DataFrame(rows)[COLUMNS]
+    out = pd.DataFrame(rows).reindex(columns=COLUMNS)
     out["time_ns"] = out["time_ns"].astype(np.int64)
     kind_order = out["kind"].map({k: i for i, k in enumerate(KINDS)})
     out = out.assign(_k=kind_order).sort_values(["time_ns", "run_id", "_k"], ascending=[False, True, True], kind="stable")
