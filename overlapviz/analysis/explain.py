@@ -542,14 +542,25 @@ def _occupancy(k: pa.Table, rows: np.ndarray, dev_limits: dict, carveouts: dict)
     out["limits"] = np.full(n, None, dtype=object)
     if not n:
         return out
-    sub = k.take(pa.array(rows)).select(["run_id", "rank", "device", "name", "block_x", "block_y", "block_z",
-                                          "regs_per_thread", "shared_mem_bytes", "sgprs", "accum_vgprs"]).to_pandas()  # fmt: skip
-    threads = sub["block_x"] * sub["block_y"].fillna(1) * sub["block_z"].fillna(1)
-    sub = sub.drop(columns=["block_x", "block_y", "block_z"]).assign(threads_per_block=threads)
-    key = ["run_id", "rank", "device", "name", "threads_per_block", "regs_per_thread", "shared_mem_bytes", "sgprs", "accum_vgprs"]
-    code = sub.groupby(key, dropna=False, sort=False).ngroup().to_numpy()
-    first = np.unique(code, return_index=True)[1]
-    uniq = sub.iloc[first].reset_index(drop=True)
+    # one occupancy per distinct launch shape: group the rows by their shape's integers (the name by
+    # its dictionary index), without a pandas row per kernel
+    t = k.take(pa.array(rows))
+    name_idx = pd.factorize(_strs(t, "name"))[0].astype(np.int64)
+    run_idx = pd.factorize(_strs(t, "run_id"))[0].astype(np.int64)
+    bx, by, bz = (pc.fill_null(t.column(c), -1 if c == "block_x" else 1).to_numpy().astype(np.int64) for c in ("block_x", "block_y", "block_z"))
+    threads = np.where(bx < 0, -1, bx * by * bz)
+    key = np.stack([run_idx, _ints(t, "rank"), _ints(t, "device"), name_idx, threads, _ints(t, "regs_per_thread"),
+                    _ints(t, "shared_mem_bytes"), _ints(t, "sgprs"), _ints(t, "accum_vgprs")])  # fmt: skip
+    order = np.lexsort(key[::-1])
+    ks = key[:, order]
+    new = np.ones(n, bool)
+    new[1:] = (ks[:, 1:] != ks[:, :-1]).any(axis=0)
+    code = np.empty(n, np.int64)
+    code[order] = np.cumsum(new) - 1
+    first = order[new]
+    sub = t.take(pa.array(first)).select(["run_id", "rank", "device", "name", "regs_per_thread", "shared_mem_bytes", "sgprs",
+                                          "accum_vgprs"]).to_pandas()  # fmt: skip
+    uniq = sub.assign(threads_per_block=pd.array(np.where(threads[first] < 0, None, threads[first]).tolist(), dtype="Int64"))
     occ = kernel_occupancy(uniq.astype({"threads_per_block": "Int64"}), dev_limits, carveouts)
     for f in _OCC_FIELDS:
         out[f] = occ[f].to_numpy(np.float64, na_value=np.nan)[code]
