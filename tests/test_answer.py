@@ -156,3 +156,20 @@ def test_sweep_baseline_is_held_off_the_sms_and_cites_the_measured_priority(tmp_
     opt = findings(ds, run_ids=list(best))
     hidden = opt.loc[opt["kind"] == "sm_resources"]
     assert hidden["text"].str.contains("Overlap hid it").any()  # late starts that cost no exposed time say so
+
+
+def test_compare_says_what_changed_between_two_runs(tmp_path):
+    ds = ingest([testing.Path(__file__).parent.parent / "sample_traces" / "h200_standin_sweep"], tmp_path / "ds", progress=False)
+    runs = schema.read_frame(ds, "runs")
+    tiled = runs.loc[(runs["compute_impl"] == "tiled") & (runs["smem_pad_bytes"] == 0)]
+    a = tiled.loc[tiled["setup"] == "baseline", "run_id"].iloc[0]
+    b = tiled.loc[(tiled["setup"] == "optimized"), "run_id"].iloc[0]
+    res = CliRunner().invoke(main, ["compare", str(ds), a, b, "--format", "json"])
+    assert res.exit_code == 0, res.output
+    rows = {(r["section"], r["item"]): r for r in orjson.loads(res.output)}
+    exp = rows[("breakdown", "exposed_ns")]
+    want = bd.breakdown(ds, run_ids=[a, b]).groupby("run_id")["exposed_ns"].sum()
+    assert (exp["a"], exp["b"]) == (int(want[a]), int(want[b])) and exp["delta"] == exp["b"] - exp["a"]
+    assert isinstance(exp["a"], int) and ("finding", "sm_resources_ns") in rows
+    table = CliRunner().invoke(main, ["compare", str(ds), a, b]).output
+    assert "Why: B exposes" in table and "less communication than A" in table

@@ -516,3 +516,63 @@ def _measured(run_id: str, runs: pd.DataFrame, dataset_path) -> str | None:
     return (f"Measured in this dataset: the same workload with priority {int(best['comm_priority'])}{pad} (run "
             f"{best['run_id']}) took {best['median_ms']:.3f} ms per iteration against this run's {me['median_ms']:.3f} ms "
             f"({ratio:.2f}x faster).")  # fmt: skip
+
+
+def compare_runs(dataset_path: str | os.PathLike, run_a: str, run_b: str, *, device: str | None = None,
+                 found: pd.DataFrame | None = None, totals: pd.DataFrame | None = None) -> tuple[pd.DataFrame, str]:  # fmt: skip
+    """Two runs' answers side by side, and in one sentence what changed most.
+
+    Parameters
+    ----------
+    found, totals
+        :func:`findings` and :func:`overlapviz.analysis.breakdown.run_totals` of (at least) both runs, when
+        already computed.
+
+    Returns
+    -------
+    (pandas.DataFrame, str)
+        Rows ``section`` (``breakdown``: the run's breakdown summed over its ranks; ``finding``: the time of
+        each kind of finding), ``item``, ``a_ns``, ``b_ns``, ``delta_ns`` (B − A, int64 ns), sorted within
+        each section by the size of the change; and the sentence naming the exposed-time part or
+        finding whose time changed most (why B is faster or slower).
+    """
+    if totals is None or found is None:
+        timelines = list(bd.rank_timelines(dataset_path, run_ids=[run_a, run_b]))
+        totals = bd.run_totals(timelines) if totals is None else totals
+        found = findings(dataset_path, run_ids=[run_a, run_b], device=device, timelines=timelines) if found is None else found
+    tot = totals.set_index("run_id")
+    rows = []
+    for col in bd.COLUMNS:
+        a = int(tot.loc[run_a, col]) if run_a in tot.index else 0
+        b = int(tot.loc[run_b, col]) if run_b in tot.index else 0
+        rows.append({"section": "breakdown", "item": col, "a_ns": a, "b_ns": b, "delta_ns": b - a})
+    per = found.groupby(["run_id", "kind"])["time_ns"].sum() if len(found) else pd.Series(dtype="int64")
+    kinds = [k for k in KINDS if (run_a, k) in per.index or (run_b, k) in per.index]
+    for k in kinds:
+        a, b = int(per.get((run_a, k), 0)), int(per.get((run_b, k), 0))
+        rows.append({"section": "finding", "item": k, "a_ns": a, "b_ns": b, "delta_ns": b - a})
+    out = pd.DataFrame(rows, columns=["section", "item", "a_ns", "b_ns", "delta_ns"])
+    out = out.assign(_o=out["section"].map({"breakdown": 0, "finding": 1}), _d=-out["delta_ns"].abs())
+    fixed = out["item"].isin(["comm_ns", "overlapped_ns", "exposed_ns"])
+    out = pd.concat([out.loc[fixed], out.loc[~fixed].sort_values(["_o", "_d"], kind="stable")]).drop(columns=["_o", "_d"])
+    return out.reset_index(drop=True), _why(out, found, run_a, run_b)
+
+
+def _why(table: pd.DataFrame, found: pd.DataFrame, run_a: str, run_b: str) -> str:
+    exp = table.set_index("item").loc["exposed_ns"] if "exposed_ns" in set(table["item"]) else None
+    movers = table.loc[~table["item"].isin(["comm_ns", "overlapped_ns", "exposed_ns"]) & (table["delta_ns"] != 0)]
+    if exp is None or not len(movers):
+        return "The two runs' communication time went to the same places."
+    top = movers.iloc[movers["delta_ns"].abs().argmax()]
+    d = int(exp["delta_ns"])
+    head = (f"B exposes {format_ns(-d)} less communication than A" if d < 0 else
+            f"B exposes {format_ns(d)} more communication than A" if d > 0 else "A and B expose the same communication")  # fmt: skip
+    name = str(top["item"]).removesuffix("_ns").replace("_", " ")
+    what = "finding" if top["section"] == "finding" else "part"
+    line = f"{head}; the {what} that changed most is {name}: {format_ns(top['a_ns'])} in A, {format_ns(top['b_ns'])} in B"
+    if top["section"] == "finding":
+        side = run_a if top["delta_ns"] < 0 else run_b
+        text = found.loc[(found["run_id"] == side) & (found["kind"] == top["item"]), "text"]
+        if len(text):
+            line += f" ({'A' if side == run_a else 'B'}: {text.iloc[0]})"
+    return line + "."
