@@ -121,6 +121,9 @@ def discover(sources: Sequence[str | os.PathLike], *, run_id: str | None = None,
             if stat.S_ISDIR(mode):
                 found = _discover_dir(src, depth=0, skipped=skipped)
                 if not found:
+                    stats = _stats_files(src)
+                    if stats:
+                        raise ValueError(f"{display(src)}: {STATS_ONLY} ({', '.join(p.name for p in stats[:3])})")
                     raise ValueError(f"{display(src)}: no traces found in this directory")
                 runs.extend(found)
             else:
@@ -142,7 +145,8 @@ def discover(sources: Sequence[str | os.PathLike], *, run_id: str | None = None,
     loose = [f for f in loose if f[0].resolve() not in claimed]
     for src in unknown:
         if src.resolve() not in claimed:
-            why = f"not a recognised trace format ({_describe(src)})"
+            why = (STATS_ONLY if _is_stats_name(src) else unmerged_wal(src, head_bytes(src))
+                   or f"not a recognised trace format ({_describe(src)})")  # fmt: skip
             if skipped is None:
                 raise ValueError(f"{display(src)}: {why}")
             skipped.append((display(src), why))
@@ -181,6 +185,47 @@ def _claimed(files: list[tuple[Path, str]]) -> set[Path]:
     return claimed
 
 
+# rocprof's --stats summaries (v1 ``results.stats.csv``, v3 ``*_kernel_stats.csv``): totals per
+# kernel, no timeline to find overlap in
+STATS_ONLY = "a summary without a timeline: rerun with --kernel-trace"
+_STATS_NAME = re.compile(r"[._]stats\.csv$", re.IGNORECASE)
+
+
+def _is_stats_name(path: Path) -> bool:
+    return _STATS_NAME.search(path.name) is not None
+
+
+def _stats_files(d: Path) -> list[Path]:
+    """rocprof stats summaries in ``d`` or its subdirectories (3 levels, as a scan), sorted."""
+    found = []
+    for root, dirs, files in os.walk(d):
+        if len(Path(root).relative_to(d).parts) >= 3:
+            dirs.clear()
+        found.extend(Path(root) / f for f in files if _is_stats_name(Path(f)))
+    return sorted(found)
+
+
+def unmerged_wal(path: Path, head: bytes) -> str | None:
+    """Why an SQLite file in WAL mode cannot be read yet: rows still in its ``-wal`` file.
+
+    SQLite in write-ahead-log mode (header byte 18 = 2) keeps new pages in ``FILE-wal``
+    until a checkpoint merges them; overlapviz opens traces immutable (never writing the
+    user's file), which sees only the merged pages -- possibly no tables at all. None where
+    the file is not in WAL mode or its log is empty or absent.
+    """
+    if len(head) < 19 or not head.startswith(b"SQLite format 3") or head[18] != 2:
+        return None
+    wal = Path(f"{path}-wal")
+    try:
+        size = wal.stat().st_size
+    except OSError:
+        return None
+    if not size:
+        return None
+    return (f"an SQLite database in WAL mode whose rows are not all merged into it: {wal.name} holds {size:,} bytes "
+            f"(still being written? once the writer is done, sqlite3 {path.name} 'PRAGMA wal_checkpoint' merges them)")
+
+
 def _describe(path: Path) -> str:
     try:
         head = head_bytes(path)
@@ -189,7 +234,7 @@ def _describe(path: Path) -> str:
     if not head.strip():
         return "empty file"
     if head.startswith(b"SQLite format 3"):
-        return "a SQLite file that is neither an Nsight Systems export nor a rocpd database"
+        return unmerged_wal(path, head) or "a SQLite file that is neither an Nsight Systems export nor a rocpd database"
     if path.suffix in (".nsys-rep", ".qdrep"):
         return "an Nsight Systems report: export it first (nsys export --type sqlite REPORT)"
     return "not a Chrome trace, rocprof output, Nsight Systems export or rocpd database"
@@ -256,6 +301,10 @@ def _discover_dir(d: Path, depth: int, visited: set | None = None, skipped: list
         reader = detect(p)
         if reader is not None:
             traces.append((p, reader.name))
+        else:
+            wal = unmerged_wal(p, head_bytes(p))  # an export read before its log was merged: say so, never skip it
+            if wal:
+                raise ValueError(f"{display(p)}: {wal}")
     claimed = _claimed(traces)
     traces = [t for t in traces if t[0].resolve() not in claimed]
     if _regular(manifest_path):
