@@ -31,6 +31,7 @@ import pyarrow.compute as pc
 from overlapviz.ingest import chrome_columns
 from overlapviz.ingest.base import RankTrace
 from overlapviz.ingest.files import gunzip_bounded
+from overlapviz.ingest.text import REPAIRED_KEY, needs_repair, repair_json_text
 from overlapviz.ingest.chrome_events import (
     _BUCKET_TYPES,
     _BUCKET_WHAT,
@@ -207,10 +208,14 @@ class ChromeReader:
         try:
             raw = read_bytes(path)
             scanned = chrome_columns.scan_tables(raw)  # the C scanner, else msgspec structs, else dicts
+            repaired = 0
+            if scanned is None and needs_repair(raw):  # every reader refuses text that is not UTF-8
+                raw, repaired = repair_json_text(raw)
+                scanned = chrome_columns.scan_tables(raw)
             if scanned is None:
                 typed = decode_exact(raw)
                 if typed is None:
-                    return [parse_document(_document(raw, path), path)]
+                    return [_repaired(parse_document(_document(raw, path), path), repaired)]
                 del raw  # before the structs become columns: the text and both at once were the peak
                 events, meta = typed
                 del typed
@@ -218,7 +223,8 @@ class ChromeReader:
                     tables = _split_typed(events, path, doubles="prove")
                 except InexactTimes:  # the first times fit doubles, a later one may not: read their text
                     del events
-                    events, meta = decode_text(read_bytes(path)) or _changed(path)
+                    events, meta = decode_text(repair_json_text(read_bytes(path))[0] if repaired else read_bytes(path)) \
+                        or _changed(path)
                     tables = _split_typed(events, path, doubles="prove")
                 scanned = tables, meta, len(events)
                 del events
@@ -226,7 +232,7 @@ class ChromeReader:
                 del raw
             tables, meta, n_events = scanned
             del scanned
-            return [_assemble(*tables, meta, n_events, path)]
+            return [_repaired(_assemble(*tables, meta, n_events, path), repaired)]
         except ValueError as exc:  # errors from the column helpers do not know the file
             if str(exc).startswith(str(path)):
                 raise
@@ -234,6 +240,13 @@ class ChromeReader:
         finally:
             if was_enabled:
                 gc.enable()
+
+
+def _repaired(trace: RankTrace, n: int) -> RankTrace:
+    """``trace`` with the number of strings read with U+FFFD in its info (when any)."""
+    if n:
+        trace.info[REPAIRED_KEY] = n
+    return trace
 
 
 def _changed(path: Path):

@@ -23,6 +23,7 @@ from overlapviz.ingest.discover import _TIMINGS_RE, MANIFEST, RunSource, check_u
 from overlapviz.ingest.files import display, input_bytes, read_regular
 from overlapviz.ingest.ranges import check_ranges, check_value
 from overlapviz.ingest.registry import reader_named
+from overlapviz.ingest.text import REPAIRED_KEY, repaired_message
 from overlapviz.rules import RuleSet, default_rules
 
 __all__ = ["ingest"]
@@ -420,6 +421,9 @@ class _RunState:
 
 def _add_parts(writer, run: RunSource, st: _RunState, path: Path, parts: list[_RankPart], index: int) -> None:
     """Count one file's ranks (kernels files already written) and add their small tables."""
+    repaired = max((p.info.get(REPAIRED_KEY) or 0 for p in parts), default=0)
+    if repaired:  # once per file, on stderr: the names are kept, with U+FFFD where they were broken
+        print(repaired_message(display(path), repaired), file=sys.stderr)
     if run.grouped:
         _check_one_job(run, st, path, parts, index)
     try:

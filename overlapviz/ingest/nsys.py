@@ -47,11 +47,13 @@ from overlapviz.ingest.sqlite_common import (
     np_int,
     open_readonly,
     quote,
+    repaired_count,
     sniff_tables,
     step_rows,
     sync_kind,
     sync_table,
     table_names,
+    with_repaired,
     with_syncs,
 )
 from overlapviz.schema import conform
@@ -105,7 +107,7 @@ def read_nsys(path: str | Path) -> list[RankTrace]:
     path = Path(path)
     with open_readonly(path) as db:
         try:
-            return _read(db, path)
+            return with_repaired(_read(db, path), repaired_count(db))
         except sqlite3.Error as exc:
             raise ValueError(f"{path}: corrupt or unreadable SQLite database ({' '.join(str(exc).split())})") from None
 
