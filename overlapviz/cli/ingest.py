@@ -140,7 +140,9 @@ def ingest(sources, out, run_id, overwrite, append, skip_bad, workers, rule_text
             added = [r for r in meta.get("runs", []) if r not in before]
             click.echo(f"appended to {display(path)} ({len(added)} new run{'s' * (len(added) != 1)}): it now holds {what}")
         else:
-            click.echo(f"ingested {what} into {display(path)}")
+            # profiling cycles: how per-cycle files became runs, on the same line
+            how = "".join(f"; {line}" for line in meta.get("grouped_cycles") or [])
+            click.echo(f"ingested {what} into {display(path)}{how}")
 
 
 def _runs_of(path: str) -> set[str]:

@@ -193,6 +193,9 @@ def _ingest_runs(client, sources, runs, out, rules, overwrite: bool, progress, s
         for r, st in done:
             driver._add_run(writer, r, st, run_rules[r.run_id])
         meta = {"runs": [r.run_id for r, _ in done], "ingested_from": [display(s) for s in sources]}
+        cycles = list(dict.fromkeys(r.cycles for r, _ in done if r.cycles))
+        if cycles:  # how per-cycle files became runs (ingest's summary line says it)
+            meta["grouped_cycles"] = cycles
         return writer.commit(meta)
 
 

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from overlapviz.ingest.base import companions
+from overlapviz.ingest.cycles import cycle_name, group_cycles, is_rank_dir, peek
 from overlapviz.ingest.files import display, head_bytes, read_regular, regular_file_problem
 from overlapviz.ingest.registry import detect, reader_named
 
@@ -67,6 +68,7 @@ class RunSource:
     directory: Path | None = None
     timings: list[Path] = field(default_factory=list)
     grouped: bool = False  # files grouped by their directory only: may be unrelated traces (split_by_file)
+    cycles: str | None = None  # one profiling cycle of several: how the files were grouped (cycles.py)
 
 
 # endings dropped from a file's name to name its run (repeatedly: x.pt.trace.json.gz -> x)
@@ -156,14 +158,20 @@ def discover(sources: Sequence[str | os.PathLike], *, run_id: str | None = None,
         groups: dict[Path, list] = {}
         for f in loose:
             groups.setdefault(Path("") if run_id is not None else f[0].resolve().parent, []).append(f)
-        runs[:0] = [RunSource(run_id=(file_run_name(files[0][0]) if len(files) == 1 else display(parent.name)) or "run",
-                              files=sorted(files, key=lambda f: f[0].name), grouped=run_id is None and len(files) > 1)
-                    for parent, files in groups.items()]  # fmt: skip
+        loose_runs = []
+        for parent, files in groups.items():
+            files = sorted(files, key=lambda f: f[0].name)
+            if len(files) == 1:
+                loose_runs.append(RunSource(run_id=file_run_name(files[0][0]) or "run", files=files))
+            else:
+                loose_runs.extend(_runs_of_files(display(files[0][0].resolve().parent.name) or "run", files, None))
+        runs[:0] = loose_runs
     if run_id is not None:
-        if len(runs) != 1:
+        if len(runs) != 1 and not (runs and runs[0].cycles and all(r.cycles == runs[0].cycles for r in runs)):
             raise ValueError(f"--run-id names one run but the sources hold {len(runs)} runs")
-        runs[0].run_id = display(run_id)
-        runs[0].grouped = False
+        for k, r in enumerate(runs, start=1):  # several profiling cycles: <ID>_cycle<k>
+            r.run_id = display(run_id) if len(runs) == 1 else f"{display(run_id)}_cycle{k}"
+            r.grouped = False
     check_unique(runs)
     return runs
 
@@ -316,11 +324,17 @@ def _discover_dir(d: Path, depth: int, visited: set | None = None, skipped: list
             raise ValueError(f"{display(d)}: manifest says the run succeeded but there are no traces in it")
         return [RunSource(rid, traces, manifest, d, timings)]
     if traces:
-        return [RunSource(display(d.resolve().name), traces, None, d, grouped=len(traces) > 1)]
+        return _runs_of_files(display(d.resolve().name), traces, d)
     if depth >= 3:
         return []
     found: list[RunSource] = []
+    ranks = _rank_dirs(entries)
+    if ranks:  # rank_<N>/ folders: the ranks of one job (one run per profiling cycle)
+        found.extend(_runs_of_files(display(d.resolve().name), [t for r in sorted(ranks) for t in ranks[r]], d,
+                                    {t[0]: r for r in ranks for t in ranks[r]}))  # fmt: skip
     for sub in entries:
+        if is_rank_dir(sub) in ranks:
+            continue
         if _directory_identity(sub) is not None:
             try:
                 found.extend(_discover_dir(sub, depth + 1, visited, skipped))
@@ -329,6 +343,41 @@ def _discover_dir(d: Path, depth: int, visited: set | None = None, skipped: list
                     raise
                 skipped.append((display(sub), _why(exc, sub)))
     return found
+
+
+def _rank_dirs(entries: list[Path]) -> dict[int, list[tuple[Path, str]]]:
+    """The Kineto traces of each ``rank_<N>/`` folder among ``entries``, when there are such
+    folders and each holds Kineto traces only, no manifest and no folder of its own; else {}."""
+    out: dict[int, list[tuple[Path, str]]] = {}
+    for sub in entries:
+        rank = is_rank_dir(sub)
+        if rank is None or _directory_identity(sub) is None:
+            continue
+        inside = _list_dir(sub)
+        if _regular(sub / MANIFEST) or any(_directory_identity(p) is not None for p in inside):
+            return {}
+        traces = [(p, r.name) for p in inside if _regular(p) and (r := detect(p)) is not None]
+        if not traces or any(name != "chrome" for _, name in traces) or rank in out:
+            return {}
+        out[rank] = sorted(traces, key=lambda t: t[0].name)
+    return out
+
+
+def _runs_of_files(name: str, traces: list[tuple[Path, str]], directory: Path | None,
+                   folder_ranks: dict[Path, int] | None = None) -> list[RunSource]:
+    """The runs of trace files grouped together: one per profiling cycle where they are
+    ``tensorboard_trace_handler`` files of several cycles (cycles.py), else one run."""
+    folder_ranks = folder_ranks or {}
+    named = [(p, r, cycle_name(p)) for p, r in traces]
+    if len(traces) > 1 and all(c is not None and r == "chrome" for _, r, c in named):
+        files = [peek(p, r, str(folder_ranks.get(p, c[0])), c[1], folder_ranks.get(p)) for p, r, c in named]
+        grouping = group_cycles(name, files)
+        if grouping is not None:
+            return [RunSource(rid, files, None, directory, grouped=True, cycles=f"{name}: {grouping.summary}")
+                    for rid, files in grouping.runs]  # fmt: skip
+    if folder_ranks:  # rank folders: files in rank order
+        traces = sorted(traces, key=lambda t: (folder_ranks.get(t[0], -1), t[0].name))
+    return [RunSource(name, traces, None, directory, grouped=len(traces) > 1)]
 
 
 def input_paths(sources: Sequence[str | os.PathLike], runs: Sequence[RunSource]) -> list[Path]:

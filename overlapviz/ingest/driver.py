@@ -347,6 +347,9 @@ def _ingest_runs(sources, runs: list[RunSource], out, *, rules, overwrite, worke
             _add_run(writer, r, st, run_rules[r.run_id])
         old_from = [] if existing is None else list(existing["meta"].get("ingested_from") or [])
         meta = {"runs": kept + [r.run_id for r, _ in done], "ingested_from": old_from + [display(s) for s in sources]}
+        cycles = list(dict.fromkeys(r.cycles for r, _ in done if r.cycles))
+        if cycles:  # how per-cycle files became runs (ingest's summary line says it)
+            meta["grouped_cycles"] = cycles
         return writer.commit(meta)
 
 
