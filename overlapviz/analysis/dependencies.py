@@ -18,12 +18,6 @@ DESIGN.md ("Why a collective started late"). For one rank's activities and sync 
 
   ``dependency_source`` is ``cuda_sync`` where the sync record names the recording stream
   or the record call, else ``inferred``.
-* a wait whose record call the trace does not hold (no record call on the waiting thread
-  before it, none named by a sync record: Kineto traces from before ``cudaEventRecord`` was
-  traced) gets its producer from host order on the waiting thread alone: the last activity
-  launched there on another stream than the waiting one before the wait. PyTorch's
-  ProcessGroupNCCL records the event and waits on it from the same thread, right after the
-  work it guards was enqueued. ``dependency_source`` is ``inferred``.
 * a wait gates the first activity launched on its stream after it; an activity's
   ``dependency_ready_ns`` is the latest producer end among its waits. A link whose
   producer ends after the gated activity started contradicts the trace (the GPU honours
@@ -108,38 +102,6 @@ def _per_key(keys: np.ndarray, query_keys: np.ndarray, fn) -> np.ndarray:
         m = np.flatnonzero(keys == key)
         if len(m):
             out[q] = fn(m, q)
-    return out
-
-
-def _last_other_stream(l_tid, l_t, l_stream, l_idx, tid, t, stream) -> np.ndarray:
-    """Per query: ``l_idx`` of the last launch on thread ``tid`` strictly before ``t`` whose
-    stream is not ``stream`` (-1 where none). The launches are sorted by (thread, time)."""
-    n = len(l_t)
-    out = np.full(len(t), UNKNOWN, np.int64)
-    if not n:
-        return out
-    # prev_other[i]: the last launch before i on i's thread whose stream differs from i's
-    new_run = np.ones(n, bool)
-    new_run[1:] = (l_tid[1:] != l_tid[:-1]) | (l_stream[1:] != l_stream[:-1])
-    run_start = np.maximum.accumulate(np.where(new_run, np.arange(n), 0))
-    prev_other = run_start - 1
-    same_thread = prev_other >= 0
-    same_thread[same_thread] = l_tid[prev_other[same_thread]] == l_tid[same_thread]
-    prev_other[~same_thread] = UNKNOWN
-    # the last launch before t on the thread (tid sorts first, then time)
-    pos = np.full(len(t), UNKNOWN, np.int64)
-    for key in np.unique(tid):
-        if key == UNKNOWN:
-            continue
-        q = np.flatnonzero(tid == key)
-        lo, hi = np.searchsorted(l_tid, [key, key + 1])
-        p = np.searchsorted(l_t[lo:hi], t[q], side="left") - 1
-        pos[q] = np.where(p >= 0, lo + p, UNKNOWN)
-    have = pos != UNKNOWN
-    at = np.where(have, pos, 0)
-    pick = np.where(have & (l_stream[at] == stream), prev_other[at], np.where(have, at, UNKNOWN))
-    ok = pick != UNKNOWN
-    out[ok] = l_idx[pick[ok]]
     return out
 
 
@@ -239,11 +201,6 @@ def dependency_ready(
         q = np.flatnonzero(ok & (r_stream == s))
         lo, hi = np.searchsorted(s_sorted, [s, s + 1])
         prod[q] = _last_before(t_sorted[lo:hi], by_launch[lo:hi], r_t[q])
-    # no record call to go by: the last launch on another stream on the waiting thread
-    unrecorded = (r_idx < 0) & (named_rec_stream == UNKNOWN) & (named_rec_corr == UNKNOWN) & (w_stream != UNKNOWN)
-    if unrecorded.any():
-        q = np.flatnonzero(unrecorded)
-        prod[q] = _last_other_stream(l_tid, l_t, l_stream, li, w_tid[q], w_t[q], w_stream[q])
     # the gated activity: the first launched on the waiting stream after the wait
     gated = np.full(len(w_rows), UNKNOWN, np.int64)
     for s in np.unique(w_stream[prod != UNKNOWN]):
