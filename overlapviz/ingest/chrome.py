@@ -49,6 +49,7 @@ from overlapviz.ingest.chrome_events import (
     json_kind,
     sync_table,
 )
+from overlapviz.collectives import collective_of
 from overlapviz.devices import amd_arch_from_name
 from overlapviz.schema import DEVICES, conform
 
@@ -406,6 +407,13 @@ def _gpu_activities(gpu: pa.Table, runtime: pa.Table, host: pa.Table, main_pid, 
 
     has_rt = rt_idx >= 0
     launch_tid = rt.column("tid").take(pa.array(np.where(has_rt, rt_idx, 0), mask=~has_rt)) if rt.num_rows else pa.nulls(n, pa.int64())
+    meta = _comm_metadata(gpu, host)
+    # the activity's own args name a collective (Kineto copied PyTorch's metadata onto it:
+    # copy-engine collectives run as copy kernels and memcpys), or it is a memcpy launched
+    # inside a c10d ``nccl:*`` range (NCCL's copy-engine and P2P-copy paths)
+    in_range = _nccl_range_memcpys(gpu.column("category"), launch, launch_tid, has_rt, host)
+    tagged = pc.or_(pc.is_valid(gpu.column("Collective name")), pc.is_valid(in_range))
+    meta["collective"] = pc.coalesce(meta["collective"], in_range)
     device = gpu.column("device")
     if device.null_count:
         device = pc.coalesce(device, gpu.column("pid"))
@@ -434,9 +442,35 @@ def _gpu_activities(gpu: pa.Table, runtime: pa.Table, host: pa.Table, main_pid, 
             "launch_ns": pa.array(launch, mask=~has_rt),
             "source_format": pa.array(np.full(n, SOURCE_FORMAT, dtype=object), pa.string()),
             "launch_tid": launch_tid,
-            **_comm_metadata(gpu, host),
+            **meta,
+            "comm_tagged": tagged,
         }
     )
+
+
+def _nccl_range_memcpys(category, launch: np.ndarray, launch_tid, has_rt: np.ndarray, host: pa.Table) -> pa.Array:
+    """The collective of each memcpy whose launch call lies inside a host ``nccl:<collective>``
+    range (c10d's record_function) on the launching thread, the innermost; null elsewhere."""
+    n = len(launch)
+    if not host.num_rows or not n:
+        return pa.nulls(n, pa.string())
+    is_nccl = pc.fill_null(pc.starts_with(host.column("name"), "nccl:"), False)
+    if not pc.any(is_nccl).as_py():
+        return pa.nulls(n, pa.string())
+    ranges = host.filter(is_nccl)
+    memcpy = np.asarray(pc.fill_null(pc.equal(category, "gpu_memcpy"), False), dtype=bool) & has_rt
+    tid = np.asarray(pc.fill_null(launch_tid, -1).to_numpy(zero_copy_only=False), dtype=np.int64)
+    start = ranges.column("ts").to_numpy()
+    end = start + ranges.column("dur").to_numpy()
+    r_tid = np.asarray(pc.fill_null(ranges.column("tid"), -2).to_numpy(zero_copy_only=False), dtype=np.int64)
+    labels = [collective_of(x) or x.removeprefix("nccl:") for x in ranges.column("name").to_pylist()]
+    best = np.full(n, -1, np.int64)
+    best_start = np.full(n, np.iinfo(np.int64).min)
+    for j in range(ranges.num_rows):  # one vectorized pass per range (a few per step)
+        inside = memcpy & (tid == r_tid[j]) & (launch >= start[j]) & (launch < end[j]) & (start[j] > best_start)
+        best[inside], best_start[inside] = j, start[j]
+    words = np.asarray(labels + [None], dtype=object)
+    return pa.array(words[np.where(best >= 0, best, len(labels))].tolist(), pa.string())
 
 
 def _blocks(grid: pa.Array, block: pa.Array, workitems: np.ndarray) -> pa.Array:

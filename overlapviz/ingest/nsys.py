@@ -467,6 +467,10 @@ def _process(p: int, acts: pa.Table, api, nvtx, syncs, events, gpus, meta, strin
         },
         where=where,
     )  # fmt: skip
+    # NCCL's copy-engine and P2P-copy paths: a memcpy launched inside an nccl:* range is
+    # that collective's communication (the driver makes flagged rows comm)
+    kernels = kernels.append_column("comm_tagged", pc.and_(
+        pc.equal(kernels.column("category"), "gpu_memcpy"), pc.is_valid(kernels.column("collective"))))
 
     steps = READER_STEP_SCHEMA.empty_table()
     rank = None
