@@ -105,3 +105,22 @@ def test_without_steps_cycles_go_by_order():
                                                                           ["1700000000300", "1700000000350"]]
     assert g.summary == "4 files of 2 ranks grouped into 2 cycles by cycle order (no profiler steps to match)"
     assert group_cycles("job", [_file("a_1", 1, 5), _file("b_2", 1, 5)]) is None  # one cycle: not regrouped
+
+
+def test_cycles_under_other_names(tmp_path):
+    """Per-cycle files under names of the user's own (``rank<N>_step<first>.json.gz``): the
+    ranks repeat in one folder, so the files are grouped by the profiler steps they hold."""
+    import shutil
+
+    job = tmp_path / "job"
+    job.mkdir()
+    for f in (DATA / "flat").glob("*.pt.trace.json.gz"):
+        rank, steps = _facts(f)
+        shutil.copy(f, job / f"rank{rank}_step{min(steps)}.json.gz")
+    result = CliRunner().invoke(main, ["ingest", str(job), "-o", str(tmp_path / "ds")])
+    assert result.exit_code == 0, result.output
+    assert result.output.strip().endswith("; job: 9 files of 3 ranks grouped into 3 cycles by profiler step")
+    ranks = read_frame(tmp_path / "ds", "ranks")
+    for k, first in zip((1, 2, 3), (2, 6, 10)):
+        mine = ranks[ranks["run_id"] == f"job_cycle{k}"].sort_values("rank")
+        assert [Path(p).name for p in mine["source_path"]] == [f"rank{r}_step{first}.json.gz" for r in range(3)]

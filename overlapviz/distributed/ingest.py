@@ -131,7 +131,7 @@ def ingest_on(client, sources: Sequence[str | os.PathLike] | str | os.PathLike, 
         left as it was.
     """
     from overlapviz.ingest import driver
-    from overlapviz.ingest.discover import check_unique, discover, split_by_file
+    from overlapviz.ingest.discover import check_unique, discover, split_run
 
     if isinstance(sources, (str, os.PathLike)):
         sources = [sources]
@@ -143,7 +143,7 @@ def ingest_on(client, sources: Sequence[str | os.PathLike] | str | os.PathLike, 
         try:
             return _ingest_runs(client, sources, runs, out, rules, overwrite, progress, same_cwd)
         except driver._Disagree as d:
-            runs = runs[: d.index] + split_by_file(runs[d.index]) + runs[d.index + 1 :]
+            runs = runs[: d.index] + split_run(runs[d.index]) + runs[d.index + 1 :]
             check_unique(runs)
 
 

@@ -16,13 +16,14 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["CycleFile", "Grouping", "cycle_name", "group_cycles", "is_rank_dir", "peek"]
+__all__ = ["CycleFile", "Grouping", "cycle_name", "cycles_of_ranks", "group_cycles", "is_rank_dir", "peek"]
 
 # tensorboard_trace_handler's file name: worker, then time.time_ns() (ms in torch < 2.1)
 _CYCLE_FILE = re.compile(r"^(?P<worker>.+)\.(?P<stamp>\d{10,})\.pt\.trace\.json(?:\.gz)?$")
 _RANK_DIR = re.compile(r"^rank[_-]?(\d+)$", re.IGNORECASE)
 _STEP = re.compile(rb'"name"\s*:\s*"ProfilerStep#(\d+)"')
 _DIST_RANK = re.compile(rb'"distributedInfo"\s*:\s*\{[^{}]*?"rank"\s*:\s*(\d+)')
+_DIST_WORLD = re.compile(rb'"distributedInfo"\s*:\s*\{[^{}]*?"world_size"\s*:\s*(\d+)')
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,7 @@ class CycleFile:
     stamp: int  # the handler's timestamp
     rank: int | None  # distributedInfo.rank, else the rank folder's number; None: unknown
     first_step: int | None  # the lowest ProfilerStep#N in the file; None: none
+    world: int | None = None  # distributedInfo.world_size; None: not stated
 
 
 @dataclass(frozen=True)
@@ -68,8 +70,33 @@ def peek(path: Path, reader: str, worker: str, stamp: int, folder_rank: int | No
 
     raw = read_bytes(path)
     m = _DIST_RANK.search(raw)
+    w = _DIST_WORLD.search(raw)
     steps = [int(s) for s in _STEP.findall(raw)]
-    return CycleFile(path, reader, worker, stamp, int(m.group(1)) if m else folder_rank, min(steps) if steps else None)
+    return CycleFile(path, reader, worker, stamp, int(m.group(1)) if m else folder_rank, min(steps) if steps else None,
+                     int(w.group(1)) if w else None)  # fmt: skip
+
+
+def cycles_of_ranks(name: str, files: list[tuple[Path, str]]) -> Grouping | None:
+    """Files of one folder that repeat ranks, named in any way (``rank0_step12.json``): cycles
+    of one job where every file is a Kineto trace whose rank is known (``distributedInfo.rank``,
+    else the rank in its name), they state one world size (not 1), and some rank has several
+    files; then one run per cycle as ``group_cycles`` makes them. None otherwise (unrelated
+    traces: the caller makes a run per file)."""
+    from overlapviz.ingest.base import rank_from_name
+
+    if not files or any(reader != "chrome" for _, reader in files):
+        return None
+    peeked = []
+    for path, reader in files:
+        named = cycle_name(path)
+        f = peek(path, reader, "", named[1] if named else 0, rank_from_name(path.name))
+        if f.rank is None:
+            return None
+        peeked.append(CycleFile(f.path, reader, f"rank{f.rank}", f.stamp, f.rank, f.first_step, f.world))
+    worlds = {f.world for f in peeked if f.world is not None}
+    if len(worlds) > 1 or worlds == {1} or any(w is not None and not 0 <= f.rank < w for f in peeked for w in worlds):
+        return None
+    return group_cycles(name, peeked)
 
 
 def group_cycles(name: str, files: list[CycleFile]) -> Grouping | None:

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from overlapviz.ingest.base import companions
-from overlapviz.ingest.cycles import cycle_name, group_cycles, is_rank_dir, peek
+from overlapviz.ingest.cycles import cycle_name, cycles_of_ranks, group_cycles, is_rank_dir, peek
 from overlapviz.ingest.files import display, head_bytes, read_regular, regular_file_problem
 from overlapviz.ingest.registry import detect, reader_named
 
@@ -90,6 +90,18 @@ def file_run_name(path: Path) -> str:
 def split_by_file(run: RunSource) -> list[RunSource]:
     """``run``'s files as runs of their own, each named after its file."""
     return [RunSource(file_run_name(path), [(path, reader)]) for path, reader in run.files]
+
+
+def split_run(run: RunSource) -> list[RunSource]:
+    """A run whose files turned out not to be the ranks of one job: one run per profiling
+    cycle where they are the cycles of one job (``cycles.cycles_of_ranks``: ranks repeat,
+    one world), else one run per file (``split_by_file``)."""
+    if run.cycles is None:
+        grouping = cycles_of_ranks(run.run_id, run.files)
+        if grouping is not None:
+            return [RunSource(rid, files, None, run.directory, grouped=True, cycles=f"{run.run_id}: {grouping.summary}")
+                    for rid, files in grouping.runs]  # fmt: skip
+    return split_by_file(run)
 
 
 def check_unique(runs: list[RunSource]) -> None:

@@ -19,7 +19,7 @@ from overlapviz import schema
 from overlapviz.ingest import pool
 from overlapviz.ingest.base import RankTrace, rank_from_name
 from overlapviz.ingest.classify import finish_kernels, set_column, split_multi_gpu
-from overlapviz.ingest.discover import _TIMINGS_RE, MANIFEST, RunSource, check_unique, discover, input_paths, split_by_file
+from overlapviz.ingest.discover import _TIMINGS_RE, MANIFEST, RunSource, check_unique, discover, input_paths, split_run
 from overlapviz.ingest.files import display, input_bytes, read_regular
 from overlapviz.ingest.ranges import check_ranges, check_value
 from overlapviz.ingest.registry import reader_named
@@ -126,7 +126,7 @@ def _ingest_file_or_skip(*args) -> list[_RankPart] | _Skipped:
 
 
 class _Disagree(Exception):
-    """The files of a directory-grouped run are not the ranks of one job (``discover.split_by_file``)."""
+    """The files of a directory-grouped run are not the ranks of one job (``discover.split_run``)."""
 
     def __init__(self, index: int):
         super().__init__(index)
@@ -282,7 +282,7 @@ def ingest(
                                 progress=progress, skipped=skipped if skip_bad else None, existing=existing,
                                 replace=overwrite)  # fmt: skip
         except _Disagree as d:
-            runs = runs[: d.index] + split_by_file(runs[d.index]) + runs[d.index + 1:]
+            runs = runs[: d.index] + split_run(runs[d.index]) + runs[d.index + 1:]
             check_unique(runs)
 
 
