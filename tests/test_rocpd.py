@@ -770,4 +770,5 @@ def test_real_rocm711_database(tmp_path):
     runs = read_frame(out, "runs")
     assert runs["device_name"].tolist() == ["AMD Instinct MI300X"]
     dev = read_frame(out, "devices").set_index("device")
+    assert dev.index.tolist() == [0]  # the GPU the process used, not the 8 the node lists
     assert dev.loc[0, "num_sms"] == 304 and dev.loc[0, "arch"] == "gfx942"
