@@ -79,9 +79,10 @@ def peek(path: Path, reader: str, worker: str, stamp: int, folder_rank: int | No
 def cycles_of_ranks(name: str, files: list[tuple[Path, str]]) -> Grouping | None:
     """Files of one folder that repeat ranks, named in any way (``rank0_step12.json``): cycles
     of one job where every file is a Kineto trace whose rank is known (``distributedInfo.rank``,
-    else the rank in its name), they state one world size (not 1), and some rank has several
-    files; then one run per cycle as ``group_cycles`` makes them. None otherwise (unrelated
-    traces: the caller makes a run per file)."""
+    else the rank in its name), they state one world size (not 1), hold profiler steps (a
+    rank's files at different first steps) and come from two ranks or more; then one run per
+    cycle, by profiler step, as ``group_cycles`` makes them. None otherwise (unrelated traces:
+    the caller makes a run per file)."""
     from overlapviz.ingest.base import rank_from_name
 
     if not files or any(reader != "chrome" for _, reader in files):
@@ -96,6 +97,15 @@ def cycles_of_ranks(name: str, files: list[tuple[Path, str]]) -> Grouping | None
     worlds = {f.world for f in peeked if f.world is not None}
     if len(worlds) > 1 or worlds == {1} or any(w is not None and not 0 <= f.rank < w for f in peeked for w in worlds):
         return None
+    # the evidence of cycles: profiler steps in every file, a rank's files at different steps,
+    # and two ranks or more (one rank's files of one world are variants of a job, not cycles)
+    if any(f.first_step is None for f in peeked) or len({f.rank for f in peeked}) < 2:
+        return None
+    seen = set()
+    for f in peeked:
+        if (f.rank, f.first_step) in seen:
+            return None
+        seen.add((f.rank, f.first_step))
     return group_cycles(name, peeked)
 
 
