@@ -407,20 +407,13 @@ def _gpu_activities(gpu: pa.Table, runtime: pa.Table, host: pa.Table, main_pid, 
 
     has_rt = rt_idx >= 0
     launch_tid = rt.column("tid").take(pa.array(np.where(has_rt, rt_idx, 0), mask=~has_rt)) if rt.num_rows else pa.nulls(n, pa.int64())
-    meta = _comm_metadata(gpu, host)
-    # the activity's own args name a collective (Kineto copied PyTorch's metadata onto it:
-    # copy-engine collectives run as copy kernels and memcpys), or it is a memcpy launched
-    # inside a c10d ``nccl:*`` range (NCCL's copy-engine and P2P-copy paths)
-    in_range = _nccl_range_memcpys(gpu.column("category"), launch, launch_tid, has_rt, host)
-    tagged = pc.or_(pc.is_valid(gpu.column("Collective name")), pc.is_valid(in_range))
-    meta["collective"] = pc.coalesce(meta["collective"], in_range)
     device = gpu.column("device")
     if device.null_count:
         device = pc.coalesce(device, gpu.column("pid"))
     stream = gpu.column("stream")
     if stream.null_count:
         stream = pc.coalesce(stream, gpu.column("tid"))
-    return pa.table(
+    table = pa.table(
         {
             "device": device.cast(pa.int32()),
             "stream": stream,
@@ -442,10 +435,17 @@ def _gpu_activities(gpu: pa.Table, runtime: pa.Table, host: pa.Table, main_pid, 
             "launch_ns": pa.array(launch, mask=~has_rt),
             "source_format": pa.array(np.full(n, SOURCE_FORMAT, dtype=object), pa.string()),
             "launch_tid": launch_tid,
-            **meta,
-            "comm_tagged": tagged,
+            **_comm_metadata(gpu, host),
         }
     )
+    # the activity's own args name a collective (Kineto copied PyTorch's metadata onto it:
+    # copy-engine collectives run as copy kernels and memcpys), or it is a memcpy launched
+    # inside a c10d ``nccl:*`` range (NCCL's copy-engine and P2P-copy paths); the driver
+    # makes flagged rows comm (classify.TAGGED)
+    in_range = _nccl_range_memcpys(gpu.column("category"), launch, launch_tid, has_rt, host)
+    table = table.append_column("comm_tagged", pc.or_(pc.is_valid(gpu.column("Collective name")), pc.is_valid(in_range)))
+    i = table.column_names.index("collective")
+    return table.set_column(i, "collective", pc.coalesce(table.column(i), in_range))
 
 
 def _nccl_range_memcpys(category, launch: np.ndarray, launch_tid, has_rt: np.ndarray, host: pa.Table) -> pa.Array:
