@@ -178,12 +178,15 @@ def discover(sources: Sequence[str | os.PathLike], *, run_id: str | None = None,
             else:
                 loose_runs.extend(_runs_of_files(display(files[0][0].resolve().parent.name) or "run", files, None))
         runs[:0] = loose_runs
+    if run_id is not None and len(runs) > 1 and runs[0].cycles and all(r.cycles == runs[0].cycles for r in runs):
+        for k, r in enumerate(runs, start=1):  # the profiling cycles of one job: <ID>_cycle<k>
+            r.run_id, r.grouped = f"{display(run_id)}_cycle{k}", False
+        run_id = None
     if run_id is not None:
-        if len(runs) != 1 and not (runs and runs[0].cycles and all(r.cycles == runs[0].cycles for r in runs)):
+        if len(runs) != 1:
             raise ValueError(f"--run-id names one run but the sources hold {len(runs)} runs")
-        for k, r in enumerate(runs, start=1):  # several profiling cycles: <ID>_cycle<k>
-            r.run_id = display(run_id) if len(runs) == 1 else f"{display(run_id)}_cycle{k}"
-            r.grouped = False
+        runs[0].run_id = display(run_id)
+        runs[0].grouped = False
     check_unique(runs)
     return runs
 
@@ -357,41 +360,6 @@ def _discover_dir(d: Path, depth: int, visited: set | None = None, skipped: list
     return found
 
 
-def _rank_dirs(entries: list[Path]) -> dict[int, list[tuple[Path, str]]]:
-    """The Kineto traces of each ``rank_<N>/`` folder among ``entries``, when there are such
-    folders and each holds Kineto traces only, no manifest and no folder of its own; else {}."""
-    out: dict[int, list[tuple[Path, str]]] = {}
-    for sub in entries:
-        rank = is_rank_dir(sub)
-        if rank is None or _directory_identity(sub) is None:
-            continue
-        inside = _list_dir(sub)
-        if _regular(sub / MANIFEST) or any(_directory_identity(p) is not None for p in inside):
-            return {}
-        traces = [(p, r.name) for p in inside if _regular(p) and (r := detect(p)) is not None]
-        if not traces or any(name != "chrome" for _, name in traces) or rank in out:
-            return {}
-        out[rank] = sorted(traces, key=lambda t: t[0].name)
-    return out
-
-
-def _runs_of_files(name: str, traces: list[tuple[Path, str]], directory: Path | None,
-                   folder_ranks: dict[Path, int] | None = None) -> list[RunSource]:
-    """The runs of trace files grouped together: one per profiling cycle where they are
-    ``tensorboard_trace_handler`` files of several cycles (cycles.py), else one run."""
-    folder_ranks = folder_ranks or {}
-    named = [(p, r, cycle_name(p)) for p, r in traces]
-    if len(traces) > 1 and all(c is not None and r == "chrome" for _, r, c in named):
-        files = [peek(p, r, str(folder_ranks.get(p, c[0])), c[1], folder_ranks.get(p)) for p, r, c in named]
-        grouping = group_cycles(name, files)
-        if grouping is not None:
-            return [RunSource(rid, files, None, directory, grouped=True, cycles=f"{name}: {grouping.summary}")
-                    for rid, files in grouping.runs]  # fmt: skip
-    if folder_ranks:  # rank folders: files in rank order
-        traces = sorted(traces, key=lambda t: (folder_ranks.get(t[0], -1), t[0].name))
-    return [RunSource(name, traces, None, directory, grouped=len(traces) > 1)]
-
-
 def input_paths(sources: Sequence[str | os.PathLike], runs: Sequence[RunSource]) -> list[Path]:
     """Every path an ingest of ``runs`` reads: the sources, run directories, trace files and
     the files their readers read along with them, manifests, timings. The output may be
@@ -427,3 +395,38 @@ def _read_manifest(path: Path) -> dict:
 
 
 # --- per-file work (runs in the worker processes) ----------------------------------------
+
+
+def _rank_dirs(entries: list[Path]) -> dict[int, list[tuple[Path, str]]]:
+    """The Kineto traces of each ``rank_<N>/`` folder among ``entries``, when there are such
+    folders and each holds Kineto traces only, no manifest and no folder of its own; else {}."""
+    out: dict[int, list[tuple[Path, str]]] = {}
+    for sub in entries:
+        rank = is_rank_dir(sub)
+        if rank is None or _directory_identity(sub) is None:
+            continue
+        inside = _list_dir(sub)
+        if _regular(sub / MANIFEST) or any(_directory_identity(p) is not None for p in inside):
+            return {}
+        traces = [(p, r.name) for p in inside if _regular(p) and (r := detect(p)) is not None]
+        if not traces or any(name != "chrome" for _, name in traces) or rank in out:
+            return {}
+        out[rank] = sorted(traces, key=lambda t: t[0].name)
+    return out
+
+
+def _runs_of_files(name: str, traces: list[tuple[Path, str]], directory: Path | None,
+                   folder_ranks: dict[Path, int] | None = None) -> list[RunSource]:
+    """The runs of trace files grouped together: one per profiling cycle where they are
+    ``tensorboard_trace_handler`` files of several cycles (cycles.py), else one run."""
+    folder_ranks = folder_ranks or {}
+    named = [(p, r, cycle_name(p)) for p, r in traces]
+    if len(traces) > 1 and all(c is not None and r == "chrome" for _, r, c in named):
+        files = [peek(p, r, str(folder_ranks.get(p, c[0])), c[1], folder_ranks.get(p)) for p, r, c in named]
+        grouping = group_cycles(name, files)
+        if grouping is not None:
+            return [RunSource(rid, files, None, directory, grouped=True, cycles=f"{name}: {grouping.summary}")
+                    for rid, files in grouping.runs]  # fmt: skip
+    if folder_ranks:  # rank folders: files in rank order
+        traces = sorted(traces, key=lambda t: (folder_ranks.get(t[0], -1), t[0].name))
+    return [RunSource(name, traces, None, directory, grouped=len(traces) > 1)]
