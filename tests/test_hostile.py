@@ -316,8 +316,9 @@ def kineto_nul_bytes_inside(ws):
     return Run([put(ws / "in" / "rank0.json", text[:i] + b"\x00" * 16 + text[i:])], ws / "out" / "ds")
 
 
-@case()
+@case(ok=True)
 def kineto_not_utf8_inside_a_string(ws):
+    """Bytes that are not UTF-8 in a name: read as U+FFFD with a warning (issue 32), not refused."""
     text = gzip.decompress(EVENT_SYNC.read_bytes()).replace(b"ampere_sgemm", b"ampere\xff\xfesgemm", 1)
     return Run([put(ws / "in" / "rank0.json", text)], ws / "out" / "ds")
 
@@ -539,13 +540,13 @@ def kineto_device_limit_past_int64(ws):
     return Run([put_doc(ws / "in" / "rank0.json", doc)], ws / "out" / "ds", names="'maxThreadsPerBlock'")
 
 
-@case()
+@case(ok=True)
 def kineto_lone_surrogate_in_an_ignored_event(ws):
-    """JSON with an unpaired surrogate escape is invalid wherever it is (both readers say so)."""
+    """An unpaired surrogate escape is read as U+FFFD wherever it is (every reader alike, issue 32)."""
     text = gzip.decompress(EVENT_SYNC.read_bytes()).decode()
     text = text.replace('"ph": "i"', '"ph": "i\\udcff"', 1)
     assert "udcff" in text
-    return Run([put(ws / "in" / "rank0.json", text)], ws / "out" / "ds", names="invalid JSON")
+    return Run([put(ws / "in" / "rank0.json", text)], ws / "out" / "ds")
 
 
 @case(ok=True)

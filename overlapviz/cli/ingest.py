@@ -136,11 +136,13 @@ def ingest(sources, out, run_id, overwrite, append, skip_bad, workers, rule_text
         n_runs = len(meta.get("runs", []))
         what = (f"{n_runs} run{'s' * (n_runs != 1)}, {n_ranks} rank{'s' * (n_ranks != 1)}, "
                 f"{meta.get('n_kernels', 0):,} GPU activities (kernels, copies, memsets)")
+        # profiling cycles: how per-cycle files became runs, on the same line
+        how = "".join(f"; {line}" for line in meta.get("grouped_cycles") or [])
         if append:
             added = [r for r in meta.get("runs", []) if r not in before]
-            click.echo(f"appended to {display(path)} ({len(added)} new run{'s' * (len(added) != 1)}): it now holds {what}")
+            click.echo(f"appended to {display(path)} ({len(added)} new run{'s' * (len(added) != 1)}): it now holds {what}{how}")
         else:
-            click.echo(f"ingested {what} into {display(path)}")
+            click.echo(f"ingested {what} into {display(path)}{how}")
 
 
 def _runs_of(path: str) -> set[str]:

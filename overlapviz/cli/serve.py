@@ -8,11 +8,13 @@ from pathlib import Path
 import click
 from click.core import ParameterSource
 
+from overlapviz.cli._dataset import DATASET
+
 TOKEN_ENV = "OVERLAPVIZ_TOKEN"
 
 
 @click.command()
-@click.argument("dataset", required=False, type=click.Path(file_okay=False, path_type=str))
+@click.argument("dataset", required=False, type=DATASET)
 @click.option("--address", default="127.0.0.1", show_default=True,
               help="Interface to listen on. Anything but loopback needs --allow-remote.")
 @click.option("--port", default=5006, show_default=True, type=click.IntRange(0, 65535),
@@ -49,7 +51,8 @@ def serve(ctx: click.Context, dataset: str | None, address: str, port: int, allo
           ssl_certfile: str | None, ssl_keyfile: str | None, origins: tuple[str, ...], token: str | None, no_token: bool,
           token_file: Path | None, unix_socket: str | None, show: bool, get_path: str | None,
           scheduler: str | None, device_name: str | None) -> None:  # fmt: skip
-    """Serve the dashboard for DATASET (the bundled sample traces when omitted).
+    """Serve the dashboard for DATASET (the bundled sample traces when omitted): a dataset directory, or
+    trace files or directories, ingested into the cache once as `overlapviz analyze TRACES` does.
 
     Pages: Overview (configuration heatmaps), Timeline, Why late, Collectives, Residency, Compare.
     Every resource is served by this server or inlined: the page works with no internet.

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from overlapviz.ingest.base import companions
+from overlapviz.ingest.cycles import cycle_name, cycles_of_ranks, group_cycles, is_rank_dir, peek
 from overlapviz.ingest.files import display, head_bytes, read_regular, regular_file_problem
 from overlapviz.ingest.registry import detect, reader_named
 
@@ -67,6 +68,7 @@ class RunSource:
     directory: Path | None = None
     timings: list[Path] = field(default_factory=list)
     grouped: bool = False  # files grouped by their directory only: may be unrelated traces (split_by_file)
+    cycles: str | None = None  # one profiling cycle of several: how the files were grouped (cycles.py)
 
 
 # endings dropped from a file's name to name its run (repeatedly: x.pt.trace.json.gz -> x)
@@ -88,6 +90,18 @@ def file_run_name(path: Path) -> str:
 def split_by_file(run: RunSource) -> list[RunSource]:
     """``run``'s files as runs of their own, each named after its file."""
     return [RunSource(file_run_name(path), [(path, reader)]) for path, reader in run.files]
+
+
+def split_run(run: RunSource) -> list[RunSource]:
+    """A run whose files turned out not to be the ranks of one job: one run per profiling
+    cycle where they are the cycles of one job (``cycles.cycles_of_ranks``: ranks repeat,
+    one world), else one run per file (``split_by_file``)."""
+    if run.cycles is None:
+        grouping = cycles_of_ranks(run.run_id, run.files)
+        if grouping is not None:
+            return [RunSource(rid, files, None, run.directory, grouped=True, cycles=f"{run.run_id}: {grouping.summary}")
+                    for rid, files in grouping.runs]  # fmt: skip
+    return split_by_file(run)
 
 
 def check_unique(runs: list[RunSource]) -> None:
@@ -121,6 +135,9 @@ def discover(sources: Sequence[str | os.PathLike], *, run_id: str | None = None,
             if stat.S_ISDIR(mode):
                 found = _discover_dir(src, depth=0, skipped=skipped)
                 if not found:
+                    stats = _stats_files(src)
+                    if stats:
+                        raise ValueError(f"{display(src)}: {STATS_ONLY} ({', '.join(p.name for p in stats[:3])})")
                     raise ValueError(f"{display(src)}: no traces found in this directory")
                 runs.extend(found)
             else:
@@ -142,7 +159,8 @@ def discover(sources: Sequence[str | os.PathLike], *, run_id: str | None = None,
     loose = [f for f in loose if f[0].resolve() not in claimed]
     for src in unknown:
         if src.resolve() not in claimed:
-            why = f"not a recognised trace format ({_describe(src)})"
+            why = (STATS_ONLY if _is_stats_name(src) else unmerged_wal(src, head_bytes(src))
+                   or f"not a recognised trace format ({_describe(src)})")  # fmt: skip
             if skipped is None:
                 raise ValueError(f"{display(src)}: {why}")
             skipped.append((display(src), why))
@@ -152,9 +170,18 @@ def discover(sources: Sequence[str | os.PathLike], *, run_id: str | None = None,
         groups: dict[Path, list] = {}
         for f in loose:
             groups.setdefault(Path("") if run_id is not None else f[0].resolve().parent, []).append(f)
-        runs[:0] = [RunSource(run_id=(file_run_name(files[0][0]) if len(files) == 1 else display(parent.name)) or "run",
-                              files=sorted(files, key=lambda f: f[0].name), grouped=run_id is None and len(files) > 1)
-                    for parent, files in groups.items()]  # fmt: skip
+        loose_runs = []
+        for parent, files in groups.items():
+            files = sorted(files, key=lambda f: f[0].name)
+            if len(files) == 1:
+                loose_runs.append(RunSource(run_id=file_run_name(files[0][0]) or "run", files=files))
+            else:
+                loose_runs.extend(_runs_of_files(display(files[0][0].resolve().parent.name) or "run", files, None))
+        runs[:0] = loose_runs
+    if run_id is not None and len(runs) > 1 and runs[0].cycles and all(r.cycles == runs[0].cycles for r in runs):
+        for k, r in enumerate(runs, start=1):  # the profiling cycles of one job: <ID>_cycle<k>
+            r.run_id, r.grouped = f"{display(run_id)}_cycle{k}", False
+        run_id = None
     if run_id is not None:
         if len(runs) != 1:
             raise ValueError(f"--run-id names one run but the sources hold {len(runs)} runs")
@@ -181,6 +208,47 @@ def _claimed(files: list[tuple[Path, str]]) -> set[Path]:
     return claimed
 
 
+# rocprof's --stats summaries (v1 ``results.stats.csv``, v3 ``*_kernel_stats.csv``): totals per
+# kernel, no timeline to find overlap in
+STATS_ONLY = "a summary without a timeline: rerun with --kernel-trace"
+_STATS_NAME = re.compile(r"[._]stats\.csv$", re.IGNORECASE)
+
+
+def _is_stats_name(path: Path) -> bool:
+    return _STATS_NAME.search(path.name) is not None
+
+
+def _stats_files(d: Path) -> list[Path]:
+    """rocprof stats summaries in ``d`` or its subdirectories (3 levels, as a scan), sorted."""
+    found = []
+    for root, dirs, files in os.walk(d):
+        if len(Path(root).relative_to(d).parts) >= 3:
+            dirs.clear()
+        found.extend(Path(root) / f for f in files if _is_stats_name(Path(f)))
+    return sorted(found)
+
+
+def unmerged_wal(path: Path, head: bytes) -> str | None:
+    """Why an SQLite file in WAL mode cannot be read yet: rows still in its ``-wal`` file.
+
+    SQLite in write-ahead-log mode (header byte 18 = 2) keeps new pages in ``FILE-wal``
+    until a checkpoint merges them; overlapviz opens traces immutable (never writing the
+    user's file), which sees only the merged pages -- possibly no tables at all. None where
+    the file is not in WAL mode or its log is empty or absent.
+    """
+    if len(head) < 19 or not head.startswith(b"SQLite format 3") or head[18] != 2:
+        return None
+    wal = Path(f"{path}-wal")
+    try:
+        size = wal.stat().st_size
+    except OSError:
+        return None
+    if not size:
+        return None
+    return (f"an SQLite database in WAL mode whose rows are not all merged into it: {wal.name} holds {size:,} bytes "
+            f"(still being written? once the writer is done, sqlite3 {path.name} 'PRAGMA wal_checkpoint' merges them)")
+
+
 def _describe(path: Path) -> str:
     try:
         head = head_bytes(path)
@@ -189,7 +257,7 @@ def _describe(path: Path) -> str:
     if not head.strip():
         return "empty file"
     if head.startswith(b"SQLite format 3"):
-        return "a SQLite file that is neither an Nsight Systems export nor a rocpd database"
+        return unmerged_wal(path, head) or "a SQLite file that is neither an Nsight Systems export nor a rocpd database"
     if path.suffix in (".nsys-rep", ".qdrep"):
         return "an Nsight Systems report: export it first (nsys export --type sqlite REPORT)"
     return "not a Chrome trace, rocprof output, Nsight Systems export or rocpd database"
@@ -256,6 +324,10 @@ def _discover_dir(d: Path, depth: int, visited: set | None = None, skipped: list
         reader = detect(p)
         if reader is not None:
             traces.append((p, reader.name))
+        else:
+            wal = unmerged_wal(p, head_bytes(p))  # an export read before its log was merged: say so, never skip it
+            if wal:
+                raise ValueError(f"{display(p)}: {wal}")
     claimed = _claimed(traces)
     traces = [t for t in traces if t[0].resolve() not in claimed]
     if _regular(manifest_path):
@@ -267,11 +339,17 @@ def _discover_dir(d: Path, depth: int, visited: set | None = None, skipped: list
             raise ValueError(f"{display(d)}: manifest says the run succeeded but there are no traces in it")
         return [RunSource(rid, traces, manifest, d, timings)]
     if traces:
-        return [RunSource(display(d.resolve().name), traces, None, d, grouped=len(traces) > 1)]
+        return _runs_of_files(display(d.resolve().name), traces, d)
     if depth >= 3:
         return []
     found: list[RunSource] = []
+    ranks = _rank_dirs(entries)
+    if ranks:  # rank_<N>/ folders: the ranks of one job (one run per profiling cycle)
+        found.extend(_runs_of_files(display(d.resolve().name), [t for r in sorted(ranks) for t in ranks[r]], d,
+                                    {t[0]: r for r in ranks for t in ranks[r]}))  # fmt: skip
     for sub in entries:
+        if is_rank_dir(sub) in ranks:
+            continue
         if _directory_identity(sub) is not None:
             try:
                 found.extend(_discover_dir(sub, depth + 1, visited, skipped))
@@ -317,3 +395,38 @@ def _read_manifest(path: Path) -> dict:
 
 
 # --- per-file work (runs in the worker processes) ----------------------------------------
+
+
+def _rank_dirs(entries: list[Path]) -> dict[int, list[tuple[Path, str]]]:
+    """The Kineto traces of each ``rank_<N>/`` folder among ``entries``, when there are such
+    folders and each holds Kineto traces only, no manifest and no folder of its own; else {}."""
+    out: dict[int, list[tuple[Path, str]]] = {}
+    for sub in entries:
+        rank = is_rank_dir(sub)
+        if rank is None or _directory_identity(sub) is None:
+            continue
+        inside = _list_dir(sub)
+        if _regular(sub / MANIFEST) or any(_directory_identity(p) is not None for p in inside):
+            return {}
+        traces = [(p, r.name) for p in inside if _regular(p) and (r := detect(p)) is not None]
+        if not traces or any(name != "chrome" for _, name in traces) or rank in out:
+            return {}
+        out[rank] = sorted(traces, key=lambda t: t[0].name)
+    return out
+
+
+def _runs_of_files(name: str, traces: list[tuple[Path, str]], directory: Path | None,
+                   folder_ranks: dict[Path, int] | None = None) -> list[RunSource]:
+    """The runs of trace files grouped together: one per profiling cycle where they are
+    ``tensorboard_trace_handler`` files of several cycles (cycles.py), else one run."""
+    folder_ranks = folder_ranks or {}
+    named = [(p, r, cycle_name(p)) for p, r in traces]
+    if len(traces) > 1 and all(c is not None and r == "chrome" for _, r, c in named):
+        files = [peek(p, r, str(folder_ranks.get(p, c[0])), c[1], folder_ranks.get(p)) for p, r, c in named]
+        grouping = group_cycles(name, files)
+        if grouping is not None:
+            return [RunSource(rid, files, None, directory, grouped=True, cycles=f"{name}: {grouping.summary}")
+                    for rid, files in grouping.runs]  # fmt: skip
+    if folder_ranks:  # rank folders: files in rank order
+        traces = sorted(traces, key=lambda t: (folder_ranks.get(t[0], -1), t[0].name))
+    return [RunSource(name, traces, None, directory, grouped=len(traces) > 1)]

@@ -19,10 +19,11 @@ from overlapviz import schema
 from overlapviz.ingest import pool
 from overlapviz.ingest.base import RankTrace, rank_from_name
 from overlapviz.ingest.classify import finish_kernels, set_column, split_multi_gpu
-from overlapviz.ingest.discover import _TIMINGS_RE, MANIFEST, RunSource, check_unique, discover, input_paths, split_by_file
+from overlapviz.ingest.discover import _TIMINGS_RE, MANIFEST, RunSource, check_unique, discover, input_paths, split_run
 from overlapviz.ingest.files import display, input_bytes, read_regular
 from overlapviz.ingest.ranges import check_ranges, check_value
 from overlapviz.ingest.registry import reader_named
+from overlapviz.ingest.text import REPAIRED_KEY, repaired_message
 from overlapviz.rules import RuleSet, default_rules
 
 __all__ = ["ingest"]
@@ -125,7 +126,7 @@ def _ingest_file_or_skip(*args) -> list[_RankPart] | _Skipped:
 
 
 class _Disagree(Exception):
-    """The files of a directory-grouped run are not the ranks of one job (``discover.split_by_file``)."""
+    """The files of a directory-grouped run are not the ranks of one job (``discover.split_run``)."""
 
     def __init__(self, index: int):
         super().__init__(index)
@@ -281,7 +282,7 @@ def ingest(
                                 progress=progress, skipped=skipped if skip_bad else None, existing=existing,
                                 replace=overwrite)  # fmt: skip
         except _Disagree as d:
-            runs = runs[: d.index] + split_by_file(runs[d.index]) + runs[d.index + 1:]
+            runs = runs[: d.index] + split_run(runs[d.index]) + runs[d.index + 1:]
             check_unique(runs)
 
 
@@ -346,6 +347,9 @@ def _ingest_runs(sources, runs: list[RunSource], out, *, rules, overwrite, worke
             _add_run(writer, r, st, run_rules[r.run_id])
         old_from = [] if existing is None else list(existing["meta"].get("ingested_from") or [])
         meta = {"runs": kept + [r.run_id for r, _ in done], "ingested_from": old_from + [display(s) for s in sources]}
+        cycles = list(dict.fromkeys(r.cycles for r, _ in done if r.cycles))
+        if cycles:  # how per-cycle files became runs (ingest's summary line says it)
+            meta["grouped_cycles"] = cycles
         return writer.commit(meta)
 
 
@@ -420,6 +424,9 @@ class _RunState:
 
 def _add_parts(writer, run: RunSource, st: _RunState, path: Path, parts: list[_RankPart], index: int) -> None:
     """Count one file's ranks (kernels files already written) and add their small tables."""
+    repaired = max((p.info.get(REPAIRED_KEY) or 0 for p in parts), default=0)
+    if repaired:  # once per file, on stderr: the names are kept, with U+FFFD where they were broken
+        print(repaired_message(display(path), repaired), file=sys.stderr)
     if run.grouped:
         _check_one_job(run, st, path, parts, index)
     try:

@@ -47,11 +47,13 @@ from overlapviz.ingest.sqlite_common import (
     np_int,
     open_readonly,
     quote,
+    repaired_count,
     sniff_tables,
     step_rows,
     sync_kind,
     sync_table,
     table_names,
+    with_repaired,
     with_syncs,
 )
 from overlapviz.schema import conform
@@ -105,7 +107,7 @@ def read_nsys(path: str | Path) -> list[RankTrace]:
     path = Path(path)
     with open_readonly(path) as db:
         try:
-            return _read(db, path)
+            return with_repaired(_read(db, path), repaired_count(db))
         except sqlite3.Error as exc:
             raise ValueError(f"{path}: corrupt or unreadable SQLite database ({' '.join(str(exc).split())})") from None
 
@@ -465,6 +467,10 @@ def _process(p: int, acts: pa.Table, api, nvtx, syncs, events, gpus, meta, strin
         },
         where=where,
     )  # fmt: skip
+    # NCCL's copy-engine and P2P-copy paths: a memcpy launched inside an nccl:* range is
+    # that collective's communication (the driver makes flagged rows comm)
+    kernels = kernels.append_column("comm_tagged", pc.and_(
+        pc.equal(kernels.column("category"), "gpu_memcpy"), pc.is_valid(kernels.column("collective"))))
 
     steps = READER_STEP_SCHEMA.empty_table()
     rank = None

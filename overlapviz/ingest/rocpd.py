@@ -40,11 +40,13 @@ from overlapviz.ingest.sqlite_common import (
     np_int,
     open_readonly,
     quote,
+    repaired_count,
     sniff_tables,
     step_rows,
     sync_kind,
     sync_table,
     table_names,
+    with_repaired,
     with_syncs,
 )
 from overlapviz.schema import conform
@@ -102,7 +104,7 @@ def read_rocpd(path: str | Path) -> list[RankTrace]:
     path = Path(path)
     with open_readonly(path) as db:
         try:
-            return _read(db, path)
+            return with_repaired(_read(db, path), repaired_count(db))
         except sqlite3.Error as exc:
             raise ValueError(f"{path}: corrupt or unreadable SQLite database ({' '.join(str(exc).split())})") from None
 
@@ -600,7 +602,9 @@ def _process(key, rank, kernels, copies, proc: dict, agents, api, stream_args, s
     use_stream = bool(pc.any(pc.not_equal(pc.fill_null(sid, 0), 0)).as_py() or False)
     stream = sid if use_stream else acts.column("queue")
 
-    mine = [a for (g, _), a in agents.items() if g == guid]
+    # the GPUs this process ran activities on (a node's database lists every GPU: 8 listed, 1 used)
+    used = set(pc.unique(acts.column("device").drop_null()).to_pylist())
+    mine = [a for (g, _), a in agents.items() if g == guid and a["device"] in used]
     dev_rows = [a["row"] for a in sorted(mine, key=lambda a: (a["device"] is None, a["device"] or 0))]
     devices = conform(pa.Table.from_pylist(dev_rows), READER_DEVICE_SCHEMA, where=where) if dev_rows else None
     wave = np.full(n, -1, np.int64)

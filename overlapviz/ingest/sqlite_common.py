@@ -86,8 +86,18 @@ def open_readonly(path: Path) -> Iterator[sqlite3.Connection]:
     except sqlite3.Error as exc:
         raise ValueError(f"{path}: cannot open as SQLite ({exc})") from None
     _OPENED[id(db)] = (db, uri)  # fetch's C reader opens the same URI
-    # exports hold a few strings that are not UTF-8 (environment dumps): never fail on them
-    db.text_factory = lambda b: b.decode("utf-8", "replace")
+    # exports hold a few strings that are not UTF-8 (environment dumps, names): never fail on
+    # them, read them with U+FFFD and count them (``repaired_count``)
+    _REPAIRED[id(db)] = 0
+
+    def decode(b: bytes) -> str:
+        try:
+            return b.decode("utf-8")
+        except UnicodeDecodeError:
+            _REPAIRED[id(db)] += 1
+            return b.decode("utf-8", "replace")
+
+    db.text_factory = decode
     try:
         try:
             db.execute("SELECT count(*) FROM sqlite_master").fetchone()
@@ -96,12 +106,31 @@ def open_readonly(path: Path) -> Iterator[sqlite3.Connection]:
         yield db
     finally:
         _OPENED.pop(id(db), None)
+        _REPAIRED.pop(id(db), None)
         db.close()
+
+
+def repaired_count(db: sqlite3.Connection) -> int:
+    """How many text values read so far through ``open_readonly``'s ``db`` were not UTF-8
+    (read with U+FFFD in place of the bad bytes)."""
+    return _REPAIRED.get(id(db), 0)
+
+
+def with_repaired(traces: list, n: int) -> list:
+    """``traces`` with ``n`` repaired strings noted in the first one's info (the driver
+    warns once per file)."""
+    if n and traces:
+        from overlapviz.ingest.text import REPAIRED_KEY
+
+        traces[0].info[REPAIRED_KEY] = n
+    return traces
 
 
 # open_readonly's connections (id -> connection, URI): the only ones fetch's C reader reads
 # again through its own connection (another may hold temporary tables or uncommitted rows)
 _OPENED: dict[int, tuple[sqlite3.Connection, str]] = {}
+# open_readonly's connections (id -> how many text values were not UTF-8)
+_REPAIRED: dict[int, int] = {}
 
 
 def check_sqlite_file(path: Path) -> None:
