@@ -331,11 +331,13 @@ def _explain_rank(k: pa.Table, syncs: pa.Table | None, dev_limits: dict, carveou
             "host_wait_call": host_wait_call,
             "residency_note": room["note"],
             "launch_call_ns": nint(np.where(call_end != UNKNOWN, call_wait, UNKNOWN)),
-            "ready_part": np.where(ready_ns == UNKNOWN, None, ready_part),
-            "ready_blocker": np.where(ready_part == "sm_resources", room["blocker"], None),
-            "ready_blocking_resource": np.where(ready_part == "sm_resources", room["resource"], None),
-            "stream_previous": np.where(prev_row >= 0, names[np.maximum(prev_row, 0)], None),
-            "stream_previous_kind": np.where(prev_row >= 0, kind[np.maximum(prev_row, 0)], None),
+            # object columns, as blocker's: pandas would infer str for a rank whose values are all
+            # strings and object for one without any, and the concatenation would depend on the ranks
+            "ready_part": pd.Series(np.where(ready_ns == UNKNOWN, None, ready_part), dtype=object),
+            "ready_blocker": pd.Series(np.where(ready_part == "sm_resources", room["blocker"], None), dtype=object),
+            "ready_blocking_resource": pd.Series(np.where(ready_part == "sm_resources", room["resource"], None), dtype=object),
+            "stream_previous": pd.Series(np.where(prev_row >= 0, names[np.maximum(prev_row, 0)], None), dtype=object),
+            "stream_previous_kind": pd.Series(np.where(prev_row >= 0, kind[np.maximum(prev_row, 0)], None), dtype=object),
             "launch_to_start_us": pd.array(np.where(total == UNKNOWN, None, total / 1000.0).tolist(), dtype="Float64"),
         }
     )

@@ -54,11 +54,14 @@ def attach_peer_wait(explained: pd.DataFrame, domains: pd.DataFrame | None = Non
     sub = explained[comm]
     if len(sub):
         keys = instance_keys(sub)
-        g = sub.assign(instance=keys, _dom=dom[comm]).groupby(["run_id", "instance"], sort=False)
-        latest = g["start_ns"].transform("max").to_numpy().astype(np.int64)  # int64 ns, exact
+        sub = sub.assign(instance=keys, _dom=dom[comm])
+        # a rank arrives at an instance with its first kernel of it (a copy-engine collective can be several)
+        arrival = sub.groupby(["run_id", "instance", "rank"], sort=False)["start_ns"].transform("min").astype(np.int64)
+        g = sub.assign(_arrival=arrival).groupby(["run_id", "instance"], sort=False)
+        latest = g["_arrival"].transform("max").to_numpy().astype(np.int64)  # int64 ns, exact
         ranks = g["rank"].transform("nunique").to_numpy()
         clocks_apart = g["_dom"].transform("nunique").to_numpy() > 1
-        wait_ns = latest - sub["start_ns"].to_numpy().astype(np.int64)
+        wait_ns = latest - arrival.to_numpy()
         inst[comm] = keys.to_numpy(object)
         values = pd.array(wait_ns / 1000.0, dtype="Float64")
         values[(ranks <= 1) | clocks_apart] = pd.NA
@@ -123,14 +126,17 @@ def collective_instances(explained: pd.DataFrame, message_bytes: pd.Series | Non
         "dom": explained["clock_domain"].fillna("").to_numpy(object) if "clock_domain" in explained else "",
     })  # fmt: skip
     g = d.groupby("code", sort=True)  # codes number the instances in order of first appearance
-    first_ready, last_ready = g["ready"].min(), g["ready"].max()
-    # the slowest rank: the first record (in explained's order) whose ready time is its instance's latest
-    at_max = (d["ready"] == last_ready.to_numpy()[code]).fillna(False).to_numpy(bool)
-    slow = d.loc[at_max].groupby("code")["rank"].first().reindex(first_ready.index)
-    last_start, last_end = g["start"].max(), g["end"].max()
+    # a rank's arrival at an instance is its first kernel of it (a copy-engine collective runs as several
+    # kernels on one rank): ready, start and skew compare ranks, never one rank's kernels with each other
+    arrive = d.groupby(["code", "rank"], sort=True).agg(ready=("ready", "min"), start=("start", "min")).reset_index()
+    ga = arrive.groupby("code", sort=True)
+    first_ready, last_ready = ga["ready"].min(), ga["ready"].max()
+    # the slowest rank: the lowest rank whose ready time is its instance's latest
+    at_max = (arrive["ready"] == ga["ready"].transform("max")).fillna(False).to_numpy(bool)
+    slow = arrive.loc[at_max].groupby("code")["rank"].min().reindex(first_ready.index)
+    last_start, last_end = ga["start"].max(), g["end"].max()
     # the straggler: the rank whose first start of the instance is the latest
-    arrive = d.groupby(["code", "rank"], sort=True)["start"].min().reset_index()
-    arrive["last"] = arrive.groupby("code")["start"].transform("max")
+    arrive["last"] = ga["start"].transform("max")
     strag = arrive.loc[arrive["start"] == arrive["last"]].groupby("code")["rank"].min().reindex(first_ready.index)
     apart = (g["dom"].nunique() > 1).to_numpy(bool)
     t_ns = (last_end - last_start).to_numpy(np.int64)
@@ -144,9 +150,9 @@ def collective_instances(explained: pd.DataFrame, message_bytes: pd.Series | Non
     firsts = g[["run_id", "instance"]].first()
     skew_ns = last_ready - first_ready  # Int64: exact, NA where no rank has a ready time
     skew = pd.array(skew_ns, dtype="Float64") / 1000.0
-    skew[apart] = pd.NA
+    skew[apart | (n < 2)] = pd.NA  # one rank: no skew to speak of
     slow_ranks = pd.array(slow.to_numpy(), dtype="Int64")
-    slow_ranks[apart] = pd.NA
+    slow_ranks[apart | (n < 2)] = pd.NA
     strag_ranks = pd.array(strag.to_numpy(), dtype="Int64")
     strag_ranks[apart | (n < 2)] = pd.NA
     note = np.where(apart, "ranks on clocks that do not compare (different hosts, no alignment): no skew or wait", None)

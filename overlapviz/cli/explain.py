@@ -98,8 +98,6 @@ def explain(dataset: str, runs: tuple[str, ...], findings_only: bool, breakdown:
         raise click.ClickException(str(exc)) from None
     if view == "kernels" and fmt == "table" and not wide:
         frame = with_kernel_id(frame)
-    if view == "instances":
-        frame = frame.assign(straggler=frame["slowest_rank"])
     if view == "breakdown" and fmt == "table":
         frame = _in_us(frame)
     if fmt == "table" and view == "kernels":

@@ -180,8 +180,10 @@ def _instance_table(parts: list[tuple], dom_of: dict):
                              "latest_ns": pd.Series(dtype=np.int64), "n_ranks": pd.Series(dtype=np.int64),
                              "dom_min": pd.Series(dtype=object), "dom_max": pd.Series(dtype=object)})  # fmt: skip
     d = pd.concat(rows, ignore_index=True)
+    # a rank arrives with its first kernel of the instance; each rank lies in one batch only, so its
+    # arrival is whole here and the batches' rank counts add up to the run's
+    d = d.groupby(["run_id", "instance", "rank"], sort=False).agg(start_ns=("start_ns", "min"), dom=("dom", "first")).reset_index()
     g = d.groupby(["run_id", "instance"], sort=False)
-    # each rank lies in one batch only, so the batches' rank counts add up to the run's
     return g.agg(latest_ns=("start_ns", "max"), n_ranks=("rank", "nunique"), dom_min=("dom", "min"),
                  dom_max=("dom", "max")).reset_index()  # fmt: skip
 
@@ -206,9 +208,11 @@ def _with_peers(parts: list[tuple], instances, summary: bool, dom_of: dict) -> l
         inst = pd.Series(None, index=frame.index, dtype=object)
         peer = pd.array([pd.NA] * len(frame), dtype="Float64")
         if comm.any():
-            found = pd.DataFrame({"run_id": np.full(int(comm.sum()), run_id, dtype=object), "instance": keys.to_numpy(object)})
+            found = pd.DataFrame({"run_id": np.full(int(comm.sum()), run_id, dtype=object), "instance": keys.to_numpy(object),
+                                  "start_ns": frame["start_ns"].to_numpy()[comm].astype(np.int64)})  # fmt: skip
+            arrival = found.groupby("instance", sort=False)["start_ns"].transform("min").to_numpy(np.int64)
             found = found.merge(instances, on=["run_id", "instance"], how="left", sort=False)
-            wait_ns = found["latest_ns"].to_numpy().astype(np.int64) - frame["start_ns"].to_numpy()[comm].astype(np.int64)
+            wait_ns = found["latest_ns"].to_numpy().astype(np.int64) - arrival
             inst[comm] = keys.to_numpy(object)
             values = pd.array(wait_ns / 1000.0, dtype="Float64")
             values[(found["n_ranks"].to_numpy() <= 1) | (found["dom_min"] != found["dom_max"]).to_numpy(bool)] = pd.NA
