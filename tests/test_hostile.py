@@ -848,6 +848,50 @@ def same_directory_given_twice(ws):
     return Run([ws / "in", ws / "in"], ws / "out" / "ds")
 
 
+@case()
+def same_file_given_twice(ws):
+    p = put(ws / "in" / "rank0.json.gz", EVENT_SYNC.read_bytes())
+    return Run([p, p], ws / "out" / "ds", names="the same file as")
+
+
+@case()
+def a_trace_and_a_symbolic_link_to_it(ws):
+    p = put(ws / "in" / "rank0.json.gz", EVENT_SYNC.read_bytes())
+    (ws / "in" / "rank1.json.gz").symlink_to(p)
+    return Run([p, ws / "in" / "rank1.json.gz"], ws / "out" / "ds", names="the same file as", culprit=ws / "in" / "rank1.json.gz")
+
+
+@case()
+def a_trace_and_a_hard_link_to_it_in_another_directory(ws):
+    p = put(ws / "a" / "rank0.json.gz", EVENT_SYNC.read_bytes())
+    (ws / "b").mkdir()
+    os.link(p, ws / "b" / "rank0.json.gz")
+    return Run([p, ws / "b" / "rank0.json.gz"], ws / "out" / "ds", names="the same file as", culprit=ws / "b" / "rank0.json.gz")
+
+
+@case()
+def a_directory_and_one_of_its_files(ws):
+    put(ws / "in" / "rank0.json.gz", EVENT_SYNC.read_bytes())
+    put(ws / "in" / "rank1.json.gz", MI250.read_bytes())
+    return Run([ws / "in", ws / "in" / "rank1.json.gz"], ws / "out" / "ds", names="the same file as",
+               culprit=ws / "in" / "rank1.json.gz")  # fmt: skip
+
+
+@case()
+def a_directory_and_a_symbolic_link_to_it(ws):
+    put(ws / "in" / "rank0.json.gz", EVENT_SYNC.read_bytes())
+    (ws / "alias").symlink_to(ws / "in")
+    return Run([ws / "in", ws / "alias"], ws / "out" / "ds", names="the same directory as", culprit=ws / "alias")
+
+
+@case()
+def a_sweep_and_one_of_its_runs(ws):
+    put(ws / "sweep" / "a" / "rank0.json.gz", EVENT_SYNC.read_bytes())
+    put(ws / "sweep" / "b" / "rank0.json.gz", MI250.read_bytes())
+    return Run([ws / "sweep", ws / "sweep" / "b"], ws / "out" / "ds", names="the same directory as",
+               culprit=ws / "sweep" / "b")  # fmt: skip
+
+
 @case(skip="root reads anything" if IS_ROOT else None)
 def source_unreadable(ws):
     p = put(ws / "in" / "rank0.json.gz", EVENT_SYNC.read_bytes())

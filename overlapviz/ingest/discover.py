@@ -44,7 +44,7 @@ from overlapviz.ingest.base import companions
 from overlapviz.ingest.files import display, head_bytes, read_regular, regular_file_problem
 from overlapviz.ingest.registry import detect, reader_named
 
-__all__ = ["MANIFEST", "MANIFEST_FORMAT", "RunSource", "check_unique", "discover", "file_run_name", "input_paths",
+__all__ = ["MANIFEST", "MANIFEST_FORMAT", "RunSource", "check_distinct", "check_unique", "discover", "file_run_name", "input_paths",
            "split_by_file"]
 
 MANIFEST = "manifest.json"
@@ -160,8 +160,30 @@ def discover(sources: Sequence[str | os.PathLike], *, run_id: str | None = None,
             raise ValueError(f"--run-id names one run but the sources hold {len(runs)} runs")
         runs[0].run_id = display(run_id)
         runs[0].grouped = False
+    check_distinct(runs)
     check_unique(runs)
     return runs
+
+
+def check_distinct(runs: list[RunSource]) -> None:
+    """Raise ValueError naming a trace file or run directory that ``runs`` read twice.
+
+    Compared by device and inode: a file named twice, a symbolic or hard link beside its
+    target, a directory and one of its files, a run directory inside a sweep also named,
+    would each become extra ranks or runs of the same trace.
+    """
+    seen: dict[tuple[int, int], Path] = {}
+    for r in runs:
+        for path in [*([r.directory] if r.directory is not None else []), *(p for p, _ in r.files)]:
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue
+            first = seen.setdefault((st.st_dev, st.st_ino), path)
+            if first is not path:
+                what = "directory" if stat.S_ISDIR(st.st_mode) else "file"
+                raise ValueError(f"{display(path)}: the same {what} as {display(first)} (named twice, through a link, or "
+                                 f"inside a directory also named): it would be read twice; name each trace once")
 
 
 def _why(exc: ValueError, path: Path) -> str:
