@@ -43,8 +43,8 @@ def build_rules(rule_texts: tuple[str, ...], comm_patterns: tuple[str, ...], rul
 
 
 @click.command("ingest")
-@click.argument("sources", nargs=-1, required=True, type=click.Path(path_type=str))
-@click.option("-o", "--output", "out", required=True, type=click.Path(path_type=str), help="Dataset directory to create.")
+@click.argument("sources", nargs=-1, required=True, type=click.Path(readable=False, path_type=str))  # ingest says why (one line)
+@click.option("-o", "--output", "out", required=True, type=click.Path(readable=False, path_type=str), help="Dataset directory to create.")
 @click.option("--run-id", default=None, help="Run id, when the sources make one run (default: the directory's or the lone file's name).")
 @click.option("--overwrite", is_flag=True, help="Replace an existing overlapviz dataset at --output (never anything else; see docs/robustness.md); "
               "with --append: replace its runs whose ids the sources give again.")
@@ -67,7 +67,7 @@ def build_rules(rule_texts: tuple[str, ...], comm_patterns: tuple[str, ...], rul
     metavar="REGEX",
     help="Extra regex for comm kernels, beside the default communication vocabulary (docs/ingest.md) (repeatable).",
 )
-@click.option("--rules-file", type=click.Path(path_type=str), default=None, help="JSON rule set replacing the defaults.")
+@click.option("--rules-file", type=click.Path(readable=False, path_type=str), default=None, help="JSON rule set replacing the defaults.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar and no summary line.")
 @click.option("--scheduler", envvar="OVERLAPVIZ_SCHEDULER", metavar="ADDRESS", default=None,
               help="Read the traces on a Dask cluster: tcp://host:8786, a scheduler file, or local / local:N for a "

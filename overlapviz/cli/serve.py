@@ -8,6 +8,8 @@ from pathlib import Path
 import click
 from click.core import ParameterSource
 
+from overlapviz.cli._dataset import check_output
+
 TOKEN_ENV = "OVERLAPVIZ_TOKEN"
 
 
@@ -64,6 +66,9 @@ def serve(ctx: click.Context, dataset: str | None, address: str, port: int, allo
         raise click.UsageError(f"--unix-socket listens on no TCP address: drop {', '.join('--' + g.replace('_', '-') for g in sorted(given))}")
     if (ssl_certfile is None) != (ssl_keyfile is None):
         raise click.UsageError("--ssl-certfile and --ssl-keyfile go together")
+    for written_path in (token_file, unix_socket):  # files serve writes: never into the dataset it serves
+        if written_path is not None:
+            check_output(written_path, *([dataset] if dataset else []))
     if device_name is not None:
         from overlapviz.analysis.residency import device_override
         from overlapviz.dashboards import store
