@@ -849,6 +849,29 @@ def same_directory_given_twice(ws):
 
 
 @case()
+def kineto_times_further_apart_than_int64(ws):
+    # each time fits int64 ns; their difference (the rank's span) does not: it wrapped to a negative span_us
+    doc = doc_of(EVENT_SYNC)
+    kernels = [e for e in doc["traceEvents"] if e.get("cat") == "kernel"]
+    kernels[0]["ts"], kernels[-1]["ts"] = -9_200_000_000_000_000, 9_200_000_000_000_000
+    return Run([put_doc(ws / "in" / "rank0.json.gz", doc)], ws / "out" / "ds", names="past what int64")
+
+
+@case()
+def kineto_ranks_further_apart_than_int64(ws):
+    # each rank's span fits; the run's (peer waits compare its ranks' times) does not
+    docs = []
+    for rank, shift in ((0, -1), (1, 1)):
+        doc = doc_of(EVENT_SYNC)
+        doc["distributedInfo"] = {"rank": rank, "world_size": 2}
+        for e in doc["traceEvents"]:
+            if isinstance(e.get("ts"), (int, float)) and e.get("ph") == "X":
+                e["ts"] = shift * 5_000_000_000_000_000 + (e["ts"] - 1_700_000_000_000_000 if e["ts"] > 1e15 else e["ts"])
+        docs.append(put_doc(ws / "in" / f"rank{rank}.json.gz", doc))
+    return Run([ws / "in"], ws / "out" / "ds", names="past what int64", culprit=docs[1])
+
+
+@case()
 def same_file_given_twice(ws):
     p = put(ws / "in" / "rank0.json.gz", EVENT_SYNC.read_bytes())
     return Run([p, p], ws / "out" / "ds", names="the same file as")
