@@ -105,3 +105,17 @@ def test_an_unreadable_source_is_one_line_and_exit_1():
         assert code == 1 and len(lines) == 1 and lines[0].startswith("Error: "), output
         assert str(trace) in lines[0] and "Permission denied" in lines[0], output
         assert not (ws / "ds").exists()
+
+
+@pytest.mark.parametrize("content", [b"", b"  \n"])  # a corrupt gzip is an error of its own
+def test_an_empty_rank_file_beside_good_ones_is_named(runner, tmp_path, content):
+    run = tmp_path / "job"
+    run.mkdir()
+    (run / "rank0.json.gz").write_bytes((DATA / "hostile" / "event_sync_trace.json.gz").read_bytes())
+    (run / "rank1.json").write_bytes(content)
+    (run / "notes.txt").write_text("not a trace, and not named like one: no word about it\n")
+    result = runner.invoke(main, ["ingest", str(run), "-o", str(tmp_path / "ds"), "--quiet"])
+    assert result.exit_code == 0, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"warning: {run / 'rank1.json'}: "), result.stderr
+    assert "fewer ranks" in lines[0] and "notes.txt" not in result.stderr

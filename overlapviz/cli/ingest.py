@@ -92,7 +92,7 @@ def ingest(sources, out, run_id, overwrite, append, skip_bad, workers, rule_text
     skipped: list[tuple[str, str]] = []
     before = _runs_of(out) if append else set()
     try:
-        with _terminate_as_interrupt():
+        with _terminate_as_interrupt(), _left_out_on_stderr():
             rules = build_rules(rule_texts, comm_patterns, rules_file)
             if scheduler:
                 if workers is not None:
@@ -173,6 +173,27 @@ def _rows(path: Path) -> int:
 
     with open(path, "rb") as fh:
         return pq.ParquetFile(fh).metadata.num_rows
+
+
+@contextlib.contextmanager
+def _left_out_on_stderr():
+    """Each file of a run's directory that looks like a rank trace but was not read, one line on stderr
+    (discover.LeftOut), as it is found."""
+    import warnings
+
+    from overlapviz.ingest.discover import LeftOut
+    from overlapviz.ingest.files import printable
+
+    def show(message, category, filename, lineno, file=None, line=None, previous=warnings.showwarning):
+        if issubclass(category, LeftOut):
+            click.echo("warning: " + printable(str(message)), err=True)
+        else:
+            previous(message, category, filename, lineno, file, line)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("always", LeftOut)
+        warnings.showwarning = show
+        yield
 
 
 @contextlib.contextmanager

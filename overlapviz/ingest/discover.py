@@ -44,7 +44,7 @@ from overlapviz.ingest.base import companions
 from overlapviz.ingest.files import display, head_bytes, read_regular, regular_file_problem
 from overlapviz.ingest.registry import detect, reader_named
 
-__all__ = ["MANIFEST", "MANIFEST_FORMAT", "RunSource", "check_distinct", "check_unique", "discover", "file_run_name", "input_paths",
+__all__ = ["MANIFEST", "MANIFEST_FORMAT", "LeftOut", "RunSource", "check_distinct", "check_unique", "discover", "file_run_name", "input_paths",
            "split_by_file"]
 
 MANIFEST = "manifest.json"
@@ -280,6 +280,8 @@ def _discover_dir(d: Path, depth: int, visited: set | None = None, skipped: list
             traces.append((p, reader.name))
     claimed = _claimed(traces)
     traces = [t for t in traces if t[0].resolve() not in claimed]
+    if traces:
+        _warn_left_out(d, [p for p in files if p.resolve() not in claimed], traces)
     if _regular(manifest_path):
         manifest = _read_manifest(manifest_path)
         run = manifest.get("run") or {}
@@ -302,6 +304,28 @@ def _discover_dir(d: Path, depth: int, visited: set | None = None, skipped: list
                     raise
                 skipped.append((display(sub), _why(exc, sub)))
     return found
+
+
+class LeftOut(UserWarning):
+    """A file of a run's directory that looks like one of its rank traces but is none (empty,
+    truncated to nothing): the run is ingested from its other files. ``overlapviz ingest``
+    prints it on stderr."""
+
+
+# names a rank trace has (``rank1.json``, ``worker1.pt.trace.json.gz``)
+_TRACE_NAME = re.compile(r"\.(json|json\.gz|gz)$|rank[-_]?\d", re.IGNORECASE)
+
+
+def _warn_left_out(d: Path, files: list[Path], traces: list[tuple[Path, str]]) -> None:
+    """Say which files of ``d`` that look like rank traces are not read (``LeftOut``)."""
+    import warnings
+
+    read = {p for p, _ in traces}
+    for p in files:
+        if p not in read and _TRACE_NAME.search(p.name):
+            n = len(traces)
+            warnings.warn(LeftOut(f"{display(p)}: {_describe(p)}, not read: the run of {display(d)} has "
+                                  f"{n} trace file{'s' * (n != 1)} without it (fewer ranks)"), stacklevel=2)  # fmt: skip
 
 
 def input_paths(sources: Sequence[str | os.PathLike], runs: Sequence[RunSource]) -> list[Path]:
