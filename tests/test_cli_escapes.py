@@ -48,3 +48,12 @@ def test_error_messages_escape_control_characters(tmp_path):
     result = CliRunner().invoke(main, ["analyze", str(bad)])
     assert result.exit_code == 1
     assert not RAW.search(result.output), result.output
+
+
+def test_the_note_on_raw_traces_escapes_their_name(tmp_path, monkeypatch):
+    monkeypatch.setenv("OVERLAPVIZ_CACHE_DIR", str(tmp_path / "cache"))
+    trace = tmp_path / "\x1b]0;owned\x07rank0.json.gz"
+    trace.write_bytes(TRACE.read_bytes())
+    result = CliRunner().invoke(main, ["analyze", str(trace)])
+    assert result.exit_code == 0, result.output
+    assert "raw traces, read into" in result.output and not RAW.search(result.output), repr(result.output)

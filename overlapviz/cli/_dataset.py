@@ -34,7 +34,10 @@ class DatasetOrTraces(click.ParamType):
             hint = f" (`overlapviz ingest {path} -o DIR --skip-bad` reads the files it can)" if path.is_dir() else ""
             raise click.ClickException(f"{path}: not an overlapviz dataset (no dataset.json), nor traces overlapviz can read: "
                                        f"{why}{hint}") from None
-        click.echo(f"{path}: raw traces, read into {out} (cached; `overlapviz ingest {path} -o DIR` keeps a dataset of your own)",
+        from overlapviz.outdir import display_path as shown  # a name's control characters as \xNN, as in errors
+
+        click.echo(f"{shown(path)}: raw traces, read into {shown(out)} (cached; `overlapviz ingest {shown(path)} -o DIR` "
+                   "keeps a dataset of your own)",
                    err=True)  # fmt: skip
         return str(out)
 

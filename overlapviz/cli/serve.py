@@ -9,6 +9,7 @@ import click
 from click.core import ParameterSource
 
 from overlapviz.cli._dataset import check_output
+from overlapviz.outdir import display_path
 
 TOKEN_ENV = "OVERLAPVIZ_TOKEN"
 
@@ -110,11 +111,11 @@ def serve(ctx: click.Context, dataset: str | None, address: str, port: int, allo
             written.append(app.security.write_private(token_file, url + "\n"))
             url = f"{listening.base_url}  (the URL with its token is in {token_file}, readable only by you)"
         if listening.unix_socket is not None:
-            click.echo(f"overlapviz dashboard for {dataset} on unix socket {listening.unix_socket} (only you can connect). "
+            click.echo(f"overlapviz dashboard for {display_path(dataset)} on unix socket {listening.unix_socket} (only you can connect). "
                        f"From your machine: ssh -N -L {app.TUNNEL_PORT}:{listening.unix_socket} {socket.getfqdn()} "
                        f"then open {url}  (Ctrl-C to stop)", err=True)  # fmt: skip
         else:
-            click.echo(f"overlapviz dashboard for {dataset} at {url}  (Ctrl-C to stop)", err=True)
+            click.echo(f"overlapviz dashboard for {display_path(dataset)} at {url}  (Ctrl-C to stop)", err=True)
 
     try:
         app.serve(dataset, show=show, on_ready=ready, address=address, port=port, unix_socket=unix_socket, token=token,
