@@ -128,8 +128,15 @@ def check_output(out: str | os.PathLike, inputs: Sequence[str | os.PathLike], *,
 
 
 def _holds_dataset(directory: Path) -> bool:
-    """True when ``directory`` is an overlapviz dataset or one being built (whatever else it holds)."""
-    return os.path.isfile(directory / METADATA_FILE) or os.path.isfile(directory / INCOMPLETE)
+    """True when ``directory`` is an overlapviz dataset (its ``dataset.json`` has a ``schema_version``:
+    another tool's ``dataset.json`` does not count) or one being built, whatever else it holds."""
+    if os.path.isfile(directory / INCOMPLETE):
+        return True
+    try:
+        meta = json.loads((directory / METADATA_FILE).read_bytes())
+    except (OSError, ValueError, RecursionError):
+        return False
+    return isinstance(meta, dict) and "schema_version" in meta
 
 
 def _dataset_files(directory: Path) -> list[Path]:

@@ -101,3 +101,10 @@ def test_export_beside_the_dataset_still_works(ws):
     result = CliRunner().invoke(main, ["export", str(ws / "ds"), "--format", "perfetto", "-o", str(ws / "run.json")])
     assert result.exit_code == 0, result.output
     assert (ws / "run.json").stat().st_size > 0
+
+
+def test_another_tools_dataset_json_does_not_make_a_dataset(ws):
+    (ws / "project").mkdir()
+    (ws / "project" / "dataset.json").write_text('{"name": "my data", "rows": 3}')
+    result = CliRunner().invoke(main, ["export", str(ws / "ds"), "--format", "perfetto", "-o", str(ws / "project" / "run.json")])
+    assert result.exit_code == 0, result.output
