@@ -87,7 +87,7 @@ def collect(preset_name, sweep_file, config_file, scenario_names, out, launcher,
     chosen = [x for x in (preset_name, sweep_file, config_file, scenario_names) if x]
     if len(chosen) != 1:
         raise click.UsageError("give exactly one of --preset, --sweep, --config or --scenario")
-    check_output(out, *(f for f in (sweep_file, config_file) if f))
+    check_output(out)  # a sweep directory may hold its sweep file; it may not be or lie in a dataset
     overrides = {k[len("knob_"):]: v for k, v in knobs.items() if v is not None}
     if scenario_names:
         _collect_scenarios(scenario_names, out, launcher, no_ingest, list_only, progress, overrides)
