@@ -119,3 +119,13 @@ def test_an_empty_rank_file_beside_good_ones_is_named(runner, tmp_path, content)
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"warning: {run / 'rank1.json'}: "), result.stderr
     assert "fewer ranks" in lines[0] and "notes.txt" not in result.stderr
+
+
+@pytest.mark.parametrize("command", [["serve", "--get", "/"], ["advise", "--compute-shape", "256,64,0"]])
+def test_a_file_given_as_the_dataset_of_serve_or_advise_is_one_line_and_exit_1(runner, tmp_path, command):
+    text = tmp_path / "notes.txt"
+    text.write_text("hello\n")
+    result = runner.invoke(main, [command[0], str(text), *command[1:]])
+    lines = result.output.strip().splitlines()
+    assert result.exit_code == 1 and len(lines) == 1 and lines[0].startswith("Error: "), result.output
+    assert str(text) in lines[0]

@@ -15,7 +15,7 @@ TOKEN_ENV = "OVERLAPVIZ_TOKEN"
 
 
 @click.command()
-@click.argument("dataset", required=False, type=click.Path(file_okay=False, path_type=str))
+@click.argument("dataset", required=False, type=click.Path(readable=False, path_type=str))  # the server says what is wrong, in one line
 @click.option("--address", default="127.0.0.1", show_default=True,
               help="Interface to listen on. Anything but loopback needs --allow-remote.")
 @click.option("--port", default=5006, show_default=True, type=click.IntRange(0, 65535),
