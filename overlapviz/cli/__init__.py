@@ -88,6 +88,15 @@ class _LazyGroup(click.Group):
             ctx.fail(f"No such command {name!r}.{hint} Commands: {', '.join(self.list_commands(ctx))}.")
         return super().resolve_command(ctx, args)
 
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except click.ClickException as exc:  # every command's error: the tables' escaping rule (cli/_table.py)
+            from overlapviz.outdir import display_path
+
+            exc.message = "\n".join(display_path(line) for line in str(exc.message).split("\n"))
+            raise
+
     def format_commands(self, ctx, formatter):
         rows = [(name, COMMANDS[name]) for name in self.list_commands(ctx)]
         with formatter.section("Commands"):

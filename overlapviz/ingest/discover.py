@@ -45,7 +45,7 @@ from overlapviz.ingest.cycles import cycle_name, cycles_of_ranks, group_cycles, 
 from overlapviz.ingest.files import display, head_bytes, read_regular, regular_file_problem
 from overlapviz.ingest.registry import detect, reader_named
 
-__all__ = ["MANIFEST", "MANIFEST_FORMAT", "RunSource", "check_unique", "discover", "file_run_name", "input_paths",
+__all__ = ["MANIFEST", "MANIFEST_FORMAT", "LeftOut", "RunSource", "check_distinct", "check_unique", "discover", "file_run_name", "input_paths",
            "split_by_file"]
 
 MANIFEST = "manifest.json"
@@ -187,8 +187,30 @@ def discover(sources: Sequence[str | os.PathLike], *, run_id: str | None = None,
             raise ValueError(f"--run-id names one run but the sources hold {len(runs)} runs")
         runs[0].run_id = display(run_id)
         runs[0].grouped = False
+    check_distinct(runs)
     check_unique(runs)
     return runs
+
+
+def check_distinct(runs: list[RunSource]) -> None:
+    """Raise ValueError naming a trace file or run directory that ``runs`` read twice.
+
+    Compared by device and inode: a file named twice, a symbolic or hard link beside its
+    target, a directory and one of its files, a run directory inside a sweep also named,
+    would each become extra ranks or runs of the same trace.
+    """
+    seen: dict[tuple[int, int], Path] = {}
+    for r in runs:
+        for path in [*([r.directory] if r.directory is not None else []), *(p for p, _ in r.files)]:
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue
+            first = seen.setdefault((st.st_dev, st.st_ino), path)
+            if first is not path:
+                what = "directory" if stat.S_ISDIR(st.st_mode) else "file"
+                raise ValueError(f"{display(path)}: the same {what} as {display(first)} (named twice, through a link, or "
+                                 f"inside a directory also named): it would be read twice; name each trace once")
 
 
 def _why(exc: ValueError, path: Path) -> str:
@@ -330,6 +352,8 @@ def _discover_dir(d: Path, depth: int, visited: set | None = None, skipped: list
                 raise ValueError(f"{display(p)}: {wal}")
     claimed = _claimed(traces)
     traces = [t for t in traces if t[0].resolve() not in claimed]
+    if traces:
+        _warn_left_out(d, [p for p in files if p.resolve() not in claimed], traces)
     if _regular(manifest_path):
         manifest = _read_manifest(manifest_path)
         run = manifest.get("run") or {}
@@ -358,6 +382,28 @@ def _discover_dir(d: Path, depth: int, visited: set | None = None, skipped: list
                     raise
                 skipped.append((display(sub), _why(exc, sub)))
     return found
+
+
+class LeftOut(UserWarning):
+    """A file of a run's directory that looks like one of its rank traces but is none (empty,
+    truncated to nothing): the run is ingested from its other files. ``overlapviz ingest``
+    prints it on stderr."""
+
+
+# names a rank trace has (``rank1.json``, ``worker1.pt.trace.json.gz``)
+_TRACE_NAME = re.compile(r"\.(json|json\.gz|gz)$|rank[-_]?\d", re.IGNORECASE)
+
+
+def _warn_left_out(d: Path, files: list[Path], traces: list[tuple[Path, str]]) -> None:
+    """Say which files of ``d`` that look like rank traces are not read (``LeftOut``)."""
+    import warnings
+
+    read = {p for p, _ in traces}
+    for p in files:
+        if p not in read and _TRACE_NAME.search(p.name):
+            n = len(traces)
+            warnings.warn(LeftOut(f"{display(p)}: {_describe(p)}, not read: the run of {display(d)} has "
+                                  f"{n} trace file{'s' * (n != 1)} without it (fewer ranks)"), stacklevel=2)  # fmt: skip
 
 
 def input_paths(sources: Sequence[str | os.PathLike], runs: Sequence[RunSource]) -> list[Path]:

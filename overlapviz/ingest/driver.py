@@ -21,7 +21,7 @@ from overlapviz.ingest.base import RankTrace, rank_from_name
 from overlapviz.ingest.classify import finish_kernels, set_column, split_multi_gpu
 from overlapviz.ingest.discover import _TIMINGS_RE, MANIFEST, RunSource, check_unique, discover, input_paths, split_run
 from overlapviz.ingest.files import display, input_bytes, read_regular
-from overlapviz.ingest.ranges import check_ranges, check_value
+from overlapviz.ingest.ranges import check_ranges, check_time_span, check_value, time_extremes
 from overlapviz.ingest.registry import reader_named
 from overlapviz.ingest.text import REPAIRED_KEY, repaired_message
 from overlapviz.rules import RuleSet, default_rules
@@ -45,6 +45,7 @@ class _RankPart:
     info: dict
     syncs: pa.Table | None
     top_device: int | None  # the device most of the rank's kernels ran on
+    extremes: tuple | None = None  # (earliest, latest) time of the rank with their events (ranges.time_extremes)
 
 
 # OVERLAPVIZ_DEBUG=1: an unexpected exception while reading a file keeps its traceback
@@ -155,6 +156,8 @@ def _read_and_write(path: str, reader_name: str, rules_json: str, file_index: in
         k = finish_kernels(t, rules)
         n = k.num_rows
         check_ranges(k, schema.KERNELS, display(path), "kernel")
+        extremes = time_extremes([("kernel", k), ("step", t.steps), ("sync record", getattr(t, "syncs", None))])
+        check_time_span(extremes, display(path))
         k = set_column(k, "run_id", pa.repeat(pa.scalar(run_id, pa.string()), n))
         k = set_column(k, "rank", pa.repeat(pa.scalar(rank, pa.int32()), n))
         try:
@@ -162,7 +165,8 @@ def _read_and_write(path: str, reader_name: str, rules_json: str, file_index: in
         except OSError as exc:
             raise _WriteError(exc.strerror or str(exc)) from None
         info = {key: display(v) if isinstance(v, str) else v for key, v in t.info.items()}
-        parts.append(_RankPart(rank, rel, n, t.steps, t.devices, info, getattr(t, "syncs", None), _top_device(k)))
+        parts.append(_RankPart(rank, rel, n, t.steps, t.devices, info, getattr(t, "syncs", None), _top_device(k),
+                               extremes))
         big = big or k.nbytes >= RELEASE_MIN_BYTES
         del k
         t.kernels = None
@@ -420,6 +424,7 @@ class _RunState:
     n_kernels: int = 0
     files: set = field(default_factory=set)  # kernels files (relative) the run's ranks have
     world: int | None = None  # the world size its files state
+    extremes: tuple | None = None  # the earliest and latest time of its ranks so far (ranges.time_extremes)
 
 
 def _add_parts(writer, run: RunSource, st: _RunState, path: Path, parts: list[_RankPart], index: int) -> None:
@@ -453,6 +458,11 @@ def _add_file_parts(writer, run: RunSource, st: _RunState, path: Path, parts: li
         if rank in st.ranks:
             raise ValueError(f"{display(path)}: rank {rank} of run {run.run_id!r} also comes from {display(st.ranks[rank])}")
         st.ranks[rank] = path
+        if part.extremes is not None:  # the run's ranks are compared (peer waits, skews): one span for all
+            low = min(st.extremes[0], part.extremes[0]) if st.extremes else part.extremes[0]
+            high = max(st.extremes[1], part.extremes[1]) if st.extremes else part.extremes[1]
+            st.extremes = (low, high)
+            check_time_span(st.extremes, f"{display(path)}: run {run.run_id!r}")
         st.files.add(part.kernels_file)
         writer.add_kernels_file(part.kernels_file, part.n_kernels, run.run_id, rank)
         st.n_kernels += part.n_kernels

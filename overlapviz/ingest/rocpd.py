@@ -30,7 +30,9 @@ from overlapviz.ingest.sqlite_common import (
     READER_DEVICE_SCHEMA,
     READER_STEP_SCHEMA,
     WORLD_SIZE_ENV,
+    check_columns,
     check_durations,
+    check_not_null,
     columns_of,
     env_int,
     fetch,
@@ -56,6 +58,19 @@ _UUID_SUFFIX = re.compile(r"_[0-9a-f]{8}_[0-9a-f]{4}_[0-9a-f]{4}_[0-9a-f]{4}_[0-
 _ACTIVITY_TABLES = ("rocpd_kernel_dispatch", "rocpd_memory_copy")
 _CORE_TABLES = ("rocpd_string", "rocpd_info_node", "rocpd_info_process", "rocpd_info_agent", "rocpd_info_kernel_symbol",
                 "rocpd_event", "rocpd_region", "rocpd_arg")  # fmt: skip
+
+
+# the columns each table must have (the rest may be absent in older schemas and read as NULL), and which
+# of them hold integers
+_TIMES = ("start", "end")
+_NEEDED = {
+    "rocpd_kernel_dispatch": (("id", "agent_id", "kernel_id", *_TIMES), ("id", "agent_id", "kernel_id", *_TIMES)),
+    "rocpd_memory_copy": (("id", *_TIMES), ("id", *_TIMES)),
+    "rocpd_region": (("id", *_TIMES), ("id", *_TIMES)),
+    "rocpd_info_kernel_symbol": (("id",), ("id",)),
+    "rocpd_string": (("id", "string"), ("id",)),
+    "rocpd_event": (("id",), ("id",)),
+}
 
 
 def _is_part(table: str, base: str) -> bool:
@@ -141,6 +156,10 @@ def _read(db: sqlite3.Connection, path: Path) -> list[RankTrace]:
     missing = [t for t in _CORE_TABLES if not src.has(t)]
     if missing:  # rocprofv3 creates every table of the schema, used or not
         raise ValueError(f"{path}: not a complete rocpd database (no {', '.join(missing)} table)")
+    for base, (required, integers) in _NEEDED.items():  # another schema's columns: refused, not read as NULL
+        for table in src.parts(base):
+            if table in src.real:
+                check_columns(db, path, table, required, integers=integers)
     guids = _Guids(db, src, path)
     strings = _Strings(db, src, guids, path)
     agents = _agents(db, src, path)
@@ -288,6 +307,7 @@ def _kernels(db, src: _Sources, guids: _Guids, strings: _Strings, agents, path: 
     } | extra  # fmt: skip
     k = fetch(db, columns | {"id": "K.id"}, f"FROM {kd} K {joins}", where=f"{path}: rocpd_kernel_dispatch",
               order_by=("guid", "start_ns", "id"))  # fmt: skip
+    check_not_null(path, "rocpd_kernel_dispatch", k, {"start_ns": "start", "end_ns": "end"})
     n = len(k["guid"])
     g = np_int(k["guid"])
     sym, sym_index = _symbols(db, src, guids, path)
@@ -377,6 +397,7 @@ def _copies(db, src: _Sources, guids: _Guids, strings: _Strings, agents, path: P
     } | extra  # fmt: skip
     m = fetch(db, columns | {"id": "K.id"}, f"FROM {mc} K {joins}", where=f"{path}: rocpd_memory_copy",
               order_by=("guid", "start_ns", "id"))  # fmt: skip
+    check_not_null(path, "rocpd_memory_copy", m, {"start_ns": "start", "end_ns": "end"})
     n = len(m["guid"])
     g = np_int(m["guid"])
     name = strings.lookup(g, m["guid"], m["name_id"])

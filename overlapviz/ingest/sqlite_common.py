@@ -168,6 +168,46 @@ def columns_of(db: sqlite3.Connection, table: str) -> list[str]:
     return [r[1] for r in db.execute(f"PRAGMA table_info({quote(table)})")]
 
 
+def check_columns(db: sqlite3.Connection, path: Path, table: str, required: Sequence[str], *,
+                  integers: Collection[str] = ()) -> None:
+    """Refuse a table of another schema before anything is read from it: each of ``required`` must
+    be a column of ``table``, and each of ``integers`` a column whose declared type an integer
+    can have (not TEXT, CHAR, CLOB, BLOB or REAL). A column read from a table that lacks it would
+    be NULL in every row (times, ids): a dataset without times.
+
+    Raises
+    ------
+    ValueError
+        ``"<path>: table <table> has no column '<c>' (it has ...): ..."`` or ``"... column '<c>' is
+        declared TEXT, not an integer ..."``, one line naming the file, table and column.
+    """
+    info = {r[1]: str(r[2] or "").upper() for r in db.execute(f"PRAGMA table_info({quote(table)})")}
+    for c in required:
+        if c not in info:
+            have = ", ".join(list(info)[:12]) + (", ..." if len(info) > 12 else "")
+            raise ValueError(f"{path}: table {table} has no column {c!r} (it has {have}): a schema overlapviz does not read")
+    for c in integers:
+        declared = info.get(c, "")
+        if any(word in declared for word in ("CHAR", "CLOB", "TEXT", "BLOB", "REAL", "FLOA", "DOUB")):
+            raise ValueError(f"{path}: table {table}: column {c!r} is declared {declared}, not an integer: "
+                             "a schema overlapviz does not read")  # fmt: skip
+
+
+def check_not_null(path: Path, table: str, arrays: Mapping[str, pa.Array], columns: Mapping[str, str]) -> None:
+    """Refuse NULL in the ``columns`` (alias -> the table's column) that every row needs (times).
+
+    Raises
+    ------
+    ValueError
+        ``"<path>: table <table>: column '<c>' is NULL in N rows ..."``.
+    """
+    for alias, column in columns.items():
+        nulls = arrays[alias].null_count
+        if nulls:
+            raise ValueError(f"{path}: table {table}: column {column!r} is NULL in {nulls} of {len(arrays[alias])} rows "
+                             "(every activity needs its times)")  # fmt: skip
+
+
 def quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
