@@ -194,7 +194,12 @@ def _stragglers(run_id: str, tls: list, arr: pd.DataFrame) -> list[dict]:
         c, mc, gap, mg = before["compute_ns"], before["median_compute_ns"], before["idle_ns"], before["median_idle_ns"]
         doing = (f"Before those arrivals rank {straggler} computed {format_ns(c)} (median rank {format_ns(mc)}) and ran "
                  f"nothing for {format_ns(gap)} (median rank {format_ns(mg)}).")  # fmt: skip
-        if c - mc >= gap - mg and c > mc:
+        if c == mc == gap == mg == 0:  # the late arrivals are the ranks' first activities in the trace
+            doing = (f"The trace holds nothing of rank {straggler} or the others before those arrivals, so what kept it "
+                     "is outside the trace.")  # fmt: skip
+            action = (f"Profile a longer window (start the profiler earlier) to see what rank {straggler} did before "
+                      "these collectives.")  # fmt: skip
+        elif c - mc >= gap - mg and c > mc:
             top = before["top_kernel"]
             action = (f"Balance the work across ranks: rank {straggler}'s computation before these collectives ran "
                       f"{format_ns(c - mc)} longer than the median rank's" + (f" (longest kernel: {top})" if top else "") + ".")  # fmt: skip

@@ -161,7 +161,7 @@ def findings_text(found, totals=None, *, per_run: int | None = 6) -> str:
     if not len(found) and not heads:
         return "No findings: no communication time to account for."
     lines = []
-    for run_id in dict.fromkeys(list(found["run_id"]) + list(heads)):
+    for run_id in dict.fromkeys(list(heads) + list(found["run_id"])):  # the dataset's run order
         f = found.loc[found["run_id"] == run_id]
         lines.append(f"run {run_id}")  # the id on its own line, whole, as the tables print it
         if run_id in heads:
