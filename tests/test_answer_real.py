@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from overlapviz.analysis.breakdown import breakdown
-from overlapviz.analysis.findings import findings
+from overlapviz.analysis.findings import findings as _findings
 from overlapviz.testing import ingest_cli
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -98,6 +98,17 @@ def intersect(a, b) -> list[tuple[int, int]]:
 
 def is_nccl(name: str) -> bool:
     return re.search(r"nccl|rccl", name, re.I) is not None
+
+
+_FOUND: dict[Path, object] = {}
+
+
+def findings(ds):
+    """``overlapviz.analysis.findings.findings(ds)``, computed once per dataset (the sweep's 16 runs
+    serve a dozen tests)."""
+    if ds not in _FOUND:
+        _FOUND[ds] = _findings(ds)
+    return _FOUND[ds]
 
 
 def top(f, run_id=None):
@@ -286,6 +297,53 @@ def test_sweep_vendor_baseline_top_is_dependent_not_sm_resources(datasets):
     assert all(e["waited_on"] == "ovz_comm_allreduce_standin" for e in t.evidence)
 
 
+@pytest.mark.parametrize("pad", ["pad0k", "pad64k", "pad112k"])
+def test_sweep_optimized_runs_hid_the_collective(datasets, pad):
+    """Optimized setup (collective at priority -1 and at the highest priority): the collective still
+    waits for SM room beside the GEMM, but less than in the baseline at the same padding (raw starts:
+    first collective of pad0k at 697 µs against the baseline's 994 µs), and it runs beside the GEMM
+    almost to the end: the raw exposed communication (its union minus the GEMMs') is under 1 µs over
+    three iterations. So the top finding is still ``sm_resources`` (its waits are the largest time) and
+    its text must say the overlap hid it."""
+    _, _, base_med = sweep_raw(run_dir(f"cb-ar_baseline_tiled64x64x32-{pad}_p0"))
+    base_acts, base_launch, _ = sweep_raw(run_dir(f"cb-ar_baseline_tiled64x64x32-{pad}_p0"))
+    f = findings(datasets("sweep", SWEEP))
+    for prio in ("p-1", "phigh"):
+        d = run_dir(f"cb-ar_optimized_tiled64x64x32-{pad}_{prio}")
+        acts, launch, med = sweep_raw(d)
+        comm = [(a["start"], a["end"]) for a in acts if "comm" in a["name"]]
+        exposed = measure(subtract(comm, [(a["start"], a["end"]) for a in acts if "gemm" in a["name"]]))
+        assert exposed < 1_000 and med < base_med
+        first = min(a["start"] - a_first for a in acts if "comm" in a["name"] for a_first in [acts[0]["start"]])
+        base_first = min(a["start"] - base_acts[0]["start"] for a in base_acts if "comm" in a["name"])
+        assert first < base_first
+        t = top(f, d.name)
+        assert t.kind == "sm_resources" and "Overlap hid it" in t.text
+
+
+@pytest.mark.parametrize("gemm", ["tiled64x64x32-pad0k", "tiled64x64x32-pad64k", "tiled64x64x32-pad112k", "vendor-float32"])
+def test_sweep_sequential_top_is_stream_order(datasets, gemm):
+    """Sequential setup: the collective is launched on the GEMM's own stream (raw: one stream, 7,
+    for every kernel) shortly after the GEMM and starts when the GEMM ends: nothing overlaps, and each
+    collective spends the GEMM's remaining time queued behind it. The top finding must be
+    ``stream_order`` (communication on the computation's own stream), its time the union over the
+    collectives of [launch call start, end of the GEMM before it] (pad0k: 8.31 ms summed, 4.85 ms
+    as a union: the next iteration's collective is launched while the previous one still waits)."""
+    d = run_dir(f"cb-ar_sequential_{gemm}_p0")
+    acts, launch, _ = sweep_raw(d)
+    assert {a["stream"] for a in acts} == {7}
+    queued = []
+    for a in acts:
+        if "comm" in a["name"]:
+            prev = max((b for b in acts if b["end"] <= a["start"] and b is not a), key=lambda b: b["end"])
+            assert "comm" not in prev["name"] and a["start"] - prev["end"] < 5_000
+            queued.append((launch[a["corr"]][0], prev["end"]))
+    t = top(findings(datasets("sweep", SWEEP)), d.name)
+    assert t.kind == "stream_order"
+    # the union: the second collective is launched while the first still waits
+    assert t.time_ns == measure(queued)
+
+
 # --- single-rank traces -------------------------------------------------------------------------
 
 @pytest.mark.slow
@@ -400,11 +458,14 @@ def test_deepseek_v3_deepep_queued_behind_computation(datasets):
 @pytest.mark.parametrize("path", [
     DATA / "kineto_real" / "hta_mi250_rocm62" / "mi250_minitoy_train_ROCm6_2_kineto.json.gz",
     DATA / "kineto_real" / "tracelens_mi300_ddp_resnet18" / "train_resnet18.json.gz",
-], ids=["mi250", "mi300_ddp_resnet18"])
+    DATA / "torch_rocm" / "gaunernst_bert-small-uncased__1016001.json.gz",
+    DATA / "torch_rocm" / "gpu_only_trace.json.gz",
+], ids=["mi250", "mi300_ddp_resnet18", "mi300_bert", "mi210_gpu_only"])
 def test_no_collective_no_finding(datasets, path):
-    """The MI250 mini-toy and the MI300X 'DDP' ResNet-18 traces hold no collective: no RCCL/NCCL
-    kernel, no activity with a profiler's "Collective name", no ``distributedInfo`` (the ResNet run
-    only touched ``distributed_c10d``'s ``is_initialized``). No communication, so no finding: a tool
+    """The MI250 mini-toy, the MI300X 'DDP' ResNet-18, the MI300X BERT inference and the MI210
+    GPU-only traces hold no collective: no RCCL/NCCL kernel, no activity with a profiler's
+    "Collective name", no ``distributedInfo`` (the ResNet run only touched ``distributed_c10d``'s
+    ``is_initialized``). No communication, so no finding: a tool
     that found one would be inventing it."""
     doc = load_trace(path)
     acts = activities(doc)
