@@ -16,7 +16,8 @@ the segment gets the first label that holds there:
    without a launch is not known to be; no kernel after ``t`` makes it hold).
 4. ``other``.
 
-Only the exposed segments count: covered by communication and by no computation. Breakpoints:
+Only the exposed segments count: covered by communication and by no computation (per step: by
+the step's own activities, the labels the rank's). Breakpoints:
 every activity's start and end, every computation kernel's launch and every instance's latest
 start. Instances are matched by ``(comm_group, comm_seq)`` where recorded, else by position
 among the rank's collectives of one group and collective name.
@@ -127,9 +128,8 @@ def _waits(kernels: list[dict], syncs: list[dict]) -> dict[int, list[tuple[int, 
     return out
 
 
-def rank_breakdown(kernels: list[dict], syncs: list[dict], peer_windows: list[tuple[int, int]]) -> dict:
-    """The breakdown of one rank from its kernel rows, its sync rows and its peer-wait windows
-    ``[own start, latest start)``. Returns ``comm_ns, overlapped_ns, exposed_ns`` and :data:`PARTS`."""
+def rank_segments(kernels: list[dict], syncs: list[dict], peer_windows: list[tuple[int, int]]) -> list[tuple]:
+    """One rank's communication cut into elementary segments ``(a, b, label, covered by computation)``."""
     comm = [k for k in kernels if k["kind"] == "comm"]
     comp = [k for k in kernels if k["kind"] == "compute"]
     points = set()
@@ -173,7 +173,7 @@ def rank_breakdown(kernels: list[dict], syncs: list[dict], peer_windows: list[tu
         lj = comp_sorted[j]["launch_ns"]
         suffix_min[j] = min(suffix_min[j + 1], NEG if lj is None else lj)
 
-    res = dict.fromkeys(("comm_ns", "overlapped_ns", "exposed_ns", *PARTS), 0)
+    segs = []  # (a, b, label or None where computation covers it); labels for every comm instant
     comm_by_start = sorted(comm, key=lambda k: k["start_ns"])
     active: list[dict] = []  # comm activities started by the current segment's start
     nxt = 0
@@ -185,45 +185,85 @@ def rank_breakdown(kernels: list[dict], syncs: list[dict], peer_windows: list[tu
         active = [c for c in active if c["end_ns"] > a]
         if comm_cov[i] == 0:
             continue
-        length = b - a
-        res["comm_ns"] += length
-        if comp_cov[i] > 0:
-            res["overlapped_ns"] += length
-            continue
-        res["exposed_ns"] += length
-        if peer_cov[i] > 0:
-            res["peer_wait_ns"] += length
-            continue
-        j = bisect_left(comp_starts, b)  # computation kernels starting after t in (a, b)
-        if j < len(comp_sorted):
-            first = comp_starts[j]
-            nexts = []
-            while j + len(nexts) < len(comp_sorted) and comp_starts[j + len(nexts)] == first:
-                nexts.append(comp_sorted[j + len(nexts)])
-            running = [c for c in active if c["end_ns"] >= b]
-            gated = False
-            for kk in nexts:
-                producers = waits.get(kernel_index[id(kk)], [])
-                for c in running:
-                    if c["stream"] == kk["stream"] or any(
-                            c["stream"] == ps and c["start_ns"] <= pstart for ps, pstart in producers):
-                        gated = True
-                        break
-                if gated:
-                    break
-            if gated:
-                res["dependent_ns"] += length
-                continue
-        if suffix_min[j] >= b:
-            res["host_idle_ns"] += length
-        else:
-            res["exposed_other_ns"] += length
+        segs.append((a, b, _label(a, b, peer_cov[i] > 0, active, comp_sorted, comp_starts, suffix_min, waits,
+                                  kernel_index), comp_cov[i] > 0))
+    return segs
+
+
+def _label(a, b, in_peer_window, active, comp_sorted, comp_starts, suffix_min, waits, kernel_index) -> str:
+    """The first label of the contract that holds on (a, b)."""
+    if in_peer_window:
+        return "peer_wait_ns"
+    j = bisect_left(comp_starts, b)  # computation kernels starting after t in (a, b)
+    if j < len(comp_sorted):
+        first = comp_starts[j]
+        nexts = []
+        while j + len(nexts) < len(comp_sorted) and comp_starts[j + len(nexts)] == first:
+            nexts.append(comp_sorted[j + len(nexts)])
+        running = [c for c in active if c["end_ns"] >= b]
+        for kk in nexts:
+            producers = waits.get(kernel_index[id(kk)], [])
+            for c in running:
+                if c["stream"] == kk["stream"] or any(
+                        c["stream"] == ps and c["start_ns"] <= pstart for ps, pstart in producers):
+                    return "dependent_ns"
+    return "host_idle_ns" if suffix_min[j] >= b else "exposed_other_ns"
+
+
+def rank_breakdown(kernels: list[dict], syncs: list[dict], peer_windows: list[tuple[int, int]]) -> dict:
+    """The breakdown of one rank from its kernel rows, its sync rows and its peer-wait windows
+    ``[own start, latest start)``. Returns ``comm_ns, overlapped_ns, exposed_ns`` and :data:`PARTS`."""
+    res = dict.fromkeys(("comm_ns", "overlapped_ns", "exposed_ns", *PARTS), 0)
+    for a, b, label, covered in rank_segments(kernels, syncs, peer_windows):
+        res["comm_ns"] += b - a
+        res["overlapped_ns" if covered else "exposed_ns"] += b - a
+        if not covered:
+            res[label] += b - a
     return res
 
 
-def run_breakdown(kernels: list[dict], syncs: list[dict], *, peers: bool) -> dict[int, dict]:
-    """``{rank: breakdown}`` for one run's rows (every rank). ``peers``: whether the ranks' clocks
-    compare (else no peer wait)."""
+def _union(iv):
+    out: list[list[int]] = []
+    for s, e in sorted(x for x in iv if x[1] > x[0]):
+        if out and s <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], e)
+        else:
+            out.append([s, e])
+    return out
+
+
+def _covers(merged, starts, a, b) -> bool:
+    j = bisect_left(starts, a + 1) - 1
+    return j >= 0 and merged[j][0] <= a and merged[j][1] >= b
+
+
+def step_breakdown(kernels: list[dict], syncs: list[dict], peer_windows) -> dict[int, dict]:
+    """Per step (kernels of no step left out): the step's own comm/compute/exposed time, its exposed
+    instants labelled as the rank's (the contract's "per step")."""
+    segs = rank_segments(kernels, syncs, peer_windows)
+    out = {}
+    for step in sorted({k["step"] for k in kernels if k["step"] is not None}):
+        mine = [k for k in kernels if k["step"] == step]
+        comm = _union([(k["start_ns"], k["end_ns"]) for k in mine if k["kind"] == "comm"])
+        comp = _union([(k["start_ns"], k["end_ns"]) for k in mine if k["kind"] == "compute"])
+        comm_starts, comp_starts = [x for x, _ in comm], [x for x, _ in comp]
+        res = dict.fromkeys(("comm_ns", "overlapped_ns", "exposed_ns", *PARTS), 0)
+        for a, b, label, _ in segs:
+            if not _covers(comm, comm_starts, a, b):
+                continue
+            res["comm_ns"] += b - a
+            if _covers(comp, comp_starts, a, b):
+                res["overlapped_ns"] += b - a
+            else:
+                res["exposed_ns"] += b - a
+                res[label] += b - a
+        out[step] = res
+    return out
+
+
+def run_breakdown(kernels: list[dict], syncs: list[dict], *, peers: bool, per: str = "rank") -> dict:
+    """``{rank: breakdown}`` (``per="step"``: ``{(rank, step): breakdown}``) for one run's rows (every
+    rank). ``peers``: whether the ranks' clocks compare (else no peer wait)."""
     windows: dict[int, list[tuple[int, int]]] = defaultdict(list)
     if peers:
         for starts in instance_starts(kernels).values():
@@ -234,5 +274,9 @@ def run_breakdown(kernels: list[dict], syncs: list[dict], *, peers: bool) -> dic
                 if latest > s:
                     windows[rank].append((s, latest))
     ranks = sorted({k["rank"] for k in kernels})
+    if per == "step":
+        return {(r, st): rec for r in ranks
+                for st, rec in step_breakdown([k for k in kernels if k["rank"] == r],
+                                              [s for s in syncs if s["rank"] == r], windows[r]).items()}
     return {r: rank_breakdown([k for k in kernels if k["rank"] == r], [s for s in syncs if s["rank"] == r],
                               windows[r]) for r in ranks}

@@ -34,10 +34,10 @@ ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data"
 REFERENCE = Path(os.environ.get("OVERLAPVIZ_REFERENCE_TRACES", "/work/shared/reference_traces"))
 COLS = ["run_id", "rank", "kind", "stream", "name", "start_ns", "end_ns", "launch_ns", "launch_tid", "collective",
-        "comm_group", "comm_seq"]
+        "comm_group", "comm_seq", "step"]
 
 
-def independent(ds, run_ids=None) -> dict[tuple[str, int], dict]:
+def independent(ds, per: str = "rank") -> dict[tuple, dict]:
     kernels = schema.read_kernels(ds, columns=COLS).to_pylist()
     syncs = schema.read_table(ds, "syncs").to_pylist()
     peers = {(r["run_id"], r["rank"]): bool(r["peers_known"]) for r in breakdown(ds).to_dict("records")}
@@ -46,13 +46,14 @@ def independent(ds, run_ids=None) -> dict[tuple[str, int], dict]:
         ks = [k for k in kernels if k["run_id"] == run]
         # peer wait only where the ranks' clocks compare (the dataset's clock domains say so)
         known = any(v for (r, _), v in peers.items() if r == run)
-        for rank, rec in run_breakdown(ks, [s for s in syncs if s["run_id"] == run], peers=known).items():
-            out[(run, rank)] = rec
+        for key, rec in run_breakdown(ks, [s for s in syncs if s["run_id"] == run], peers=known, per=per).items():
+            out[(run, *key) if per == "step" else (run, key)] = rec
     return out
 
 
 def check_exact(ds) -> int:
-    """breakdown() == the independent breakdown per rank; the parts add up; exposed == analyze's."""
+    """breakdown() == the independent breakdown per rank and per step; the parts add up; exposed and
+    comm == analyze's."""
     got = breakdown(ds)
     mine = independent(ds)
     assert set(mine) == {(r, k) for r, k in zip(got.run_id, got["rank"])}
@@ -65,6 +66,11 @@ def check_exact(ds) -> int:
         assert sum(have[p] for p in PARTS) == have["exposed_ns"]
         assert have["exposed_ns"] / 1000 == a.loc[key, "exposed_comm_us"]
         assert have["comm_ns"] / 1000 == a.loc[key, "comm_us"]
+    # per step: the step's own exposed time, the rank's labels
+    steps = breakdown(ds, per="step")
+    got_steps = {(r["run_id"], r["rank"], r["step"]): {c: int(r[c]) for c in ("comm_ns", "overlapped_ns", "exposed_ns", *PARTS)}
+                 for r in steps.to_dict("records")}
+    assert got_steps == independent(ds, per="step")
     return len(got)
 
 
