@@ -574,3 +574,32 @@ def test_one_rank_of_many_names_no_straggler(datasets, name, path):
     assert not f.empty and "straggler" not in set(f.kind)
     b = breakdown(ds)
     assert len(b) == 1 and b.iloc[0].peer_wait_ns == 0 and not b.iloc[0].peers_known
+
+
+def test_dlrm_cli_states_the_same_answer(datasets):
+    """What a user reads: ``overlapviz explain DS`` names rank 7 in its first finding, and the JSON of
+    ``--findings`` and ``--breakdown`` carries the library's exact int64 ns (the raw DLRM numbers of
+    the test above: 35,248,000 ns at stake, 26,435,000 ns at send_recv #0)."""
+    from click.testing import CliRunner
+
+    from overlapviz.cli import main
+
+    ds = datasets("dlrm", DLRM)
+    run = CliRunner()
+    text = run.invoke(main, ["explain", str(ds)])
+    assert text.exit_code == 0, text.output
+    first = text.output[text.output.index("1. ["):].split("\n")[0]
+    assert first.startswith("1. [straggler] Rank 7 started 5 of 8")
+    out = run.invoke(main, ["explain", str(ds), "--findings", "--format", "json"])
+    assert out.exit_code == 0, out.output
+    recs = json.loads(out.output)
+    lib = findings(ds)
+    assert [(r["kind"], r["time_ns"], r["ranks"]) for r in recs] == [
+        (k, int(t), list(map(int, rs))) for k, t, rs in zip(lib.kind, lib.time_ns, lib.ranks)]
+    assert recs[0]["time_ns"] == 35_248_000 and recs[0]["evidence"][0]["time_ns"] == 26_435_000
+    out = run.invoke(main, ["explain", str(ds), "--breakdown", "--format", "json"])
+    assert out.exit_code == 0, out.output
+    b = breakdown(ds)
+    assert [{k: r[k] for k in ("rank", "exposed_ns", "peer_wait_ns")} for r in json.loads(out.output)] == [
+        {"rank": int(r["rank"]), "exposed_ns": int(r["exposed_ns"]), "peer_wait_ns": int(r["peer_wait_ns"])}
+        for r in b.to_dict("records")]
