@@ -416,25 +416,37 @@ NSYS = DATA / "nsys" / "mfu_2gpu_before_window40ms.sqlite"
 def test_nsys_fastvideo_2gpu_collectives_on_the_compute_stream(datasets):
     """FastVideo training on 2 H100s (nsys export, a 40 ms window): each device's 5
     ``ncclDevKernel_SendRecv`` run on the one stream that carries its computation (device 0 stream 7,
-    device 1 stream 15), so each is queued behind computation: the top finding must be
-    ``stream_order`` (the communication runs on the computation's own stream), naming both ranks;
+    device 1 stream 15), so each is queued behind computation: launched ~10 ms ahead by a host that
+    runs ahead (device 0's third: launch 60127353380 ns, the computation before it ends
+    60137575827 ns). The top finding must be ``stream_order`` (the communication runs on the
+    computation's own stream), naming both ranks, its time the union per device of [launch, end of
+    the computation before it]: 21,021,946 + 19,820,453 = 40,842,399 ns;
     and since the 5 instances are seen on both ranks of one host, the straggler findings name, for
     each instance, the rank that started it last (read here from the kernels' starts)."""
     con = sqlite3.connect(NSYS)
-    rows = con.execute("select k.deviceId, k.streamId, k.start, s.value like '%nccl%' from CUPTI_ACTIVITY_KIND_KERNEL k "
-                       "join StringIds s on s.id = k.shortName order by k.start").fetchall()
+    # the launch call of each kernel: same correlation id, same process (globalTid / 2**24 = globalPid / 2**24)
+    rows = con.execute("select k.deviceId, k.streamId, k.start, k.end, s.value like '%nccl%', r.start "
+                       "from CUPTI_ACTIVITY_KIND_KERNEL k join StringIds s on s.id = k.shortName "
+                       "left join CUPTI_ACTIVITY_KIND_RUNTIME r on r.correlationId = k.correlationId "
+                       "and r.globalTid / 16777216 = k.globalPid / 16777216 order by k.start").fetchall()
     streams = defaultdict(set)
     nccl = defaultdict(list)
-    for dev, stream, start, is_comm in rows:
+    queued = defaultdict(list)
+    for dev, stream, start, end, is_comm, launch in rows:
         streams[dev].add(stream)
         if is_comm:
             nccl[dev].append(start)
+            prev = max((r for r in rows if r[0] == dev and r[3] <= start and r[2] != start), key=lambda r: r[3])
+            assert not prev[4]  # queued behind computation, never behind another collective
+            if launch is not None:  # the window cut the first launch of each device
+                queued[dev].append((launch, prev[3]))
     assert {d: len(s) for d, s in streams.items()} == {0: 1, 1: 1} and [len(v) for v in nccl.values()] == [5, 5]
     last = Counter(max(nccl, key=lambda d: nccl[d][i]) for i in range(5))
     ds = datasets("nsys", NSYS)
     f = findings(ds)
     t = top(f)
     assert t.kind == "stream_order" and sorted(t.ranks) == [0, 1]
+    assert t.time_ns == sum(measure(q) for q in queued.values()) == 40_842_399
     strag = f[f.kind == "straggler"]
     # ranks of the dataset are the devices in the export's order
     assert {int(r[0]): len(e) for r, e in zip(strag.ranks, strag.evidence)} == dict(last)
