@@ -209,7 +209,7 @@ instances = st.fixed_dictionaries({
     "mode": st.sampled_from(["dependent", "host_idle", "other"]),
 })
 # each example writes and reads datasets (~0.2 s): few examples, and no shrinking (minutes here)
-PROPS = settings(max_examples=15, deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate],
+PROPS = settings(max_examples=10, deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate],
                  suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
