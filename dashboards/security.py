@@ -10,6 +10,7 @@ import functools
 import hashlib
 import hmac
 import ipaddress
+import logging
 import os
 import re
 import secrets
@@ -20,7 +21,7 @@ import tempfile
 import webbrowser
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import unquote, urlencode, urlsplit
 
 from panel.io.server import ComponentResourceHandler
 from tornado.httputil import parse_qs_bytes
@@ -33,6 +34,7 @@ LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
 # BokehJS, Panel's and the extensions' packaged JS/CSS, and the icon: package files, nothing of the dataset
 OPEN_PREFIXES = ("/static/",)
 OPEN_PATHS = ("/favicon.ico",)
+BAD_REQUEST = "this path is not UTF-8 text or holds a NUL byte: no file has such a name"
 # modules whose component resources (CSS/JS listed on a class) the page may fetch by URL
 OWN_PACKAGES = ("panel", "bokeh", "holoviews", "overlapviz")
 COMPONENTS_ROUTE = r"/components/(.*)"  # panel.io.resources.COMPONENT_PATH
@@ -173,7 +175,11 @@ class Access:
 
     def refusal(self, request) -> str | None:
         """Why ``request`` is refused, or None; also takes the token out of the request (logs, session)."""
-        presented = _pop_token(request)
+        presented = _pop_token(request, self.token)
+        if _malformed(request.path):  # Tornado's static handler raised on a NUL (500, a traceback in the log)
+            return BAD_REQUEST
+        if not self.sessions_signed(request):  # said here in one line, before Bokeh logs an error or a traceback
+            return "this session id or session token was not issued by this server"
         if not self.host_allowed(request.headers.get("Host", "")):
             return "this server does not answer to that host name (see --allow-websocket-origin)"
         origin = request.headers.get("Origin")
@@ -193,19 +199,81 @@ class Access:
         return "this server needs the token it printed at start: open the URL with ?token=... that it printed"
 
 
-def _pop_token(request) -> list[str]:
-    """Remove ?token= from the request (URI, query, arguments) and return its values.
+    def sessions_signed(self, request) -> bool:
+        """False when ``request`` names a Bokeh session (``bokeh-session-id``, ``bokeh-token``, the
+        ``Bokeh-Session-Id`` header, a WebSocket's ``bokeh, TOKEN`` subprotocol) that this launch's
+        key did not sign, or that is not a session id or token at all."""
+        from bokeh.util.token import check_session_id_signature, check_token_signature
 
-    The URI is what tornado's access log prints and the arguments go into the Bokeh session token
+        ids = [v.decode("utf-8", "replace") for v in request.query_arguments.get("bokeh-session-id", [])]
+        ids += [request.headers["Bokeh-Session-Id"]] if "Bokeh-Session-Id" in request.headers else []
+        tokens = [v.decode("utf-8", "replace") for v in request.query_arguments.get("bokeh-token", [])]
+        protocols = [p.strip() for p in request.headers.get("Sec-WebSocket-Protocol", "").split(",")]
+        tokens += protocols[1:2] if protocols[0] == "bokeh" else []
+        try:
+            return (all(check_session_id_signature(i, secret_key=self.secret_key, signed=True) for i in ids)
+                    and all(check_token_signature(t, secret_key=self.secret_key, signed=True) for t in tokens))
+        except Exception:  # not base64, not JSON, no session_id: not one of ours  # noqa: BLE001
+            return False
+
+
+def _malformed(path: str) -> bool:
+    """True for a URL path that no file name matches: not UTF-8 once unquoted, or holding a NUL."""
+    try:
+        return "\x00" in unquote(path, errors="strict")
+    except UnicodeDecodeError:
+        return True
+
+
+def _pop_token(request, token: str | None = None) -> list[str]:
+    """Remove the token from the request (URI, query, arguments) and return the values of ``?token=``.
+
+    Removed: every query parameter named ``token`` in any case (``?TOKEN=``, ``?Token=``) and every
+    parameter whose value is ``token`` (``?x=<token>``). Only ``?token=`` presents a token. The URI
+    is what tornado's access log prints and the arguments go into the Bokeh session token
     embedded in the page: neither may carry the token.
     """
-    values = [v.decode("utf-8", "replace") for v in request.query_arguments.pop(TOKEN_ARG, [])]
-    if values:
-        request.arguments.pop(TOKEN_ARG, None)
-        kept = [(k, v) for k, vs in parse_qs_bytes(request.query, keep_blank_values=True).items() if k != TOKEN_ARG for v in vs]
-        request.query = urlencode(kept, doseq=False)
+    values = [v.decode("utf-8", "replace") for v in request.query_arguments.get(TOKEN_ARG, [])]
+    secret = token.encode() if token else None
+
+    def carries(name: str, value: bytes) -> bool:
+        return name.lower() == TOKEN_ARG or (secret is not None and hmac.compare_digest(value, secret))
+
+    if any(carries(k, v) for k, vs in request.query_arguments.items() for v in vs):
+        for name in [k for k, vs in request.query_arguments.items() if any(carries(k, v) for v in vs)]:
+            kept = [v for v in request.query_arguments.pop(name) if not carries(name, v)]
+            request.arguments.pop(name, None)
+            if kept:
+                request.query_arguments[name] = request.arguments[name] = kept
+        pairs = [(k, v) for k, vs in parse_qs_bytes(request.query, keep_blank_values=True).items() for v in vs
+                 if not carries(k, v)]  # fmt: skip
+        request.query = urlencode(pairs, doseq=False)
         request.uri = request.path + (f"?{request.query}" if request.query else "")
     return values
+
+
+def redact_logs(secrets_: list[str]) -> None:
+    """From now on, no log record of this process carries one of ``secrets_`` (the token, its cookie):
+    each is replaced with ``<redacted>`` in the message, whichever logger writes it (the access log,
+    Tornado's and Bokeh's warnings, a traceback's text)."""
+    secrets_ = [s for s in secrets_ if s]
+    if not secrets_:
+        return
+    previous = logging.getLogRecordFactory()
+
+    def factory(*args, **kwargs):
+        record = previous(*args, **kwargs)
+        try:
+            text = record.getMessage()
+        except Exception:  # a malformed record is logging's to report
+            return record
+        if any(s in text for s in secrets_):
+            for s in secrets_:
+                text = text.replace(s, "<redacted>")
+            record.msg, record.args = text, ()
+        return record
+
+    logging.setLogRecordFactory(factory)
 
 
 def _authorization(request) -> list[str]:
@@ -226,16 +294,18 @@ class _Gate(Matcher):
 
 
 class Refused(RequestHandler):
-    """403 with one sentence: nothing of the dataset, for any method, WebSocket upgrades included."""
+    """403 (400 for a malformed request) with one sentence: nothing of the dataset, for any method, WebSocket
+    upgrades included; one line in the access log."""
 
     def initialize(self, reason: str) -> None:
         self.reason = reason
 
     def prepare(self) -> None:
-        self.set_status(403)
+        status = 400 if self.reason == BAD_REQUEST else 403
+        self.set_status(status)
         self.set_header("Content-Type", "text/plain; charset=utf-8")
         self.set_header("Cache-Control", "no-store")
-        self.finish(f"403 Forbidden: {self.reason}\n")
+        self.finish(f"{status} {'Bad Request' if status == 400 else 'Forbidden'}: {self.reason}\n")
 
 
 class _Headers(OutputTransform):
@@ -285,6 +355,7 @@ def install(server, access: Access) -> None:
     router = app.default_router
     router.rules.insert(0, router.process_rule(Rule(_Gate(access), Refused)))
     app.add_transform(functools.partial(_Headers, access))
+    redact_logs([access.token, access.cookie_value] if access.token else [])
     origins = app.websocket_origins  # Bokeh's own WebSocket Origin check: the same names, real port included
     origins.clear()
     origins.update(access.websocket_origins())

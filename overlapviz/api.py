@@ -2,6 +2,8 @@
 
     >>> import overlapviz
     >>> ds = overlapviz.open("traces/")          # raw traces: read once into the cache
+    >>> ds.findings()                            # where communication time went, what would win it back
+    >>> ds.breakdown()                           # exposed communication per rank: peer wait, dependent, ...
     >>> ds.analyze()                             # overlap per run x rank (pandas)
     >>> ds.explain(summary=True)                 # why collectives started late, per rank
     >>> ds.timeline(run=ds.runs[0])              # a HoloViews figure; shows in Jupyter as is
@@ -70,6 +72,19 @@ class Dataset:
         from overlapviz.analysis.metrics import analyze
 
         return analyze(self.path, per=per, run_ids=_runs(run))
+
+    def findings(self, *, run: str | list[str] | None = None, device: str | None = None):
+        """The findings of each run, largest first: what ``overlapviz explain --findings`` prints (docs/explain.md)."""
+        from overlapviz.analysis.findings import findings
+
+        return findings(self.path, run_ids=_runs(run), device=device)
+
+    def breakdown(self, *, per: str = "rank", run: str | list[str] | None = None):
+        """Exposed communication per run x rank (or step) split into peer wait, dependent, host idle and other
+        (int64 ns): what ``overlapviz explain --breakdown`` prints."""
+        from overlapviz.analysis.breakdown import breakdown
+
+        return breakdown(self.path, run_ids=_runs(run), per=per)
 
     def explain(self, *, run: str | list[str] | None = None, summary: bool = False, instances: bool = False,
                 all_kernels: bool = False):  # fmt: skip

@@ -308,7 +308,8 @@ def device_limits(devices_row: dict) -> dict:
     ValueError
         When the vendor or architecture cannot be determined, naming the fields read.
     """
-    row = _clean(devices_row)
+    given = _clean(devices_row)
+    row = given | ({"name": product_name(given["name"])} if "name" in given else {})  # "H100": its product's limits
     vendor = _vendor(row)
     table = _nvidia_table(row) if vendor == "nvidia" else _amd_table(row)
     out = dict(table)
@@ -323,9 +324,69 @@ def device_limits(devices_row: dict) -> dict:
     if vendor == "amd" and "lds_per_cu" in row and "shared_mem_per_sm" not in row:
         out["shared_mem_per_sm"] = int(row["lds_per_cu"])
     for key in ("name", "run_id", "rank", "device", "total_mem_bytes"):
-        if key in row:
-            out[key] = row[key]
+        if key in given:
+            out[key] = given[key]
     out["limits_source"] = source
+    return out
+
+
+# the GPU names people type (``--device-name H100``), each with the product name it stands for:
+# the name the driver reports for the most common board (SXM where there are several)
+SHORT_NAMES = (
+    ("B200", "NVIDIA B200"),
+    ("GH200", "NVIDIA GH200 480GB"),
+    ("H200", "NVIDIA H200"),
+    ("H100", "NVIDIA H100 80GB HBM3"),
+    ("H100 PCIe", "NVIDIA H100 PCIe"),
+    ("H800", "NVIDIA H800"),
+    ("H20", "NVIDIA H20"),
+    ("A100", "NVIDIA A100-SXM4-40GB"),
+    ("A100 40GB", "NVIDIA A100-SXM4-40GB"),
+    ("A100 80GB", "NVIDIA A100-SXM4-80GB"),
+    ("A800", "NVIDIA A800-SXM4-80GB"),
+    ("A40", "NVIDIA A40"),
+    ("A30", "NVIDIA A30"),
+    ("A10", "NVIDIA A10"),
+    ("L40S", "NVIDIA L40S"),
+    ("L40", "NVIDIA L40"),
+    ("L4", "NVIDIA L4"),
+    ("RTX 4090", "NVIDIA GeForce RTX 4090"),
+    ("RTX 3090", "NVIDIA GeForce RTX 3090"),
+    ("V100", "Tesla V100-SXM2-32GB"),
+    ("T4", "Tesla T4"),
+    ("MI355X", "AMD Instinct MI355X"),
+    ("MI350X", "AMD Instinct MI350X"),
+    ("MI325X", "AMD Instinct MI325X"),
+    ("MI300X", "AMD Instinct MI300X"),
+    ("MI300A", "AMD Instinct MI300A"),
+    ("MI250X", "AMD Instinct MI250X"),
+    ("MI250", "AMD Instinct MI250"),
+    ("MI210", "AMD Instinct MI210"),
+    ("MI100", "AMD Instinct MI100"),
+    ("MI50", "AMD Instinct MI50"),
+)
+
+
+def _short_key(text: str) -> str:
+    return re.sub(r"[\s_\-]+", "", str(text)).lower()
+
+
+_SHORT = {_short_key(short): product for short, product in SHORT_NAMES}
+
+
+def product_name(text: str) -> str:
+    """The product name a short GPU name stands for (``H100`` -> ``NVIDIA H100 80GB HBM3``,
+    ``a100-80gb`` -> ``NVIDIA A100-SXM4-80GB``, ``MI300X`` -> ``AMD Instinct MI300X``), matched
+    ignoring case, spaces, ``-`` and ``_``; ``text`` itself when it is no short name."""
+    return _SHORT.get(_short_key(text), text)
+
+
+def device_catalog() -> list[dict]:
+    """Every short name ``product_name`` knows, with its product name, architecture and SM/CU count."""
+    out = []
+    for short, product in SHORT_NAMES:
+        limits = device_limits({"name": product})
+        out.append({"name": short, "product": product, "arch": limits.get("arch"), "num_sms": limits.get("num_sms")})
     return out
 
 

@@ -34,7 +34,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["INCOMPLETE", "check_output_path", "check_replaceable", "clean_stale_temporaries", "display_path",
+__all__ = ["INCOMPLETE", "check_output", "check_output_path", "check_replaceable", "clean_stale_temporaries", "display_path",
            "finish_tree", "is_dataset", "move_into_place", "process_tag", "temporary_prefix"]  # fmt: skip
 
 METADATA_FILE = "dataset.json"  # schema.METADATA_FILE
@@ -76,7 +76,7 @@ def check_output_path(out: str | os.PathLike, inputs: Sequence[str | os.PathLike
     """
     out = Path(out)
     if os.path.islink(out):
-        raise ValueError(f"{display_path(out)}: output is a symbolic link; name the directory it points to instead")
+        raise ValueError(f"{display_path(out)}: output is a symbolic link; name what it points to instead")
     identity = functools.lru_cache(maxsize=None)(_identity)  # inputs share their directories
     out_real = Path(os.path.realpath(out))
     out_chain = {identity(p) for p in [out_real, *out_real.parents]} - {None}  # out and every directory above it
@@ -85,11 +85,68 @@ def check_output_path(out: str | os.PathLike, inputs: Sequence[str | os.PathLike
         real = Path(os.path.realpath(given))
         ident = identity(real)
         if real == out_real or (ident is not None and ident == out_id):
-            raise ValueError(f"{display_path(out)}: output is the input {display_path(given)}; choose another output directory")
+            raise ValueError(f"{display_path(out)}: output is the input {display_path(given)}; choose another output")
         if out_real in real.parents or (out_id is not None and any(identity(p) == out_id for p in real.parents)):
-            raise ValueError(f"{display_path(out)}: output contains the input {display_path(given)}; choose another output directory")
+            raise ValueError(f"{display_path(out)}: output contains the input {display_path(given)}; choose another output")
         if real in out_real.parents or (ident is not None and ident in out_chain):
-            raise ValueError(f"{display_path(out)}: output lies inside the input {display_path(given)}; choose another output directory")
+            raise ValueError(f"{display_path(out)}: output lies inside the input {display_path(given)}; choose another output")
+
+
+def check_output(out: str | os.PathLike, inputs: Sequence[str | os.PathLike], *, may_be_dataset: bool = False) -> None:
+    """Refuse what any command that writes (``ingest -o``, ``export -o``, ``collect -o``, ``serve
+    --token-file``) may not write to, before anything is written.
+
+    ``check_output_path``'s rules, and: ``out`` may not lie inside an overlapviz dataset (a
+    directory holding ``dataset.json``, or one being built), nor be one (unless
+    ``may_be_dataset``: the dataset ``ingest --overwrite`` replaces), nor be a hard link to a
+    file of a dataset among ``inputs``. Paths are compared resolved, so a symbolic link or
+    ``..`` does not hide a dataset.
+
+    Raises
+    ------
+    ValueError
+        One line naming ``out`` and the input or the dataset.
+    """
+    check_output_path(out, inputs)
+    out_real = Path(os.path.realpath(out))
+    chain = [out_real, *out_real.parents] if not may_be_dataset else list(out_real.parents)
+    for directory in chain:
+        if _holds_dataset(directory):
+            where = "is" if directory == out_real else "lies inside"
+            raise ValueError(f"{display_path(out)}: output {where} the overlapviz dataset {display_path(directory)}; "
+                             "writing there would change the dataset: choose a path outside it")  # fmt: skip
+    try:
+        st = os.stat(out_real)
+    except OSError:
+        return
+    if stat.S_ISREG(st.st_mode) and st.st_nlink > 1:  # a hard link: the same file as one of a dataset read here?
+        for given in inputs:
+            for path in _dataset_files(Path(os.path.realpath(given))):
+                if _identity(path) == (st.st_dev, st.st_ino):
+                    raise ValueError(f"{display_path(out)}: output is the file {display_path(path)} of the input "
+                                     f"dataset {display_path(given)} (a hard link); choose another output")  # fmt: skip
+
+
+def _holds_dataset(directory: Path) -> bool:
+    """True when ``directory`` is an overlapviz dataset (its ``dataset.json`` has a ``schema_version``:
+    another tool's ``dataset.json`` does not count) or one being built, whatever else it holds."""
+    if os.path.isfile(directory / INCOMPLETE):
+        return True
+    try:
+        meta = json.loads((directory / METADATA_FILE).read_bytes())
+    except (OSError, ValueError, RecursionError):
+        return False
+    return isinstance(meta, dict) and "schema_version" in meta
+
+
+def _dataset_files(directory: Path) -> list[Path]:
+    """The files of the dataset at ``directory`` (none where it is not one)."""
+    if not _holds_dataset(directory):
+        return []
+    found = []
+    for root, _dirs, files in os.walk(directory):
+        found.extend(Path(root) / f for f in files)
+    return found
 
 
 def _identity(path: Path) -> tuple[int, int] | None:

@@ -394,7 +394,7 @@ class DatasetWriter:
             raise ValueError(f"{_shown(out)}: cannot use parent directory {_shown(parent)}: {exc.strerror or exc}") from None
         if not stat.S_ISDIR(parent_mode):
             raise ValueError(f"{_shown(out)}: {_shown(parent)} is not a directory")
-        outdir.check_output_path(out, self.inputs)
+        outdir.check_output(out, self.inputs, may_be_dataset=True)
         outdir.check_replaceable(out, self.overwrite)
         outdir.clean_stale_temporaries(out)
         try:

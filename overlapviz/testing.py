@@ -518,3 +518,42 @@ def process_alive(pid: int) -> bool:
     except OSError:
         return False
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+# --- a two-rank trace whose breakdown is known by construction -----------------------------------
+
+BREAKDOWN_EXPECTED = {
+    # rank: (comm, exposed, peer_wait, dependent, host_idle, other), ns
+    0: (16_000, 16_000, 6_000, 5_000, 3_000, 2_000),
+    1: (10_000, 10_000, 0, 5_000, 3_000, 2_000),
+}
+
+
+def breakdown_scenario(path) -> Path:
+    """A dataset of two ranks whose exposed communication splits into every part of the breakdown
+    (``BREAKDOWN_EXPECTED``, ns), each by construction:
+
+    * instance 0 (``all_reduce``, group ``g``, seq 0): rank 1 computes 10 µs before it, rank 0 only 4 µs,
+      so rank 0 waits 6 µs for rank 1 (peer wait); then both ranks' next GEMM waits on an event recorded
+      after the all-reduce (ProcessGroupNCCL's pattern, inferred from host order): 5 µs dependent;
+    * instance 1: both ranks start together and the host launches the next GEMM only after it ends:
+      3 µs host idle;
+    * instance 2: the next GEMM was launched before it but waits on a copy on a third stream: 2 µs other.
+    """
+    kernels, syncs = [], []
+    for rank, gemm_a in ((0, 4_000), (1, 10_000)):
+        coll = dict(collective="all_reduce", comm_group="g", rank=rank)
+        kernels += [
+            kernel_row("gemm_a", "compute", 7, 0, gemm_a, launch=0, corr=1, rank=rank),
+            kernel_row("ncclDevKernel_AllReduce", "comm", 20, gemm_a, 15_000, launch=1_000, corr=2, comm_seq=0, **coll),
+            kernel_row("gemm_b", "compute", 7, 15_100, 20_000, launch=2_000, corr=3, rank=rank),
+            kernel_row("ncclDevKernel_AllReduce", "comm", 20, 20_000, 23_000, launch=16_000, corr=4, comm_seq=1, **coll),
+            kernel_row("gemm_c", "compute", 7, 24_500, 30_000, launch=24_000, corr=5, rank=rank),
+            kernel_row("ncclDevKernel_AllReduce", "comm", 20, 30_000, 32_000, launch=25_000, corr=6, comm_seq=2, **coll),
+            kernel_row("Memcpy DtoD", "memory", 30, 30_000, 32_500, launch=26_500, corr=7, category="memcpy", rank=rank),
+            kernel_row("gemm_d", "compute", 7, 33_000, 40_000, launch=28_000, corr=8, rank=rank),
+        ]
+        # ProcessGroupNCCL on the launching thread: record after the all-reduce, wait before the GEMM
+        syncs += [dict(sync_row("event_record", 1_100), rank=rank), dict(sync_row("stream_wait_event", 1_200), rank=rank),
+                  dict(sync_row("event_record", 27_000), rank=rank), dict(sync_row("stream_wait_event", 27_500), rank=rank)]
+    return write_rows_dataset(path, kernels, syncs, ranks=(0, 1), run_id="scenario")

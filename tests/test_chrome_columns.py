@@ -349,3 +349,15 @@ def test_invalid_utf8_anywhere_is_handed_over(bad):
             chrome_columns._kineto.scan(b'{"traceEvents": [' + event + b"]}", CATS, META_KEYS)
     good = "é€😀".encode()
     assert chrome_columns._kineto.scan(b'{"traceEvents": [{"cat": "cpu_op", "name": "' + good + b'"}]}', CATS, ())["n_events"] == 1
+
+
+@needs_c
+@pytest.mark.parametrize("field", ["name", "cat"])
+def test_an_empty_string_first_in_its_column_is_read(field):
+    # .ci/sanitize (UBSan) found memcpy(NULL, ..., 0) here: the column's buffer not yet allocated when its
+    # first string is empty; this fails under that build on the old scanner
+    event = {"ph": "X", "cat": "kernel", "name": "k", "ts": 1, "dur": 1, "pid": 0, "tid": 7, "args": {"stream": 7}}
+    event[field] = ""
+    doc = json.dumps({"traceEvents": [event, {**event, field: "x"}]}).encode()
+    out = chrome_columns._kineto.scan(doc, CATS, META_KEYS)
+    assert out["n_events"] == 2

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -58,3 +59,73 @@ def test_a_directory_with_an_unreadable_file_says_how_to_read_the_rest(runner, t
     ok = runner.invoke(main, ["ingest", str(mixed), "-o", str(tmp_path / "ds"), "--skip-bad"])
     assert ok.exit_code == 0, ok.output
     assert runner.invoke(main, ["explain", str(tmp_path / "ds"), "--summary"]).exit_code == 0
+
+
+def _as_another_user(argv: list[str]) -> tuple[int, str]:
+    """``overlapviz ARGV`` run by an account that may not read what this one made unreadable:
+    this process when it is not root, else a forked copy of it that became ``nobody`` (root
+    reads everything, and ``os.access`` says so)."""
+    if os.geteuid() != 0:
+        result = CliRunner().invoke(main, argv)
+        return result.exit_code, result.output
+    import overlapviz.cli.ingest  # noqa: F401  (imported here: the child may not read root's files)
+    import overlapviz.ingest.driver  # noqa: F401
+
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into pytest
+        try:
+            os.close(read)
+            os.setgroups([])
+            os.setresgid(65534, 65534, 65534)
+            os.setresuid(65534, 65534, 65534)
+            result = CliRunner().invoke(main, argv)
+            os.write(write, f"{result.exit_code}\n{result.output}".encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as fh:
+        data = fh.read().decode()
+    os.waitpid(pid, 0)
+    code, _, output = data.partition("\n")
+    return int(code), output
+
+
+def test_an_unreadable_source_is_one_line_and_exit_1():
+    import tempfile
+
+    with tempfile.TemporaryDirectory(dir="/tmp") as tmp:  # a place the other account can reach
+        ws = Path(tmp)
+        os.chmod(ws, 0o777)
+        trace = ws / "rank0.json.gz"
+        trace.write_bytes((DATA / "hostile" / "event_sync_trace.json.gz").read_bytes())
+        os.chmod(trace, 0)
+        code, output = _as_another_user(["ingest", str(trace), "-o", str(ws / "ds")])
+        lines = output.strip().splitlines()
+        assert code == 1 and len(lines) == 1 and lines[0].startswith("Error: "), output
+        assert str(trace) in lines[0] and "Permission denied" in lines[0], output
+        assert not (ws / "ds").exists()
+
+
+@pytest.mark.parametrize("content", [b"", b"  \n"])  # a corrupt gzip is an error of its own
+def test_an_empty_rank_file_beside_good_ones_is_named(runner, tmp_path, content):
+    run = tmp_path / "job"
+    run.mkdir()
+    (run / "rank0.json.gz").write_bytes((DATA / "hostile" / "event_sync_trace.json.gz").read_bytes())
+    (run / "rank1.json").write_bytes(content)
+    (run / "notes.txt").write_text("not a trace, and not named like one: no word about it\n")
+    result = runner.invoke(main, ["ingest", str(run), "-o", str(tmp_path / "ds"), "--quiet"])
+    assert result.exit_code == 0, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"warning: {run / 'rank1.json'}: "), result.stderr
+    assert "fewer ranks" in lines[0] and "notes.txt" not in result.stderr
+
+
+@pytest.mark.parametrize("command", [["serve", "--get", "/"], ["advise", "--compute-shape", "256,64,0"]])
+def test_a_file_given_as_the_dataset_of_serve_or_advise_is_one_line_and_exit_1(runner, tmp_path, command):
+    text = tmp_path / "notes.txt"
+    text.write_text("hello\n")
+    result = runner.invoke(main, [command[0], str(text), *command[1:]])
+    lines = result.output.strip().splitlines()
+    assert result.exit_code == 1 and len(lines) == 1 and lines[0].startswith("Error: "), result.output
+    assert str(text) in lines[0]

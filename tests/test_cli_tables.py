@@ -30,7 +30,8 @@ SOURCES = {
 }
 VIEWS = [
     ["analyze"], ["analyze", "--per", "step"], ["explain"], ["explain", "--summary"], ["explain", "--instances"],
-    ["explain", "--all-kernels"], ["residency"], ["residency", "--delays"], ["compare"],
+    ["explain", "--all-kernels"], ["explain", "--findings"], ["explain", "--breakdown"], ["explain", "--breakdown", "--per", "step"],
+    ["residency"], ["residency", "--delays"], ["compare"],
 ]  # fmt: skip
 
 
@@ -84,15 +85,23 @@ def test_advise_and_compare_pair_fit(datasets):
     assert re.search(r"^metric\s+overlap_fraction\s+\d+\.\d%", pair, re.M)
 
 
+def _table_part(out: str) -> list[str]:
+    """The table of ``explain``'s table output: the lines from its header on (the findings and the
+    note on the columns come first, the table's header starts with its first column)."""
+    lines = out.splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith(("kernel ", "run_id ")))
+    return lines[first:]
+
+
 def test_wide_shows_every_column_and_the_run_id_in_a_column(datasets):
     ds = datasets["samples"]
     records = orjson.loads(_run("explain", ds, "--format", "json"))
-    wide = _run("explain", ds, "--wide").splitlines()
+    wide = _table_part(_run("explain", ds, "--wide"))
     assert wide[0].split() == [header(c) for c in records[0]]
     assert not any(line.startswith("run ") for line in wide)
     assert any(line.startswith(records[0]["run_id"] + " ") for line in wide[1:])
-    compact = _run("explain", ds).splitlines()
-    assert compact[0].split() == ["kernel", "name", "start_delay_us", "cause", "blocker"]
+    compact = _table_part(_run("explain", ds))
+    assert compact[0].split() == ["kernel", "name", "launch_to_start_us", "cause", "peer_wait_us"]
     kernel = f"{records[0]['rank']}:{records[0]['start_ns']}"
     assert any(line.startswith(kernel + " ") for line in compact)  # the exact --kernel id
 

@@ -327,6 +327,19 @@ def test_explain_same_frame(client, dataset, kinds, local_explained):
     pdt.assert_frame_equal(ovd.explain_on(client, dataset, kinds=kinds, summary=True), explain_lib.summarize(local))
 
 
+@pytest.mark.parametrize("per", ["rank", "step"])
+def test_breakdown_same_frame(client, dataset, per, monkeypatch):
+    from overlapviz.analysis.breakdown import breakdown
+
+    local = breakdown(dataset, per=per)
+    assert len(local) > 1 and (local["peer_wait_ns"] > 0).any()  # peers matched across ranks
+    pdt.assert_frame_equal(ovd.breakdown_on(client, dataset, per=per), local)
+    monkeypatch.setattr(partitions, "BATCH_FILES", 1)  # one rank per task: waits still come from every rank
+    pdt.assert_frame_equal(ovd.breakdown_on(client, dataset, per=per), local)
+    runs = sorted(set(local["run_id"]))[:1]
+    pdt.assert_frame_equal(ovd.breakdown_on(client, dataset, per=per, run_ids=runs), breakdown(dataset, per=per, run_ids=runs))
+
+
 def test_explain_one_rank_per_task(client, dataset, local_explained, monkeypatch):
     monkeypatch.setattr(partitions, "BATCH_FILES", 1)  # the instance tables meet in a tree of several levels
     pdt.assert_frame_equal(ovd.explain_on(client, dataset, kinds=ALL_KINDS), local_explained[ALL_KINDS])

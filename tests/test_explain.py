@@ -208,13 +208,45 @@ def test_missing_limits_or_shapes_give_no_sm_claim(tmp_path):
     assert pd.isna(nodev["comm_blocks_fit_per_sm"]) and nodev["cause"] == "unknown"
 
 
-def test_summary_sums_start_minus_launch_by_cause(plain):
+def _union_ns(pairs) -> int:
+    """Length of the union of [lo, hi) pairs, by a plain sweep (independent of overlapviz.intervals)."""
+    total, reach = 0, None
+    for lo, hi in sorted(p for p in pairs if p[1] > p[0]):
+        if reach is None or lo >= reach:
+            total += hi - lo
+            reach = hi
+        elif hi > reach:
+            total += hi - reach
+            reach = hi
+    return total
+
+
+def test_summary_is_rank_time_by_cause_and_kernel_time_beside(plain):
     s = summarize(plain.reset_index()).iloc[0]
-    d = plain
-    for cause in ("sm_resources", "stream_order", "launch_latency", "unknown", "none"):
-        want = d.loc[d["cause"] == cause, "start_minus_launch_ns"].astype("Int64").sum() / 1000
-        assert s[f"{cause}_us"] == pytest.approx(want), cause
+    d = plain.reset_index()
+    for cause in ("sm_resources", "stream_order", "launch_latency", "unknown"):
+        mine = d.loc[d["cause"] == cause]
+        want_kernel = mine["start_minus_launch_ns"].astype("Int64").sum() / 1000
+        assert s[f"{cause}_kernel_us"] == pytest.approx(want_kernel), cause
+        if cause == "stream_order":
+            pairs = [(int(r.launch_ns), max(int(r.launch_ns), int(r.stream_ready_ns))) for r in mine.itertuples()]
+        else:
+            pairs = [(int(r.ready_ns), int(r.start_ns)) for r in mine.itertuples()]
+        assert s[f"{cause}_us"] == _union_ns(pairs) / 1000, cause
+        assert s[f"{cause}_us"] <= s[f"{cause}_kernel_us"] + 1e-9
     assert s["n_comm_kernels"] == len(d) and s["n_blocked"] == 1 and s["top_blockers"] == "gemm (1)"
+
+
+def test_summary_never_exceeds_the_time_it_describes(tmp_path):
+    # ten collectives on ten streams, all launched at once behind one busy stream each: their
+    # waits overlap, so the kernel-time sum is ten times the rank time
+    kernels = []
+    for i in range(10):
+        kernels.append(_k(f"gemm{i}", "compute", 100 + i, 0, 500_000, launch=0, grid=1))
+        kernels.append(_k("nccl_x", "comm", 100 + i, 500_000, 501_000, launch=1_000, **COMM))
+    s = summarize(explain(_dataset(tmp_path / "ds", kernels))).iloc[0]
+    assert s["stream_order_kernel_us"] == pytest.approx(10 * 499.0)
+    assert s["stream_order_us"] == pytest.approx(499.0)
 
 
 def test_cli_json_keys_and_formats(tmp_path):

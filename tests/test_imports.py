@@ -140,3 +140,23 @@ def test_top_level_help_imports_no_subcommand_or_plotting(tmp_path):
     result = subprocess.run([sys.executable, "-m", "overlapviz", "--version"], capture_output=True, text=True, timeout=60,
                             check=False, cwd=tmp_path)  # fmt: skip
     assert result.returncode == 0 and "overlapviz, version" in result.stdout, result.stderr
+
+
+@pytest.mark.parametrize("command", ["analyze", "explain"])
+def test_a_command_help_imports_no_array_library(command):
+    # `overlapviz analyze --help` took 0.75 s, nearly all of it importing pyarrow and numpy for one constant
+    out = run_python(
+        f"""
+        import sys
+        from click.testing import CliRunner
+        from overlapviz.cli import main
+        res = CliRunner().invoke(main, ["{command}", "--help"])
+        assert res.exit_code == 0, res.output
+        print(sorted(m for m in ("numpy", "pyarrow", "pandas") if m in sys.modules))
+        """
+    )
+    assert out.splitlines()[0] == "[]", out
+    from overlapviz.analysis import metrics
+    from overlapviz.cli import analyze
+
+    assert analyze.PER == metrics.PER

@@ -426,3 +426,19 @@ def test_dictionary_encoded_keys_and_kinds_give_the_same_rows():
                         "start_ns": plain.column("start_ns"), "end_ns": plain.column("end_ns")})  # fmt: skip
     assert overlap_table(encoded).equals(overlap_table(plain))
     assert overlap_table(encoded).column("run_id").to_pylist() == ["a", "b"]
+
+
+def test_times_further_apart_than_int64_are_refused_not_wrapped(tmp_path):
+    # each time fits int64 ns; the span does not (it printed span_us -46744073709548.62); ingest refuses
+    # such traces now, a dataset written before may hold them
+    from click.testing import CliRunner
+
+    from overlapviz.cli import main
+    from overlapviz.testing import kernel_row, write_rows_dataset
+
+    low, high = -9_200_000_000_000_000_000, 9_200_000_000_000_000_000
+    ds = write_rows_dataset(tmp_path / "ds", [kernel_row("a", "compute", 7, low, low + 1000, base=0),
+                                              kernel_row("b", "comm", 7, high, high + 1000, base=0)])  # fmt: skip
+    result = CliRunner().invoke(main, ["analyze", str(ds), "--format", "json"])
+    assert result.exit_code == 1, result.output
+    assert "further apart than int64" in result.output and "-4674" not in result.output

@@ -506,3 +506,45 @@ def test_sync_kind_names():
     assert sync_kind("cudaEventQuery_v3020") == "event_query"
     assert sync_kind("cudaLaunchKernel_v7000") is None and sync_kind(None) is None
     assert re.match(r"^cuda", "cudaEventSynchronize") and sync_kind("cudaEventSynchronize") == "event_sync"
+
+
+# a writer that stops before SQLite checkpoints its write-ahead log (a killed or still
+# running export): the export's rows stay in FILE-wal
+_WAL_WRITER = textwrap.dedent("""
+    import os, sqlite3, sys
+    src, out, whole = sys.argv[1], sys.argv[2], sys.argv[3] == "whole"
+    if not whole:
+        import shutil
+        shutil.copy(src, out)
+        c = sqlite3.connect(out); c.execute("PRAGMA journal_mode=WAL"); c.commit(); c.close()
+    c = sqlite3.connect(out)
+    c.execute("PRAGMA journal_mode=WAL"); c.execute("PRAGMA wal_autocheckpoint=0")
+    if whole:  # every table written in WAL mode: the main file holds no table yet
+        c.execute("ATTACH ? AS m", (src,))
+        for name, sql in c.execute("SELECT name, sql FROM m.sqlite_master WHERE type = 'table' AND sql IS NOT NULL").fetchall():
+            c.execute(sql); c.execute(f'INSERT INTO main."{name}" SELECT * FROM m."{name}"')
+    else:  # later rows added to an export
+        c.execute("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL SELECT * FROM CUPTI_ACTIVITY_KIND_KERNEL LIMIT 1")
+    c.commit()
+    os._exit(0)  # no close, no checkpoint
+""")
+
+
+@pytest.mark.parametrize("whole", ["whole", "tail"])
+@pytest.mark.parametrize("named", ["file", "directory"])
+def test_wal_export_with_unmerged_rows(tmp_path, whole, named):
+    """An export in WAL mode whose log still holds rows is refused saying so (not "not a
+    trace"), named alone or found in a directory, and nothing is written."""
+    from overlapviz.testing import ingest_cli
+
+    d = tmp_path / "export"
+    d.mkdir()
+    out = d / "report.sqlite"
+    subprocess.run([sys.executable, "-c", _WAL_WRITER, str(MOCK), str(out), whole], check=True)
+    (d / "report.sqlite-shm").unlink(missing_ok=True)
+    assert Path(f"{out}-wal").stat().st_size > 0
+    _, result = ingest_cli(tmp_path, out if named == "file" else d, ok=False)
+    assert result.exit_code != 0
+    line = result.output.strip().splitlines()[-1]
+    assert "report.sqlite" in line and "WAL mode" in line and "not all merged" in line, line
+    assert not (tmp_path / "ds").exists()

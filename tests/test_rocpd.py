@@ -740,3 +740,35 @@ def test_ingest_end_to_end(rocpd_db, tmp_path, monkeypatch):
     assert comm.column("collective").to_pylist() == ["all_reduce"]
     assert comm.column("step").to_pylist() == [5]  # launched inside ProfilerStep#5
     assert read_table(ds, "devices").num_rows == 2
+
+
+REAL_DB = Path(__file__).parent / "data" / "rocpd" / "mi300x_rocm711_ck_bmm" / "28_results.db"
+
+
+def test_real_rocm711_database(tmp_path):
+    """A real rocprofv3 database (ROCm 7.1.1, MI300X): ids from 0, 8 GPUs listed and one used.
+    Every dispatch is read with its exact times, on the GPU that ran it (agent type_index), with
+    the start of the hipLaunchKernel/hipMemset region its event names as launch."""
+    from overlapviz.schema import read_frame
+    from overlapviz.testing import ingest_cli
+
+    db = sqlite3.connect(f"file:{REAL_DB}?mode=ro", uri=True)
+    want = db.execute(
+        "SELECT k.id, k.start, k.\"end\", a.type_index, r.start FROM rocpd_kernel_dispatch k "
+        "JOIN rocpd_info_agent a ON a.id = k.agent_id JOIN rocpd_event e ON e.id = k.event_id "
+        "JOIN rocpd_region r ON r.id = e.stack_id "
+        "ORDER BY k.start").fetchall()  # fmt: skip
+    gpus = db.execute("SELECT count(*) FROM rocpd_info_agent WHERE type = 'GPU'").fetchone()[0]
+    assert db.execute("SELECT min(id) FROM rocpd_info_agent").fetchone()[0] == 0  # ids from 0
+    out, _ = ingest_cli(tmp_path, REAL_DB.parent)
+    k = read_frame(out, "kernels").sort_values("start_ns", kind="stable")
+    assert len(k) == len(want) == 151 and gpus == 8
+    assert k["start_ns"].tolist() == [w[1] for w in want]
+    assert k["end_ns"].tolist() == [w[2] for w in want]
+    assert k["device"].tolist() == [w[3] for w in want] == [0] * 151
+    assert k["launch_ns"].tolist() == [w[4] for w in want]
+    runs = read_frame(out, "runs")
+    assert runs["device_name"].tolist() == ["AMD Instinct MI300X"]
+    dev = read_frame(out, "devices").set_index("device")
+    assert dev.index.tolist() == [0]  # the GPU the process used, not the 8 the node lists
+    assert dev.loc[0, "num_sms"] == 304 and dev.loc[0, "arch"] == "gfx942"

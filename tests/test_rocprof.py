@@ -647,3 +647,40 @@ def test_columns_reach_pyarrow_as_arrays_never_as_a_series(monkeypatch):
              (pd.Series([7, 8, 9], index=index, dtype=pd.ArrowDtype(pa.int64())), [7, 8, 9])]  # fmt: skip
     for series, want in cases:
         assert rocprof_common._to_arrow(series).to_pylist() == want, series.dtype
+
+
+V2_CSV = DATA / "v2_csv_mi300" / "results_430889.csv"
+
+
+def test_v2_file_plugin_csv(tmp_path):
+    """rocprofv2's file-plugin ``results_<pid>.csv`` (MI300): every dispatch with exact ns times,
+    the `` (.kd)`` suffix gone from names, grids in blocks, correlation id 0 = none."""
+    want = rows(V2_CSV)
+    assert detect(V2_CSV).name == "rocprof_v2_csv"
+    out, _ = ingest(tmp_path, V2_CSV.parent)
+    k = read_frame(out, "kernels").sort_values("start_ns", kind="stable")
+    want = sorted(want, key=lambda r: int(r["Start_Timestamp"]))
+    assert len(k) == len(want) == 187
+    assert k["start_ns"].tolist() == [int(r["Start_Timestamp"]) for r in want]
+    assert k["end_ns"].tolist() == [int(r["End_Timestamp"]) for r in want]
+    assert k["name"].tolist() == [r["Kernel_Name"].removesuffix(" (.kd)") for r in want]
+    assert all(r["Kernel_Name"].endswith(" (.kd)") for r in want)
+    assert k["grid_x"].tolist() == [math.ceil(int(r["Grid_Size"]) / int(r["Workgroup_Size"])) for r in want]
+    assert k["shared_mem_bytes"].tolist() == [int(r["LDS_Per_Workgroup"]) for r in want]
+    assert k["regs_per_thread"].tolist() == [int(r["Arch_VGPR"]) for r in want]
+    assert [None if pd.isna(c) else c for c in k["correlation"]] == [int(r["Correlation_ID"]) or None for r in want]
+    assert set(k["device"]) == {2} and set(k["stream"]) == {1} and set(k["source_format"]) == {"rocprof_v2_csv"}
+    assert read_frame(out, "devices")["warp_size"].tolist() == [64]
+
+
+@pytest.mark.parametrize("named", ["directory", "file"])
+def test_stats_only_refused_with_reason(tmp_path, named):
+    """A rocprof ``--stats`` summary alone has no timeline: refused saying how to get one."""
+    d = tmp_path / "stats"
+    d.mkdir()
+    shutil.copy(V1_CSV / "results.stats.csv", d)
+    src = d if named == "directory" else d / "results.stats.csv"
+    _, result = ingest(tmp_path, src, ok=False)
+    assert result.exit_code != 0
+    assert "a summary without a timeline: rerun with --kernel-trace" in result.output
+    assert not (tmp_path / "ds").exists()

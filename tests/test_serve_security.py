@@ -228,9 +228,10 @@ def test_websocket_needs_the_cookie_the_origin_and_a_signed_session(served, cook
     payload = {k: v for k, v in get_token_payload(token).items() if k != "session_expiry"}
     forged = generate_jwt_token(generate_session_id(secret_key=other, signed=True), secret_key=other, signed=True,
                                 extra_payload=payload)  # fmt: skip
-    assert _bokeh_ws(served, cookie, forged) == "closed"
+    # refused at the door (403, one access-log line), before Bokeh would accept the upgrade and close it
+    assert _bokeh_ws(served, cookie, forged) == "HTTP 403"
     unsigned = generate_jwt_token(generate_session_id(signed=False), signed=False, extra_payload=payload)
-    assert _bokeh_ws(served, cookie, unsigned) == "closed"
+    assert _bokeh_ws(served, cookie, unsigned) == "HTTP 403"
 
 
 def test_forged_session_ids_are_refused(served, cookie, dataset):
@@ -461,3 +462,43 @@ def test_soak_runs_real_sessions_without_errors(dataset):
 def test_serve_get_keeps_working(dataset):
     result = CliRunner().invoke(main, ["serve", str(dataset), "--get", "/"])
     assert result.exit_code == 0 and "<title>overlapviz</title>" in result.output, result.output[-2000:]
+
+
+def _log_after(served: Served, requests) -> list[str]:
+    """The server's log lines written while ``requests`` (a callable) ran."""
+    time.sleep(0.3)
+    before = len(served.text().splitlines())
+    requests()
+    time.sleep(0.5)
+    return served.text().splitlines()[before:]
+
+
+def test_the_token_under_another_name_or_case_is_kept_out_of_the_log(served, cookie):
+    token = served.token
+
+    def send():
+        for query in (f"TOKEN={token}", f"Token={token}&x=1", f"x={token}", f"a=1&tOkEn={token}&b={token}"):
+            assert request(served, f"/?{query}")[0] == 403, query  # only ?token= presents the token
+        request(served, f"/{token}")  # in the path: not a query parameter, still not logged
+
+    lines = _log_after(served, send)
+    assert len(lines) == 5 and all(" GET /" in line for line in lines), lines  # the access log is there ...
+    assert not any(token in line or cookie.split("=", 1)[1] in line for line in lines), lines  # ... without the token
+
+
+def test_malformed_static_paths_and_forged_sessions_are_one_log_line_and_4xx(served, cookie):
+    asked = []
+
+    def send():
+        for path in ("/static/%00", "/static/js/bokeh%00.min.js", "/static/%ff%fe", "/%00"):
+            asked.append((path, request(served, path)[0], 400))
+        for path in ("/?bokeh-session-id=forged.abc", "/?bokeh-token=garbage", "/?bokeh-token=eyJ9.x",
+                     "/autoload.js?bokeh-autoload-element=x&bokeh-session-id=forged"):
+            asked.append((path, request(served, path, {"Cookie": cookie})[0], 403))
+        ws = {**WS_HEADERS, "Cookie": cookie, "Sec-WebSocket-Protocol": "bokeh, garbage"}
+        asked.append(("/ws", request(served, "/ws", ws)[0], 403))
+
+    lines = _log_after(served, send)
+    assert [(p, got) for p, got, _ in asked] == [(p, want) for p, _, want in asked]
+    assert len(lines) == len(asked), "\n".join(lines)  # one access-log line each: no traceback, no Bokeh error
+    assert not any("Traceback" in line or "ERROR" in line for line in lines), lines

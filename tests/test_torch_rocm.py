@@ -116,3 +116,32 @@ def test_rccl_kernels_resnet(tmp_path):
         assert row["collective"] == normal[comms[launch["args"]["External id"]]]
     assert with_launch == 12
     assert read_frame(out, "ranks")["world_size"].tolist() == [doc["distributedInfo"]["world_size"]]
+
+
+SDMA = DATA / "sdma_rccl_mi300x_ffn_down"
+
+
+def test_copy_engine_collectives_are_communication(tmp_path):
+    """RCCL 2.28's copy-engine all-gather runs as ``__amd_rocclr_*`` kernels, no NCCL kernel:
+    the kernels whose own args carry PyTorch's collective metadata are that collective's
+    communication (DESIGN.md), as many instances as the same job's RCCL-kernel trace shows."""
+    out, _ = ingest(tmp_path, SDMA)
+    k = read_frame(out, "kernels")
+    expected = {}
+    for variant in ("cu", "sdma"):
+        name = f"ag_gemm_llama70b_ffn_down_{variant}_rank0"
+        events = json.loads((SDMA / f"{name}.json").read_text(), parse_float=Decimal)["traceEvents"]
+        tagged = {e["args"]["correlation"]: e["args"] for e in events
+                  if e.get("cat") == "kernel" and "Collective name" in e["args"]}  # fmt: skip
+        rows = k[k["run_id"] == name]
+        comm = rows[rows["kind"] == "comm"].set_index("correlation")
+        assert sorted(comm.index) == sorted(tagged)
+        for corr, args in tagged.items():
+            assert comm.loc[corr, "collective"] == "all_gather"
+            assert comm.loc[corr, "comm_seq"] == args["Seq"]
+            assert comm.loc[corr, "comm_group_ranks"] == args["Process Group Ranks"]
+        expected[variant] = {a["Seq"] for a in tagged.values()}
+    assert len(tagged) == 18 and expected["sdma"] == expected["cu"] and len(expected["cu"]) == 6
+    by_run = {r["run_id"]: r for r in analyze(out)}
+    sdma = by_run["ag_gemm_llama70b_ffn_down_sdma_rank0"]
+    assert sdma["n_comm_kernels"] == 18 and sdma["comm_us"] > 0

@@ -3,8 +3,9 @@
 Ranks on one host share its clock. Ranks on different hosts are comparable only where
 the dataset says so: the ranks table's ``clock_domain`` (ranks of one run with the same
 domain share a clock, after the alignment ingest recorded in ``clock_offset_ns``; see
-``overlapviz.ingest.align``), else their ``host``. A rank whose host is unknown is taken to share the clock of the run's
-other ranks of unknown host (single-host traces rarely name the host).
+``overlapviz.ingest.align``), else their ``host``. A rank whose host is unknown is taken to
+share the clock of the run's other ranks of unknown host (single-host traces rarely name
+the host).
 """
 
 from __future__ import annotations

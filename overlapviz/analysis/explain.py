@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -34,14 +35,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from overlapviz import schema
-from overlapviz.analysis import peers
+from overlapviz.analysis import clocks, peers
 from overlapviz.analysis.dependencies import UNKNOWN, dependency_ready, stream_ready
 from overlapviz.analysis.occupancy import blocks_fit, capacity, kernel_occupancy, limits_for
 from overlapviz.analysis.residency import device_table, run_carveouts
 
-__all__ = ["CAUSES", "LAUNCH_LATENCY_NS", "KEYS", "explain", "summarize", "comm_start_delays", "summarize_delays"]
+__all__ = ["CAUSES", "LAUNCH_LATENCY_NS", "KEYS", "explain", "summarize", "cause_waits", "part_waits", "rank_links", "comm_start_delays",
+           "summarize_delays"]
 
-CAUSES = ("stream_order", "dependency", "sm_resources", "launch_latency", "unknown", "none")
+CAUSES = ("stream_order", "dependency", "launch_call", "sm_resources", "launch_latency", "unknown", "none")
 # ready -> start with room for the collective: up to this much is the launch path's own
 # latency under the profiler (measured on an H200: 8-29 µs on an idle or lightly loaded GPU, sample_traces/scenarios)
 LAUNCH_LATENCY_NS = 50_000
@@ -55,13 +57,16 @@ EXTRA = [
     "kind", "device", "step", "end_ns", "launch_tid", "start_minus_launch_ns", "stream_wait_ns", "dependency_wait_ns",
     "ready_wait_ns", "producer", "producer_correlation", "producer_stream", "n_resident_compute", "resident_compute",
     "free_sms", "sms_with_room", "num_sms", "comm_group", "comm_seq", "instance", "host_wait_ns", "host_wait_call",
-    "residency_note",
+    "residency_note", "launch_call_ns", "ready_part", "ready_blocker", "ready_blocking_resource", "stream_previous", "stream_previous_kind", "launch_to_start_us",
+    "clock_domain",
 ]  # fmt: skip
 _READ = [
     "run_id", "rank", "device", "stream", "correlation", "name", "kind", "is_host", "start_ns", "end_ns", "grid_x",
     "grid_y", "grid_z", "block_x", "block_y", "block_z", "regs_per_thread", "shared_mem_bytes", "sgprs", "accum_vgprs",
     "launch_ns", "launch_tid", "step", "collective", "comm_group", "comm_seq",
 ]  # fmt: skip
+# the launch call's end (launch_call), where the dataset's schema has it
+_READ += [c for c in ("launch_end_ns",) if c in schema.KERNELS.names]
 _DICTIONARY = ("run_id", "name", "kind", "collective", "comm_group")  # read without a string per row
 _SYNC_INTS = ("tid", "start_ns", "end_ns", "correlation", "stream", "wait_on_stream", "wait_on_record_correlation")
 _HOST_WAITS = ("stream_sync", "context_sync", "event_sync")  # calls that block the host until the GPU catches up
@@ -86,7 +91,7 @@ def _strs(table: pa.Table, name: str) -> np.ndarray:
 
 
 def explain(dataset_path: str | os.PathLike, *, run_ids=None, kinds: tuple[str, ...] = ("comm",), device: str | None = None,
-            pause: Callable[[], None] | None = None) -> pd.DataFrame:  # fmt: skip
+            pause: Callable[[], None] | None = None, on_rank: Callable | None = None) -> pd.DataFrame:  # fmt: skip
     """One record per communication kernel (or per kernel of ``kinds``): why it started when it did (module docstring).
 
     The definitions are the same for any GPU activity; ``kinds=("comm", "compute", "memory", "other")``
@@ -94,6 +99,8 @@ def explain(dataset_path: str | os.PathLike, *, run_ids=None, kinds: tuple[str, 
     for communication kernels only. ``device`` names the GPU for ranks whose trace does not
     (:func:`overlapviz.analysis.residency.device_table`). ``pause``, when given, is called before reading and
     each rank: a host computing this in the background (the dashboard) waits there while it draws a page.
+    ``on_rank``, when given, is called with ``(run_id, rank, rows, syncs, links)`` for every rank
+    (:class:`Links`), so that a caller reusing the rank's rows reads and links them once (the findings).
 
     Returns
     -------
@@ -118,11 +125,14 @@ def explain(dataset_path: str | os.PathLike, *, run_ids=None, kinds: tuple[str, 
         if syncs is not None and syncs.num_rows:
             m = pc.and_(pc.equal(syncs.column("run_id"), g["run_id"]), pc.equal(syncs.column("rank"), g["rank"]))
             rs = syncs.filter(m)
-        part = _explain_rank(rk, rs, dev_limits, carveouts, kinds)
+        links = rank_links(rk, rs)
+        if on_rank is not None:
+            on_rank(g["run_id"], int(g["rank"]), rk, rs, links)
+        part = _explain_rank(rk, rs, dev_limits, carveouts, kinds, links=links)
         if part is not None:
             parts.append(part)
     out = pd.concat(parts, ignore_index=True) if parts else _empty()
-    out = peers.attach_peer_wait(out)
+    out = peers.attach_peer_wait(out, clocks.clock_domains(dataset_path, run_ids))
     return out[KEYS + EXTRA].sort_values(["run_id", "rank", "start_ns"], kind="stable").reset_index(drop=True)
 
 
@@ -156,11 +166,31 @@ def _empty() -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series(dtype=object) for c in KEYS + EXTRA if c != "peer_wait_us"})
 
 
-def _explain_rank(k: pa.Table, syncs: pa.Table | None, dev_limits: dict, carveouts: dict, kinds=("comm",)) -> pd.DataFrame | None:
+@dataclass
+class Links:
+    """One rank's GPU activities as arrays (aligned with the rank's rows; -1 = unknown): their lane
+    (a (device, stream) pair, or a host thread), times, launch, the stream's readiness and the
+    event dependency of each (:mod:`overlapviz.analysis.dependencies`), and the rank's sync
+    records as arrays with their streams mapped onto lanes."""
+
+    host: np.ndarray
+    lane: np.ndarray
+    stream: np.ndarray
+    device: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    launch: np.ndarray
+    launch_tid: np.ndarray
+    stream_ready: np.ndarray
+    dependency_ready: np.ndarray
+    dependency_source: np.ndarray
+    producer: np.ndarray  # row of the producing activity, -1 none
+    syncs: dict
+
+
+def rank_links(k: pa.Table, syncs: pa.Table | None) -> Links:
+    """:class:`Links` of one rank's rows ``k`` (the ``_READ`` columns) and its ``syncs`` rows."""
     kind = _strs(k, "kind")
-    is_comm = np.isin(kind, list(kinds))
-    if not is_comm.any():
-        return None
     host = pc.fill_null(k.column("is_host"), False).to_numpy(zero_copy_only=False)
     gpu = (~host) & (kind != "")
     stream, start, end = _ints(k, "stream"), _ints(k, "start_ns"), _ints(k, "end_ns")
@@ -190,6 +220,21 @@ def _explain_rank(k: pa.Table, syncs: pa.Table | None, dev_limits: dict, carveou
     dep[g], dep_src[g] = ready.dependency_ready_ns, ready.source
     prod[g] = np.where(ready.producer >= 0, g[np.maximum(ready.producer, 0)], UNKNOWN)
 
+    return Links(host, lane, stream, device, start, end, launch, launch_tid, s_ready, dep, dep_src, prod, sync_cols)
+
+
+def _explain_rank(k: pa.Table, syncs: pa.Table | None, dev_limits: dict, carveouts: dict, kinds=("comm",),
+                  links: Links | None = None) -> pd.DataFrame | None:  # fmt: skip
+    kind = _strs(k, "kind")
+    is_comm = np.isin(kind, list(kinds))
+    if not is_comm.any():
+        return None
+    links = rank_links(k, syncs) if links is None else links
+    host, lane, s_ready, sync_cols = links.host, links.lane, links.stream_ready, links.syncs
+    stream, start, end, device = links.stream, links.start, links.end, links.device
+    launch, launch_tid = links.launch, links.launch_tid
+    dep, dep_src, prod = links.dependency_ready, links.dependency_source, links.producer
+
     c = np.flatnonzero(is_comm)
     host_wait, host_wait_call = _host_waits(c, launch, launch_tid, sync_cols)
     L, S, D, start_c = launch[c], s_ready[c], dep[c], start[c]
@@ -202,17 +247,35 @@ def _explain_rank(k: pa.Table, syncs: pa.Table | None, dev_limits: dict, carveou
     base = np.maximum(L, S)  # unknowns are -1, below any time
     dep_wait = np.where((D != UNKNOWN) & (base != UNKNOWN), np.maximum(0, D - base), 0)
     ready_wait = np.where(ready_ns != UNKNOWN, start_c - ready_ns, UNKNOWN)
+    # the time inside a long launch call (module loading: the first NCCL launch of a process); the
+    # ready part is then counted from the call's own end
+    E = _ints(k, "launch_end_ns")[c] if "launch_end_ns" in k.column_names else np.full(len(c), UNKNOWN, np.int64)
+    call_end = np.where((E != UNKNOWN) & (L != UNKNOWN), np.minimum(np.maximum(E, L), start_c), UNKNOWN)
+    call_wait = np.where(call_end != UNKNOWN, call_end - L, 0)
+    after_call = np.where((ready_wait != UNKNOWN) & (call_end != UNKNOWN), start_c - np.maximum(ready_ns, call_end), ready_wait)
 
     names = _strs(k, "name")
     room = _sm_room(k, names, c, ready_ns, host, kind, device, lane, start, end, dev_limits, carveouts)
+    # a race at ready: the collective and a computation kernel became ready together (both waited on
+    # the same event or stream end) and the computation took the SMs first, microseconds after ready.
+    # The SMs are then judged at that kernel's start.
+    raced = _raced(c, ready_ns, start, host, kind, device, room["fit"])
+    if len(raced[0]):
+        again = _sm_room(k, names, c[raced[0]], raced[1], host, kind, device, lane, start, end, dev_limits, carveouts)
+        blocked = again["fit"] == 0
+        for key in room:
+            room[key] = np.asarray(room[key]).copy()
+            room[key][raced[0][blocked]] = np.asarray(again[key])[blocked]
     fit = room["fit"]
+    prev_row = _previous_on_lane(lane, start, end)[c]
     ready_part = np.where(
         ~np.isnan(fit) & (fit == 0), "sm_resources",
-        np.where(np.maximum(ready_wait, 0) <= LAUNCH_LATENCY_NS, "launch_latency", "unknown"),
+        np.where(np.maximum(after_call, 0) <= LAUNCH_LATENCY_NS, "launch_latency", "unknown"),
     ).astype(object)  # fmt: skip
-    parts = np.stack([dep_wait, stream_wait, np.maximum(ready_wait, 0)])
-    pick = np.argmax(parts, axis=0)  # ties: dependency, then stream order
-    cause = np.where(pick == 0, "dependency", np.where(pick == 1, "stream_order", ready_part)).astype(object)
+    parts = np.stack([dep_wait, stream_wait, call_wait, np.maximum(after_call, 0)])
+    pick = np.argmax(parts, axis=0)  # ties: dependency, then stream order, then the launch call
+    cause = np.array(["dependency", "stream_order", "launch_call", None], dtype=object)[pick]
+    cause = np.where(pick == 3, ready_part, cause).astype(object)
     no_delay = np.where(total != UNKNOWN, total <= 0, np.maximum(ready_wait, 0) == 0)
     cause[no_delay] = "none"
     sm = cause == "sm_resources"
@@ -267,8 +330,66 @@ def _explain_rank(k: pa.Table, syncs: pa.Table | None, dev_limits: dict, carveou
             "host_wait_ns": nint(host_wait),
             "host_wait_call": host_wait_call,
             "residency_note": room["note"],
+            "launch_call_ns": nint(np.where(call_end != UNKNOWN, call_wait, UNKNOWN)),
+            # object columns, as blocker's: pandas would infer str for a rank whose values are all
+            # strings and object for one without any, and the concatenation would depend on the ranks
+            "ready_part": pd.Series(np.where(ready_ns == UNKNOWN, None, ready_part), dtype=object),
+            "ready_blocker": pd.Series(np.where(ready_part == "sm_resources", room["blocker"], None), dtype=object),
+            "ready_blocking_resource": pd.Series(np.where(ready_part == "sm_resources", room["resource"], None), dtype=object),
+            "stream_previous": pd.Series(np.where(prev_row >= 0, names[np.maximum(prev_row, 0)], None), dtype=object),
+            "stream_previous_kind": pd.Series(np.where(prev_row >= 0, kind[np.maximum(prev_row, 0)], None), dtype=object),
+            "launch_to_start_us": pd.array(np.where(total == UNKNOWN, None, total / 1000.0).tolist(), dtype="Float64"),
         }
     )
+    return out
+
+
+def _raced(c, ready_ns, start, host, kind, device, fit) -> tuple[np.ndarray, np.ndarray]:
+    """Positions in ``c`` of collectives with room at ready that still waited past the launch latency
+    while a computation kernel on their device started within that latency after ready, and that
+    kernel's start (the first such)."""
+    late = (ready_ns != UNKNOWN) & (start[c] - ready_ns > LAUNCH_LATENCY_NS) & ~(fit == 0)
+    comp = np.flatnonzero(~host & np.isin(kind, ["compute", "other"]))
+    if not late.any() or not len(comp):
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    comp = comp[np.argsort(start[comp], kind="stable")]
+    cs = start[comp]
+    pos = np.flatnonzero(late)
+    i = np.searchsorted(cs, ready_ns[pos], side="right")  # the first computation starting after ready
+    keep, at = [], []
+    for p, j in zip(pos.tolist(), i.tolist()):
+        while j < len(comp) and cs[j] <= ready_ns[p] + LAUNCH_LATENCY_NS:
+            if device[comp[j]] == device[c[p]] and cs[j] < start[c[p]]:
+                keep.append(p)
+                at.append(int(cs[j]))
+                break
+            j += 1
+    return np.asarray(keep, np.int64), np.asarray(at, np.int64)
+
+
+def _previous_on_lane(lane: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Per activity, the row of the latest-ending earlier activity on its lane (whose end is its
+    ``stream_ready_ns``), -1 for a lane's first."""
+    n = len(start)
+    out = np.full(n, UNKNOWN, np.int64)
+    if not n:
+        return out
+    order = np.lexsort((end, start, lane))
+    ln, e = lane[order], end[order]
+    idx = np.arange(n)
+    new = np.ones(n, bool)
+    new[1:] = ln[1:] != ln[:-1]
+    # running argmax of end within each lane: restart at each lane's first row
+    best = np.empty(n, np.int64)
+    lo = np.flatnonzero(new)
+    hi = np.append(lo[1:], n)
+    for a, b in zip(lo.tolist(), hi.tolist()):
+        reach = np.maximum.accumulate(e[a:b])
+        best[a:b] = a + np.maximum.accumulate(np.where(e[a:b] == reach, idx[: b - a], 0))
+    prev = np.full(n, UNKNOWN, np.int64)
+    prev[1:] = order[best[:-1]]
+    prev[new] = UNKNOWN
+    out[order] = prev
     return out
 
 
@@ -423,14 +544,25 @@ def _occupancy(k: pa.Table, rows: np.ndarray, dev_limits: dict, carveouts: dict)
     out["limits"] = np.full(n, None, dtype=object)
     if not n:
         return out
-    sub = k.take(pa.array(rows)).select(["run_id", "rank", "device", "name", "block_x", "block_y", "block_z",
-                                          "regs_per_thread", "shared_mem_bytes", "sgprs", "accum_vgprs"]).to_pandas()  # fmt: skip
-    threads = sub["block_x"] * sub["block_y"].fillna(1) * sub["block_z"].fillna(1)
-    sub = sub.drop(columns=["block_x", "block_y", "block_z"]).assign(threads_per_block=threads)
-    key = ["run_id", "rank", "device", "name", "threads_per_block", "regs_per_thread", "shared_mem_bytes", "sgprs", "accum_vgprs"]
-    code = sub.groupby(key, dropna=False, sort=False).ngroup().to_numpy()
-    first = np.unique(code, return_index=True)[1]
-    uniq = sub.iloc[first].reset_index(drop=True)
+    # one occupancy per distinct launch shape: group the rows by their shape's integers (the name by
+    # its dictionary index), without a pandas row per kernel
+    t = k.take(pa.array(rows))
+    name_idx = pd.factorize(_strs(t, "name"))[0].astype(np.int64)
+    run_idx = pd.factorize(_strs(t, "run_id"))[0].astype(np.int64)
+    bx, by, bz = (pc.fill_null(t.column(c), -1 if c == "block_x" else 1).to_numpy().astype(np.int64) for c in ("block_x", "block_y", "block_z"))
+    threads = np.where(bx < 0, -1, bx * by * bz)
+    key = np.stack([run_idx, _ints(t, "rank"), _ints(t, "device"), name_idx, threads, _ints(t, "regs_per_thread"),
+                    _ints(t, "shared_mem_bytes"), _ints(t, "sgprs"), _ints(t, "accum_vgprs")])  # fmt: skip
+    order = np.lexsort(key[::-1])
+    ks = key[:, order]
+    new = np.ones(n, bool)
+    new[1:] = (ks[:, 1:] != ks[:, :-1]).any(axis=0)
+    code = np.empty(n, np.int64)
+    code[order] = np.cumsum(new) - 1
+    first = order[new]
+    sub = t.take(pa.array(first)).select(["run_id", "rank", "device", "name", "regs_per_thread", "shared_mem_bytes", "sgprs",
+                                          "accum_vgprs"]).to_pandas()  # fmt: skip
+    uniq = sub.assign(threads_per_block=pd.array(np.where(threads[first] < 0, None, threads[first]).tolist(), dtype="Int64"))
     occ = kernel_occupancy(uniq.astype({"threads_per_block": "Int64"}), dev_limits, carveouts)
     for f in _OCC_FIELDS:
         out[f] = occ[f].to_numpy(np.float64, na_value=np.nan)[code]
@@ -443,20 +575,44 @@ def _occupancy(k: pa.Table, rows: np.ndarray, dev_limits: dict, carveouts: dict)
 
 
 def summarize(explained: pd.DataFrame) -> pd.DataFrame:
-    """Per run x rank: comm kernels, start − launch summed by cause (``<cause>_us``), total peer wait, top blockers.
+    """Per run x rank: comm kernels, the time they spent waiting by cause, the time peers kept them waiting, top blockers.
 
-    Also ``median_start_delay_us``, ``p95_start_delay_us`` (ready -> start), ``n_blocked``
-    (cause ``sm_resources``) and ``n_launch_unknown`` (kernels whose launch the trace does not have: their start −
-    launch is unknown and in no sum; every ``<cause>_us`` is null when no kernel of the rank has one, not 0).
+    ``<cause>_us`` is the measure of the union, over the rank's kernels of that cause, of the
+    part of start − launch the cause names (``stream_order``: launch -> stream ready;
+    ``dependency``: stream ready -> dependency ready; ``sm_resources``, ``launch_latency``,
+    ``unknown``: ready -> start; ``launch_call``: launch -> the launch call's end): rank time,
+    never more than the trace lasted, however many kernels waited at once. ``peer_wait_us``
+    likewise: the union of each kernel's wait for its instance's last rank. Sums of
+    overlapping per-kernel waits are in ``<cause>_kernel_us`` (kernel time, for comparing
+    kernels; it can exceed the trace). ``median_start_delay_us``, ``p95_start_delay_us``
+    (ready -> start), ``n_blocked`` (cause ``sm_resources``) and ``n_launch_unknown``
+    (kernels whose launch the trace does not have: their start − launch is unknown and in no
+    sum; every ``<cause>_us`` is null when no kernel of the rank has one, not 0).
     """
+    from overlapviz.analysis import intervals
+
     rows = []
     for (run_id, rank), d in explained.groupby(["run_id", "rank"], sort=True):
         row = {"run_id": run_id, "rank": int(rank), "n_comm_kernels": len(d)}
         sml = d["start_minus_launch_ns"].astype("Float64")
         known = sml.notna().to_numpy(bool)
         for cause in CAUSES:
-            row[f"{cause}_us"] = float(sml[known & (d["cause"] == cause).to_numpy(bool)].clip(lower=0).sum()) / 1000.0 if known.any() else None
-        row["peer_wait_us"] = float(d["peer_wait_us"].astype("Float64").fillna(0).sum())
+            if cause == "none":
+                continue
+            lo, hi = cause_waits(d, cause)
+            ok = known & (lo >= 0) & (hi > lo)
+            row[f"{cause}_us"] = (int(intervals.measure(intervals.merge(np.zeros(int(ok.sum()), np.int64), lo[ok], hi[ok]), 1)[0])
+                                  / 1000.0 if known.any() else None)  # fmt: skip
+        for cause in CAUSES:
+            if cause == "none":
+                continue
+            row[f"{cause}_kernel_us"] = float(sml[known & (d["cause"] == cause).to_numpy(bool)].clip(lower=0).sum()) / 1000.0 if known.any() else None
+        start = d["start_ns"].to_numpy(np.int64)
+        wait = pd.array(d["peer_wait_us"], dtype="Float64")
+        has = ~pd.isna(wait)
+        wait_ns = np.round(wait.to_numpy(dtype=np.float64, na_value=0.0) * 1000).astype(np.int64)
+        row["peer_wait_us"] = int(intervals.measure(intervals.merge(np.zeros(int(has.sum()), np.int64), start[has],
+                                                                     start[has] + wait_ns[has]), 1)[0]) / 1000.0  # fmt: skip
         delay = d["start_delay_us"].astype("Float64").dropna()
         row["median_start_delay_us"] = float(delay.median()) if len(delay) else None
         row["p95_start_delay_us"] = float(delay.quantile(0.95)) if len(delay) else None
@@ -466,6 +622,68 @@ def summarize(explained: pd.DataFrame) -> pd.DataFrame:
         row["n_launch_unknown"] = int((~known).sum())
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def part_waits(records: pd.DataFrame, part: str) -> tuple[np.ndarray, np.ndarray]:
+    """Per record, the interval ``[lo, hi)`` (int64 ns; ``lo = hi`` or -1 where none or unknown) of
+    its wait that ``part`` names, whatever its cause: ``stream_order`` launch -> stream ready,
+    only where the stream's previous activity is not communication (a collective queued behind
+    earlier collectives waits for them, whose own delays are counted there); ``dependency``
+    stream ready -> dependency ready; ``launch_call`` inside the launch call; ``sm_resources``,
+    ``launch_latency``, ``unknown``: ready (or the launch call's end, if later) -> start where
+    the ready part is of that kind."""
+    n = len(records)
+
+    def col(name):
+        if name not in records:
+            return np.full(n, UNKNOWN, np.int64)
+        return pd.array(records[name], dtype="Int64").to_numpy(np.int64, na_value=UNKNOWN)
+
+    none = np.full(n, UNKNOWN, np.int64)
+    start = records["start_ns"].to_numpy(np.int64)
+    L, S, D, R, C = col("launch_ns"), col("stream_ready_ns"), col("dependency_ready_ns"), col("ready_ns"), col("launch_call_ns")
+    if part == "stream_order":
+        prev = records["stream_previous_kind"].to_numpy(object) if "stream_previous_kind" in records else np.full(n, None)
+        mine = (L != UNKNOWN) & (S != UNKNOWN) & (prev != "comm") & pd.notna(prev)
+        return np.where(mine, L, none), np.where(mine, np.maximum(L, S), none)
+    if part == "dependency":
+        base = np.maximum(L, S)
+        mine = (D != UNKNOWN) & (base != UNKNOWN)
+        return np.where(mine, base, none), np.where(mine, np.maximum(base, D), none)
+    if part == "launch_call":
+        mine = (L != UNKNOWN) & (C != UNKNOWN)
+        return np.where(mine, L, none), np.where(mine, L + C, none)
+    kinds = records["ready_part"].to_numpy(object) if "ready_part" in records else np.full(n, None)
+    lo = np.where((C != UNKNOWN) & (L != UNKNOWN), np.maximum(R, L + C), R)
+    mine = (R != UNKNOWN) & (kinds == part)
+    return np.where(mine, lo, none), np.where(mine, np.maximum(lo, start), none)
+
+
+def cause_waits(records: pd.DataFrame, cause: str) -> tuple[np.ndarray, np.ndarray]:
+    """Per record, the interval ``[lo, hi)`` (int64 ns) of start − launch that ``cause`` names
+    (see :func:`summarize`), for the records whose cause it is; ``lo = hi`` elsewhere and -1
+    where a bound is unknown."""
+    n = len(records)
+
+    def col(name):
+        if name not in records:
+            return np.full(n, UNKNOWN, np.int64)
+        return pd.array(records[name], dtype="Int64").to_numpy(np.int64, na_value=UNKNOWN)
+
+    start = records["start_ns"].to_numpy(np.int64)
+    L, S, D, R = col("launch_ns"), col("stream_ready_ns"), col("dependency_ready_ns"), col("ready_ns")
+    if cause == "stream_order":
+        lo, hi = L, np.maximum(L, S)
+    elif cause == "dependency":
+        lo = np.maximum(L, S)
+        hi = np.maximum(lo, D)
+    elif cause == "launch_call":
+        E = col("launch_end_ns")
+        lo, hi = L, np.where(E >= 0, np.minimum(E, start), L)
+    else:
+        lo, hi = R, np.where(R >= 0, start, R)
+    mine = (records["cause"] == cause).to_numpy(bool)
+    return np.where(mine, lo, UNKNOWN), np.where(mine, hi, UNKNOWN)
 
 
 # the names earlier versions exported (residency --delays, the dashboard, speedup.compare)

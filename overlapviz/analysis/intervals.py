@@ -190,23 +190,34 @@ def union(a: IntervalSet, b: IntervalSet) -> IntervalSet:
 
 
 def intersect_measure(a: IntervalSet, b: IntervalSet, n_groups: int) -> np.ndarray:
-    """``measure(intersect(a, b))`` without building the intersection.
-
-    Each interval of ``a`` looks up, by binary search, how much of ``b`` lies before its
-    start and before its end (prefix sums of ``b``'s lengths); the difference is the part
-    of ``b`` inside it. No sort: ``O(len(a) log len(b))``, where the sweep would sort both.
-    """
+    """``measure(intersect(a, b))`` without building the intersection (see :func:`covered`)."""
     out = np.zeros(n_groups, _I64)
-    if len(a) == 0 or len(b) == 0:
+    if len(a) and len(b):
+        np.add.at(out, a.group, covered(b, a.group, a.start, a.end))
+    return out
+
+
+def covered(b: IntervalSet, group, start, end) -> np.ndarray:
+    """Per query interval ``[start, end)`` of ``group``, the length of ``b`` inside it (int64 ns).
+
+    The queries need not be disjoint or sorted. Each looks up, by binary search, how much of
+    ``b`` lies before its start and before its end (prefix sums of ``b``'s lengths); the
+    difference is the part of ``b`` inside it. No sort: ``O(len(queries) log len(b))``.
+    """
+    group, start, end = _as_i64(group), _as_i64(start), _as_i64(end)
+    out = np.zeros(len(start), _I64)
+    if len(start) == 0 or len(b) == 0:
         return out
-    lo = min(int(a.start.min()), int(b.start.min()))
-    hi = max(int(a.end.max()), int(b.end.max()))
+    lo = min(int(start.min()), int(b.start.min()))
+    hi = max(int(end.max()), int(b.end.max()))
     span = hi - lo + 1
-    gmax = max(int(a.group.max()), int(b.group.max()))
-    if (gmax + 1) * span >= np.iinfo(_I64).max // 2:  # keys would overflow: sweep instead
-        g, st, en, m = segments(a, b)
-        keep = m == 3
-        np.add.at(out, g[keep], en[keep] - st[keep])
+    gmax = max(int(group.max()), int(b.group.max()))
+    if (gmax + 1) * span >= np.iinfo(_I64).max // 2:  # keys would overflow: one group at a time
+        for gv in np.unique(group).tolist():
+            q = group == gv
+            mine = b.group == gv
+            sub = IntervalSet(np.zeros(int(mine.sum()), _I64), b.start[mine], b.end[mine])
+            out[q] = _covered_one(sub, start[q], end[q])
         return out
     # one int64 key per (group, time): groups never interleave, so a difference of two
     # positions inside one group only ever counts that group's intervals of b
@@ -214,12 +225,26 @@ def intersect_measure(a: IntervalSet, b: IntervalSet, n_groups: int) -> np.ndarr
     b_len = b.end - b.start
     before = np.concatenate(([0], np.cumsum(b_len)))  # b's length before interval i
 
-    def covered_before(group, t):
-        key = group * _I64(span) + (t - lo)
+    def covered_before(g, t):
+        key = g * _I64(span) + (t - lo)
         i = np.searchsorted(b_start, key, side="right") - 1  # last b interval starting at or before t
         inside = np.clip(key - b_start[np.maximum(i, 0)], 0, b_len[np.maximum(i, 0)])
         return np.where(i >= 0, before[np.maximum(i, 0)] + inside, 0)
 
-    part = covered_before(a.group, a.end) - covered_before(a.group, a.start)
-    np.add.at(out, a.group, part)
-    return out
+    return covered_before(group, end) - covered_before(group, start)
+
+
+def _covered_one(b: IntervalSet, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """:func:`covered` for one group, on times alone (no combined key to overflow)."""
+    if len(b) == 0:
+        return np.zeros(len(start), _I64)
+    b_len = b.end - b.start
+    before = np.concatenate(([0], np.cumsum(b_len)))
+
+    def covered_before(t):
+        i = np.searchsorted(b.start, t, side="right") - 1
+        j = np.maximum(i, 0)
+        inside = np.minimum(np.maximum(t - b.start[j], 0), b_len[j])
+        return np.where(i >= 0, before[j] + inside, 0)
+
+    return covered_before(end) - covered_before(start)

@@ -121,6 +121,14 @@ def overlap_table(kernels: pa.Table, *, per: str = "rank") -> pa.Table:
     memory_ns = intervals.measure(memory, n)
     first_ns, last_ns, has_span = _span(code[not_memory], start[not_memory], end[not_memory], n)
     span_ns = last_ns - first_ns
+    # int64 ns arithmetic wraps where times lie more than 2**63 ns apart: ingest refuses such traces, a dataset
+    # written before it did may hold them; never print the wrapped (negative) span or idle time
+    wrapped = (has_span & (span_ns < 0)) | (busy_ns < 0) | (comm_ns < 0) | (compute_ns < 0) | (memory_ns < 0)
+    if wrapped.any():
+        g = int(np.flatnonzero(wrapped)[0])
+        raise ValueError(f"run {keys[0][g].as_py()!r} rank {keys[1][g].as_py()}: its activities lie further apart than "
+                         "int64 nanoseconds hold (±292 years): no span or idle time can be computed; ingest the trace "
+                         "again (ingest now refuses such times, naming the events)")  # fmt: skip
 
     no_comm = comm_ns == 0
     fraction = overlap_ns / np.where(no_comm, 1, comm_ns)

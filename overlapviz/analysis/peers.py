@@ -34,25 +34,39 @@ def instance_keys(explained: pd.DataFrame) -> pd.Series:
     return pd.Series(np.where(by_seq, seqd, positional), index=explained.index, dtype=object)
 
 
-def attach_peer_wait(explained: pd.DataFrame) -> pd.DataFrame:
-    """``explained`` with ``instance`` and ``peer_wait_us`` (exact ns differences shown in µs)."""
-    if not len(explained):
-        return explained.assign(instance=pd.Series(dtype=object), peer_wait_us=pd.Series(dtype="Float64"))
-    comm = (explained["kind"] == "comm").to_numpy() if "kind" in explained else np.ones(len(explained), bool)
+def attach_peer_wait(explained: pd.DataFrame, domains: pd.DataFrame | None = None) -> pd.DataFrame:
+    """``explained`` with ``instance``, ``peer_wait_us`` (exact ns differences shown in µs) and
+    ``clock_domain``. ``domains``: :func:`overlapviz.analysis.clocks.clock_domains` rows; an
+    instance whose ranks' clocks do not compare gets no peer wait (null), never one from clocks."""
+    n = len(explained)
+    if domains is not None and len(domains) and n:
+        dom = explained[["run_id", "rank"]].astype({"rank": "int64"}).merge(
+            domains[["run_id", "rank", "clock_domain"]].astype({"rank": "int64"}), on=["run_id", "rank"], how="left"
+        )["clock_domain"].fillna("").to_numpy(object)  # fmt: skip
+    else:
+        dom = np.full(n, "", dtype=object)
+    if not n:
+        return explained.assign(instance=pd.Series(dtype=object), peer_wait_us=pd.Series(dtype="Float64"),
+                                clock_domain=pd.Series(dtype=object))  # fmt: skip
+    comm = (explained["kind"] == "comm").to_numpy() if "kind" in explained else np.ones(n, bool)
     inst = pd.Series(None, index=explained.index, dtype=object)  # peers are a collective's: other kernels have none
-    peer = pd.array([pd.NA] * len(explained), dtype="Float64")
+    peer = pd.array([pd.NA] * n, dtype="Float64")
     sub = explained[comm]
     if len(sub):
         keys = instance_keys(sub)
-        g = sub.assign(instance=keys).groupby(["run_id", "instance"], sort=False)
-        latest = g["start_ns"].transform("max").to_numpy().astype(np.int64)  # int64 ns, exact
+        sub = sub.assign(instance=keys, _dom=dom[comm])
+        # a rank arrives at an instance with its first kernel of it (a copy-engine collective can be several)
+        arrival = sub.groupby(["run_id", "instance", "rank"], sort=False)["start_ns"].transform("min").astype(np.int64)
+        g = sub.assign(_arrival=arrival).groupby(["run_id", "instance"], sort=False)
+        latest = g["_arrival"].transform("max").to_numpy().astype(np.int64)  # int64 ns, exact
         ranks = g["rank"].transform("nunique").to_numpy()
-        wait_ns = latest - sub["start_ns"].to_numpy().astype(np.int64)
+        clocks_apart = g["_dom"].transform("nunique").to_numpy() > 1
+        wait_ns = latest - arrival.to_numpy()
         inst[comm] = keys.to_numpy(object)
         values = pd.array(wait_ns / 1000.0, dtype="Float64")
-        values[ranks <= 1] = pd.NA
+        values[(ranks <= 1) | clocks_apart] = pd.NA
         peer[np.flatnonzero(comm)] = values
-    return explained.assign(instance=inst, peer_wait_us=peer)
+    return explained.assign(instance=inst, peer_wait_us=peer, clock_domain=dom)
 
 
 def bus_factor(collective: str | None, n: int) -> float | None:
@@ -84,12 +98,16 @@ def collective_instances(explained: pd.DataFrame, message_bytes: pd.Series | Non
     pandas.DataFrame
         ``run_id, instance, collective, n_ranks, first_ready_ns, last_ready_ns,
         arrival_skew_us`` (last − first ready: when the last rank could start),
-        ``slowest_rank`` (the last to be ready), ``first_start_ns, last_start_ns,
-        last_end_ns, time_us, max_peer_wait_us, bytes, algbw_gbps, busbw_gbps``.
+        ``slowest_rank`` (the last to be ready), ``straggler`` (the rank that started it
+        last: DESIGN.md's straggler; the lowest such rank on a tie), ``first_start_ns,
+        last_start_ns, last_end_ns, time_us, max_peer_wait_us, bytes, algbw_gbps,
+        busbw_gbps``, ``clock_note``. Where the instance's ranks' clocks do not compare
+        (``clock_domain``), the skew, the slowest rank, the straggler and the peer wait are
+        null and ``clock_note`` says why.
     """
     cols = ["run_id", "instance", "collective", "n_ranks", "first_ready_ns", "last_ready_ns", "arrival_skew_us",
-            "slowest_rank", "first_start_ns", "last_start_ns", "last_end_ns", "time_us", "max_peer_wait_us", "bytes",
-            "algbw_gbps", "busbw_gbps"]  # fmt: skip
+            "slowest_rank", "straggler", "first_start_ns", "last_start_ns", "last_end_ns", "time_us", "max_peer_wait_us",
+            "bytes", "algbw_gbps", "busbw_gbps", "clock_note"]  # fmt: skip
     if not len(explained):
         return pd.DataFrame(columns=cols)
     # vectorized over instances (a million kernels in well under a second), in int64 ns where times
@@ -105,13 +123,22 @@ def collective_instances(explained: pd.DataFrame, message_bytes: pd.Series | Non
         "peer": pd.array(pd.to_numeric(explained["peer_wait_us"], errors="coerce"), dtype="Float64"),
         "bytes": pd.array([pd.NA] * len(explained) if message_bytes is None else pd.to_numeric(message_bytes, errors="coerce"),
                           dtype="Float64"),
+        "dom": explained["clock_domain"].fillna("").to_numpy(object) if "clock_domain" in explained else "",
     })  # fmt: skip
     g = d.groupby("code", sort=True)  # codes number the instances in order of first appearance
-    first_ready, last_ready = g["ready"].min(), g["ready"].max()
-    # the slowest rank: the first record (in explained's order) whose ready time is its instance's latest
-    at_max = (d["ready"] == last_ready.to_numpy()[code]).fillna(False).to_numpy(bool)
-    slow = d.loc[at_max].groupby("code")["rank"].first().reindex(first_ready.index)
-    last_start, last_end = g["start"].max(), g["end"].max()
+    # a rank's arrival at an instance is its first kernel of it (a copy-engine collective runs as several
+    # kernels on one rank): ready, start and skew compare ranks, never one rank's kernels with each other
+    arrive = d.groupby(["code", "rank"], sort=True).agg(ready=("ready", "min"), start=("start", "min")).reset_index()
+    ga = arrive.groupby("code", sort=True)
+    first_ready, last_ready = ga["ready"].min(), ga["ready"].max()
+    # the slowest rank: the lowest rank whose ready time is its instance's latest
+    at_max = (arrive["ready"] == ga["ready"].transform("max")).fillna(False).to_numpy(bool)
+    slow = arrive.loc[at_max].groupby("code")["rank"].min().reindex(first_ready.index)
+    last_start, last_end = ga["start"].max(), g["end"].max()
+    # the straggler: the rank whose first start of the instance is the latest
+    arrive["last"] = ga["start"].transform("max")
+    strag = arrive.loc[arrive["start"] == arrive["last"]].groupby("code")["rank"].min().reindex(first_ready.index)
+    apart = (g["dom"].nunique() > 1).to_numpy(bool)
     t_ns = (last_end - last_start).to_numpy(np.int64)
     n = g["rank"].nunique().to_numpy(np.int64)
     coll = g["collective"].first()
@@ -122,14 +149,21 @@ def collective_instances(explained: pd.DataFrame, message_bytes: pd.Series | Non
     factor = np.array([np.nan if (f := bus_factor(c, int(m))) is None else f for c, m in zip(coll.to_numpy(object), n)])
     firsts = g[["run_id", "instance"]].first()
     skew_ns = last_ready - first_ready  # Int64: exact, NA where no rank has a ready time
+    skew = pd.array(skew_ns, dtype="Float64") / 1000.0
+    skew[apart | (n < 2)] = pd.NA  # one rank: no skew to speak of
+    slow_ranks = pd.array(slow.to_numpy(), dtype="Int64")
+    slow_ranks[apart | (n < 2)] = pd.NA
+    strag_ranks = pd.array(strag.to_numpy(), dtype="Int64")
+    strag_ranks[apart | (n < 2)] = pd.NA
+    note = np.where(apart, "ranks on clocks that do not compare (different hosts, no alignment): no skew or wait", None)
     out = pd.DataFrame({
         "run_id": firsts["run_id"].to_numpy(object), "instance": firsts["instance"].to_numpy(object),
         "collective": coll.to_numpy(object), "n_ranks": n,
         "first_ready_ns": first_ready.to_numpy(), "last_ready_ns": last_ready.to_numpy(),
-        "arrival_skew_us": pd.array(skew_ns, dtype="Float64") / 1000.0, "slowest_rank": slow.to_numpy(),
+        "arrival_skew_us": skew, "slowest_rank": slow_ranks, "straggler": strag_ranks,
         "first_start_ns": g["start"].min().to_numpy(np.int64), "last_start_ns": last_start.to_numpy(np.int64),
         "last_end_ns": last_end.to_numpy(np.int64), "time_us": t_ns / 1000.0, "max_peer_wait_us": g["peer"].max().to_numpy(),
         "bytes": pd.array(np.where(has_size, size_f, np.nan), dtype="Float64").astype("Int64"),
-        "algbw_gbps": alg, "busbw_gbps": alg * factor,
+        "algbw_gbps": alg, "busbw_gbps": alg * factor, "clock_note": note,
     })  # fmt: skip
     return out[cols]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import importlib
 
 import click
@@ -23,6 +24,47 @@ COMMANDS = {
 }
 
 
+# what every command that reads traces says of them in its --help (one text, so they agree)
+TRACE_FORMATS = (
+    "Traces are recognised by content, not by name: PyTorch profiler (Kineto) JSON (.json, .json.gz; "
+    "per-rank files, rank_<N>/ folders, tensorboard_trace_handler's per-cycle files), Nsight Systems "
+    "SQLite exports (nsys export --type sqlite; .nsys-rep reports where nsys is installed), rocpd "
+    "databases (rocprofv3, ROCm 7), rocprofv3 CSV and JSON, rocprofv2 cli text and file-plugin "
+    "results_<pid>.csv, legacy rocprof results.csv/.json. A directory is read as its files "
+    "(docs/ingest.md)."
+)
+_READS_TRACES = ("ingest", "analyze", "explain", "residency", "compare", "advise", "serve", "export")
+
+
+def _completed(cmd: click.Command) -> click.Command:
+    """The shared parts of a subcommand, added once: the trace formats in its help, and
+    ``--list-devices`` beside a ``--device-name``."""
+    if cmd.name in _READS_TRACES and not (cmd.epilog or "").startswith(TRACE_FORMATS[:40]):
+        cmd.epilog = TRACE_FORMATS
+    names = {p.name for p in cmd.params}
+    if "device_name" in names and "list_devices" not in names:
+        cmd.params.append(click.Option(["--list-devices"], is_flag=True, expose_value=False, is_eager=True,
+                                       callback=_list_devices, help="List the short GPU names --device-name takes "
+                                       "(H100, MI300X, 'A100 80GB', ...) and what they stand for, and exit."))  # fmt: skip
+    return cmd
+
+
+def _list_devices(ctx: click.Context, _param, value: bool) -> None:
+    if not value or ctx.resilient_parsing:
+        return
+    from overlapviz.devices import device_catalog
+
+    rows = device_catalog()
+    width = max(len(r["name"]) for r in rows)
+    pwidth = max(len(r["product"]) for r in rows)
+    click.echo(f"{'name':<{width}}  {'product':<{pwidth}}  {'arch':<7}  SMs/CUs")
+    for r in rows:
+        click.echo(f"{r['name']:<{width}}  {r['product']:<{pwidth}}  {r['arch'] or '-':<7}  {r['num_sms'] or '-'}")
+    click.echo("Also: any product name a driver reports (e.g. 'NVIDIA H100 80GB HBM3'), or an architecture "
+               "(sm_90, gfx942). Names are matched ignoring case, spaces, '-' and '_'.")
+    ctx.exit(0)
+
+
 class _LazyGroup(click.Group):
     """Imports a subcommand's module only when it runs (or when its own help shows).
 
@@ -36,7 +78,24 @@ class _LazyGroup(click.Group):
     def get_command(self, ctx, name):
         if name not in COMMANDS:
             return None
-        return getattr(importlib.import_module(f"overlapviz.cli.{name}"), name)
+        return _completed(getattr(importlib.import_module(f"overlapviz.cli.{name}"), name))
+
+    def resolve_command(self, ctx, args):
+        name = args[0] if args else None
+        if name is not None and not name.startswith("-") and name not in COMMANDS:
+            close = difflib.get_close_matches(name, self.list_commands(ctx), n=1, cutoff=0.6)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            ctx.fail(f"No such command {name!r}.{hint} Commands: {', '.join(self.list_commands(ctx))}.")
+        return super().resolve_command(ctx, args)
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except click.ClickException as exc:  # every command's error: the tables' escaping rule (cli/_table.py)
+            from overlapviz.outdir import display_path
+
+            exc.message = "\n".join(display_path(line) for line in str(exc.message).split("\n"))
+            raise
 
     def format_commands(self, ctx, formatter):
         rows = [(name, COMMANDS[name]) for name in self.list_commands(ctx)]

@@ -21,6 +21,7 @@ import math
 import textwrap
 
 from overlapviz import vocabulary
+from overlapviz.outdir import display_path as printable_text
 
 NULL = "-"
 # columns that are shortened to a kernel's function name in a compact table
@@ -160,6 +161,9 @@ def render(columns: list[str], data: dict[str, list], *, wide: bool, text: set[s
             cells[c] = [cell(ru, v) for ru, v in zip(row_units[c], values)]
         else:
             cells[c] = [cell(u, v) for v in values]
+    # one escaping rule for every table (as for every message): a name's control characters (ESC, BEL, CSI, a
+    # newline) are written as \xNN, so no trace can drive the terminal or break a row
+    cells = {c: [printable_text(t) for t in texts] for c, texts in cells.items()}
     left = set(text or ()) | {c for c in shown if any(isinstance(v, str) for v in data[c])}
     heads = {c: "note" if not wide and c in notes else header(c) for c in shown}
     widths = {c: max(len(heads[c]), *(len(s) for s in cells[c])) for c in shown}
@@ -173,11 +177,11 @@ def render(columns: list[str], data: dict[str, list], *, wide: bool, text: set[s
         if grouped:
             rid = data["run_id"][i]
             if rid != previous:
-                lines.append(f"run {NULL if is_null(rid) else rid}")
+                lines.append(f"run {NULL if is_null(rid) else printable_text(str(rid))}")
                 previous = rid
         lines.append(line([cells[c][i] for c in shown]))
     for note, number in footnotes.items():
-        lines.extend(textwrap.wrap(note, WRAP, initial_indent=f"[{number}] ", subsequent_indent=" " * (len(str(number)) + 3),
+        lines.extend(textwrap.wrap(printable_text(note), WRAP, initial_indent=f"[{number}] ", subsequent_indent=" " * (len(str(number)) + 3),
                                    break_on_hyphens=False))  # fmt: skip
     return "\n".join(lines)
 

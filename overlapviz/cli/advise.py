@@ -40,7 +40,7 @@ def _carveout_of(dataset, run_id, compute) -> int | None:
 
 
 @click.command()
-@click.argument("dataset", required=False, type=click.Path(file_okay=False, path_type=str))
+@click.argument("dataset", required=False, type=click.Path(readable=False, path_type=str))  # advise says what is wrong, in one line
 @click.option("--compute", "compute_re", metavar="REGEX", help="Computation kernel: name regex in DATASET (its most time-consuming shape).")
 @click.option("--comm", "comm_re", metavar="REGEX", default="nccl|rccl", show_default=True, help="Communication kernel: name regex in DATASET.")
 @click.option("--run", "run_id", metavar="RUN_ID", help="The run to take kernels and device from (needed when DATASET has several).")

@@ -8,14 +8,18 @@ from __future__ import annotations
 import csv
 import io
 
-import click
-import orjson
-import pyarrow as pa
+from typing import TYPE_CHECKING
 
-from overlapviz.analysis import metrics
+import click
+
 from overlapviz.cli._dataset import DATASET
 from overlapviz.cli._table import FORMATS, wide_option
 from overlapviz.cli._table import render as render_table
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+PER = ("rank", "step")  # metrics.PER, spelled here so that `analyze --help` imports neither numpy nor pyarrow
 
 # the compact table's columns (--wide: all; JSON and CSV carry every column)
 TABLE_COLUMNS = ["run_id", "rank", "step", "comm_us", "compute_us", "overlap_us", "overlap_fraction", "exposed_comm_us",
@@ -26,7 +30,7 @@ TABLE_COLUMNS = ["run_id", "rank", "step", "comm_us", "compute_us", "overlap_us"
 @click.argument("dataset", type=DATASET)
 @click.option(
     "--per",
-    type=click.Choice(metrics.PER),
+    type=click.Choice(PER),
     default="rank",
     show_default=True,
     help="One record per run x rank (whole trace), or per run x rank x step (kernels with no step are left out).",
@@ -44,6 +48,8 @@ def analyze(dataset: str, per: str, fmt: str, runs: tuple[str, ...], scheduler: 
     overlap_fraction (= overlap_us / comm_us, null without comm), exposed_comm_us,
     span_us, busy_us, idle_us, memory_us, n_kernels, n_comm_kernels.
     """
+    from overlapviz.analysis import metrics
+
     try:
         if scheduler:
             from overlapviz.distributed import analyze_on, client_for
@@ -65,6 +71,8 @@ def render(table: pa.Table, fmt: str, *, wide: bool = False) -> str:
     """
     rows = table.to_pylist()
     if fmt == "json":
+        import orjson
+
         return orjson.dumps(rows).decode()
     if fmt == "csv":
         out = io.StringIO()

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import click
 
+from overlapviz.cli._dataset import check_output
+
 from overlapviz.collectors.config import (
     PRESETS,
     CollectConfig,
@@ -37,12 +39,12 @@ def _knob_options(fn):
 @click.option("--sweep", "sweep_file", metavar="FILE|NAME",
               help="A TOML sweep file (see docs/collect.md), or a sweep shipped with overlapviz by name: "
                    "cpu_tour (CPU, 2 gloo processes), h200_paper_grid (one GPU, stand-in), h200_standin.")
-@click.option("--config", "config_file", type=click.Path(dir_okay=False, path_type=str), help="One configuration from a JSON file of fields.")
+@click.option("--config", "config_file", type=click.Path(dir_okay=False, readable=False, path_type=str), help="One configuration from a JSON file of fields.")
 @click.option("--scenario", "scenario_names", metavar="NAME|all",
               help="Ground-truth scenarios (one GPU, stand-in comm) whose start-delay cause is known by construction: "
                    f"all, or a comma-separated list of: {', '.join(SCENARIOS)}. Each is recorded with and without CUDA sync events; "
                    "takes no configuration options.")
-@click.option("-o", "--output", "out", required=True, type=click.Path(file_okay=False, path_type=str),
+@click.option("-o", "--output", "out", required=True, type=click.Path(file_okay=False, readable=False, path_type=str),
               help="Sweep directory: runs go to DIR/runs/<run_id>/, the dataset to DIR/dataset.")
 @click.option("--launcher", default=None, metavar="CMD",
               help="Command prefix that starts every rank, followed by '-m overlapviz.collectors.run ...' "
@@ -85,6 +87,7 @@ def collect(preset_name, sweep_file, config_file, scenario_names, out, launcher,
     chosen = [x for x in (preset_name, sweep_file, config_file, scenario_names) if x]
     if len(chosen) != 1:
         raise click.UsageError("give exactly one of --preset, --sweep, --config or --scenario")
+    check_output(out)  # a sweep directory may hold its sweep file; it may not be or lie in a dataset
     overrides = {k[len("knob_"):]: v for k, v in knobs.items() if v is not None}
     if scenario_names:
         _collect_scenarios(scenario_names, out, launcher, no_ingest, list_only, progress, overrides)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import textwrap
+
 import click
 
 from overlapviz.analysis import speedup, statistics
@@ -33,7 +35,9 @@ def compare(dataset: str, run_a: str | None, run_b: str | None, runs: tuple[str,
     bootstrap CI, TimeRatio (vs the sequential run of the same workload), speedup (vs
     its baseline overlap run), overlap fraction and computation slowdown. With RUN_A and
     RUN_B: the configuration columns that differ, then each metric for A and B with
-    delta (B − A), its CI where one exists, and ratio (B / A).
+    delta (B − A), its CI where one exists, and ratio (B / A); then where each run's
+    communication time went (the breakdown summed over ranks, the time of each kind of
+    finding) and, under the table, what changed most.
     """
     if runs:
         if run_a is not None:
@@ -49,6 +53,7 @@ def compare(dataset: str, run_a: str | None, run_b: str | None, runs: tuple[str,
             frame, cols = speedup.config_table(dataset, level=level, n_resamples=resamples, seed=seed), TABLE_COLUMNS
         else:
             frame, cols = speedup.compare(dataset, run_a, run_b, level=level, n_resamples=resamples, seed=seed), PAIR_COLUMNS
+            frame, why = _with_answer(frame, dataset, run_a, run_b, fmt)
             if fmt == "table":
                 # each row is its own quantity: a, b, delta and its interval in the item's unit, ratio as a ratio;
                 # the item is renamed as its values are shown (median_ms -> median_us)
@@ -60,3 +65,25 @@ def compare(dataset: str, run_a: str | None, run_b: str | None, runs: tuple[str,
     if run_a is not None and fmt == "table":
         click.echo(f"A  {run_a}\nB  {run_b}")
     click.echo(render_output(frame, fmt, columns=cols, wide=wide, row_units=row_units), nl=fmt != "csv")
+    if run_a is not None and fmt == "table":
+        click.echo("\n".join(textwrap.wrap(f"Why: {why}", 118, subsequent_indent="  ", break_long_words=False)))
+
+
+def _with_answer(frame, dataset, run_a, run_b, fmt):
+    """The pair's rows and, below them, each run's breakdown summed over ranks and the time of each kind of
+    finding (sections ``breakdown`` and ``finding``: exact ns in JSON and CSV, µs in the table), with the
+    sentence saying what changed most (``findings.compare_runs``)."""
+    import pandas as pd
+
+    from overlapviz.analysis.findings import compare_runs
+
+    answer, why = compare_runs(dataset, run_a, run_b)
+    scale, suffix = (1000.0, "_us") if fmt == "table" else (1, "_ns")
+    rows = pd.DataFrame({"section": answer["section"], "item": [i.removesuffix("_ns") + suffix for i in answer["item"]],
+                         "a": answer["a_ns"] / scale, "b": answer["b_ns"] / scale, "delta": answer["delta_ns"] / scale})  # fmt: skip
+    if scale == 1:
+        rows = rows.astype({"a": "int64", "b": "int64", "delta": "int64"})
+    fa = rows["a"].astype("float64")
+    rows["ratio"] = rows["b"].astype("float64") / fa.where(fa != 0)
+    exact = {c: object for c in ("a", "b", "delta")}  # ints stay ints in JSON beside the float metrics
+    return pd.concat([frame.astype(exact), rows.astype(exact)], ignore_index=True), why

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from overlapviz.cli._dataset import DATASET
+from overlapviz.cli._dataset import DATASET, check_output
 from overlapviz.export import FIGURES, FORMATS
 
 ALL_FORMATS = (*FORMATS, "perfetto")
@@ -37,6 +37,7 @@ def export(dataset, figure, fmt, output, runs, ranks, start_ms, end_ms, value, w
     PNG and SVG are rendered in the system's headless chromium (Debian: chromium,
     chromium-driver); SVG and PDF are vector; HTML embeds BokehJS inline.
     """
+    check_output(output, dataset)
     if fmt == "perfetto":
         from overlapviz.perfetto import write_perfetto
 

@@ -43,8 +43,8 @@ def build_rules(rule_texts: tuple[str, ...], comm_patterns: tuple[str, ...], rul
 
 
 @click.command("ingest")
-@click.argument("sources", nargs=-1, required=True, type=click.Path(path_type=str))
-@click.option("-o", "--output", "out", required=True, type=click.Path(path_type=str), help="Dataset directory to create.")
+@click.argument("sources", nargs=-1, required=True, type=click.Path(readable=False, path_type=str))  # ingest says why (one line)
+@click.option("-o", "--output", "out", required=True, type=click.Path(readable=False, path_type=str), help="Dataset directory to create.")
 @click.option("--run-id", default=None, help="Run id, when the sources make one run (default: the directory's or the lone file's name).")
 @click.option("--overwrite", is_flag=True, help="Replace an existing overlapviz dataset at --output (never anything else; see docs/robustness.md); "
               "with --append: replace its runs whose ids the sources give again.")
@@ -67,7 +67,7 @@ def build_rules(rule_texts: tuple[str, ...], comm_patterns: tuple[str, ...], rul
     metavar="REGEX",
     help="Extra regex for comm kernels, beside the default communication vocabulary (docs/ingest.md) (repeatable).",
 )
-@click.option("--rules-file", type=click.Path(path_type=str), default=None, help="JSON rule set replacing the defaults.")
+@click.option("--rules-file", type=click.Path(readable=False, path_type=str), default=None, help="JSON rule set replacing the defaults.")
 @click.option("--align-clocks", "align_clocks", type=click.Choice(["collectives", "none"]), default=None,
               help="Align ranks' clocks on collective completion (NCCL/RCCL instances end within microseconds on every "
                    "rank): 'collectives' for every run of several ranks, 'none' never. Default: where the clocks are not "
@@ -97,7 +97,7 @@ def ingest(sources, out, run_id, overwrite, append, skip_bad, workers, rule_text
     skipped: list[tuple[str, str]] = []
     before = _runs_of(out) if append else set()
     try:
-        with _terminate_as_interrupt():
+        with _terminate_as_interrupt(), _left_out_on_stderr():
             rules = build_rules(rule_texts, comm_patterns, rules_file)
             if scheduler:
                 if workers is not None:
@@ -142,11 +142,13 @@ def ingest(sources, out, run_id, overwrite, append, skip_bad, workers, rule_text
         n_runs = len(meta.get("runs", []))
         what = (f"{n_runs} run{'s' * (n_runs != 1)}, {n_ranks} rank{'s' * (n_ranks != 1)}, "
                 f"{meta.get('n_kernels', 0):,} GPU activities (kernels, copies, memsets)")
+        # profiling cycles: how per-cycle files became runs, on the same line
+        how = "".join(f"; {line}" for line in meta.get("grouped_cycles") or [])
         if append:
             added = [r for r in meta.get("runs", []) if r not in before]
-            click.echo(f"appended to {display(path)} ({len(added)} new run{'s' * (len(added) != 1)}): it now holds {what}")
+            click.echo(f"appended to {display(path)} ({len(added)} new run{'s' * (len(added) != 1)}): it now holds {what}{how}")
         else:
-            click.echo(f"ingested {what} into {display(path)}")
+            click.echo(f"ingested {what} into {display(path)}{how}")
         for line in _clock_lines(path, None if not append else set(meta.get("runs", [])) - before):
             click.echo(printable(line))
 
@@ -195,6 +197,27 @@ def _rows(path: Path) -> int:
 
     with open(path, "rb") as fh:
         return pq.ParquetFile(fh).metadata.num_rows
+
+
+@contextlib.contextmanager
+def _left_out_on_stderr():
+    """Each file of a run's directory that looks like a rank trace but was not read, one line on stderr
+    (discover.LeftOut), as it is found."""
+    import warnings
+
+    from overlapviz.ingest.discover import LeftOut
+    from overlapviz.ingest.files import printable
+
+    def show(message, category, filename, lineno, file=None, line=None, previous=warnings.showwarning):
+        if issubclass(category, LeftOut):
+            click.echo("warning: " + printable(str(message)), err=True)
+        else:
+            previous(message, category, filename, lineno, file, line)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("always", LeftOut)
+        warnings.showwarning = show
+        yield
 
 
 @contextlib.contextmanager

@@ -8,11 +8,14 @@ from pathlib import Path
 import click
 from click.core import ParameterSource
 
+from overlapviz.cli._dataset import DATASET, check_output
+from overlapviz.outdir import display_path
+
 TOKEN_ENV = "OVERLAPVIZ_TOKEN"
 
 
 @click.command()
-@click.argument("dataset", required=False, type=click.Path(file_okay=False, path_type=str))
+@click.argument("dataset", required=False, type=DATASET)  # a dataset, or traces read into the cache; one line when neither
 @click.option("--address", default="127.0.0.1", show_default=True,
               help="Interface to listen on. Anything but loopback needs --allow-remote.")
 @click.option("--port", default=5006, show_default=True, type=click.IntRange(0, 65535),
@@ -49,7 +52,8 @@ def serve(ctx: click.Context, dataset: str | None, address: str, port: int, allo
           ssl_certfile: str | None, ssl_keyfile: str | None, origins: tuple[str, ...], token: str | None, no_token: bool,
           token_file: Path | None, unix_socket: str | None, show: bool, get_path: str | None,
           scheduler: str | None, device_name: str | None) -> None:  # fmt: skip
-    """Serve the dashboard for DATASET (the bundled sample traces when omitted).
+    """Serve the dashboard for DATASET (the bundled sample traces when omitted): a dataset directory, or
+    trace files or directories, ingested into the cache once as `overlapviz analyze TRACES` does.
 
     Pages: Overview (configuration heatmaps), Timeline, Why late, Collectives, Residency, Compare.
     Every resource is served by this server or inlined: the page works with no internet.
@@ -64,6 +68,9 @@ def serve(ctx: click.Context, dataset: str | None, address: str, port: int, allo
         raise click.UsageError(f"--unix-socket listens on no TCP address: drop {', '.join('--' + g.replace('_', '-') for g in sorted(given))}")
     if (ssl_certfile is None) != (ssl_keyfile is None):
         raise click.UsageError("--ssl-certfile and --ssl-keyfile go together")
+    for written_path in (token_file, unix_socket):  # files serve writes: never into the dataset it serves
+        if written_path is not None:
+            check_output(written_path, *([dataset] if dataset else []))
     if device_name is not None:
         from overlapviz.analysis.residency import device_override
         from overlapviz.dashboards import store
@@ -105,11 +112,11 @@ def serve(ctx: click.Context, dataset: str | None, address: str, port: int, allo
             written.append(app.security.write_private(token_file, url + "\n"))
             url = f"{listening.base_url}  (the URL with its token is in {token_file}, readable only by you)"
         if listening.unix_socket is not None:
-            click.echo(f"overlapviz dashboard for {dataset} on unix socket {listening.unix_socket} (only you can connect). "
+            click.echo(f"overlapviz dashboard for {display_path(dataset)} on unix socket {listening.unix_socket} (only you can connect). "
                        f"From your machine: ssh -N -L {app.TUNNEL_PORT}:{listening.unix_socket} {socket.getfqdn()} "
                        f"then open {url}  (Ctrl-C to stop)", err=True)  # fmt: skip
         else:
-            click.echo(f"overlapviz dashboard for {dataset} at {url}  (Ctrl-C to stop)", err=True)
+            click.echo(f"overlapviz dashboard for {display_path(dataset)} at {url}  (Ctrl-C to stop)", err=True)
 
     try:
         app.serve(dataset, show=show, on_ready=ready, address=address, port=port, unix_socket=unix_socket, token=token,

@@ -17,7 +17,9 @@ functions take it. What runs where:
   needs every rank of its group, so each batch's instance table (latest start, rank count)
   is reduced over the batches as a tree, then each batch adds the peer wait
   (``peers.attach_peer_wait``'s arithmetic); the client receives the records or, with
-  ``summary``, one row per rank.
+  ``summary``, one row per rank. ``breakdown_on``: the client reads the communication rows
+  (each instance's arrivals need every rank), each task labels its ranks' time
+  (``breakdown.timeline_of``, ``group_rows``); the findings are computed on the client.
 * ``residency_on``: one task per batch computes ``residency.rank_shapes`` of its ranks (residency
   depends only on a rank's own kernels and limits); the merge over a run's ranks is reduced over
   the batches as a tree on the workers; the client gets one row per merged launch shape.
@@ -33,11 +35,12 @@ never imports it. docs/dask.md is the user's page.
 
 from __future__ import annotations
 
-from overlapviz.distributed.analysis import analyze_on, explain_on
+from overlapviz.distributed.analysis import analyze_on, breakdown_on, explain_on
 from overlapviz.distributed.cluster import EXTRA, SCHEDULER_ENV, SCHEDULER_HELP, client_for, require_dask
 from overlapviz.distributed.ingest import ingest_on
 from overlapviz.distributed.residency import residency_on
 from overlapviz.distributed.timeline import KINDS, timeline_counts_on, timeline_window_on
 
-__all__ = ["EXTRA", "KINDS", "SCHEDULER_ENV", "SCHEDULER_HELP", "analyze_on", "client_for", "explain_on", "ingest_on",
+__all__ = ["EXTRA", "KINDS", "SCHEDULER_ENV", "SCHEDULER_HELP", "analyze_on", "breakdown_on", "client_for", "explain_on",
+           "ingest_on",
            "require_dask", "residency_on", "timeline_counts_on", "timeline_window_on"]  # fmt: skip

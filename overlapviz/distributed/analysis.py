@@ -20,7 +20,7 @@ from overlapviz.distributed.partitions import (
 )
 from overlapviz.ingest.files import display
 
-__all__ = ["analyze_on", "explain_on"]
+__all__ = ["analyze_on", "breakdown_on", "explain_on"]
 
 _CHECKS = ("run_id", "rank", "start_ns", "end_ns", "bad", "kind")  # overlap_table's checks, in its order
 
@@ -163,8 +163,9 @@ def _comm_instances(frame):
     return comm, peers.instance_keys(frame[comm])
 
 
-def _instance_table(parts: list[tuple]):
-    """Per run x instance of the comm kernels in ``parts``: the latest start and how many ranks had it."""
+def _instance_table(parts: list[tuple], dom_of: dict):
+    """Per run x instance of the comm kernels in ``parts``: the latest start, how many ranks had it and
+    the least and greatest clock domain of its ranks (they differ: clocks that do not compare)."""
     import pandas as pd
 
     rows = []
@@ -172,25 +173,30 @@ def _instance_table(parts: list[tuple]):
         n = int(comm.sum())
         if n:
             rows.append(pd.DataFrame({"run_id": np.full(n, run_id, dtype=object), "instance": keys.to_numpy(object),
-                                      "rank": np.full(n, rank, dtype=np.int64),
+                                      "rank": np.full(n, rank, dtype=np.int64), "dom": dom_of.get((run_id, rank), ""),
                                       "start_ns": frame["start_ns"].to_numpy()[comm].astype(np.int64)}))  # fmt: skip
     if not rows:
         return pd.DataFrame({"run_id": pd.Series(dtype=object), "instance": pd.Series(dtype=object),
-                             "latest_ns": pd.Series(dtype=np.int64), "n_ranks": pd.Series(dtype=np.int64)})  # fmt: skip
+                             "latest_ns": pd.Series(dtype=np.int64), "n_ranks": pd.Series(dtype=np.int64),
+                             "dom_min": pd.Series(dtype=object), "dom_max": pd.Series(dtype=object)})  # fmt: skip
     d = pd.concat(rows, ignore_index=True)
+    # a rank arrives with its first kernel of the instance; each rank lies in one batch only, so its
+    # arrival is whole here and the batches' rank counts add up to the run's
+    d = d.groupby(["run_id", "instance", "rank"], sort=False).agg(start_ns=("start_ns", "min"), dom=("dom", "first")).reset_index()
     g = d.groupby(["run_id", "instance"], sort=False)
-    # each rank lies in one batch only, so the batches' rank counts add up to the run's
-    return g.agg(latest_ns=("start_ns", "max"), n_ranks=("rank", "nunique")).reset_index()
+    return g.agg(latest_ns=("start_ns", "max"), n_ranks=("rank", "nunique"), dom_min=("dom", "min"),
+                 dom_max=("dom", "max")).reset_index()  # fmt: skip
 
 
 def _merge_instances(*tables):
     import pandas as pd
 
     d = pd.concat(tables, ignore_index=True)
-    return d.groupby(["run_id", "instance"], sort=False).agg(latest_ns=("latest_ns", "max"), n_ranks=("n_ranks", "sum")).reset_index()
+    return d.groupby(["run_id", "instance"], sort=False).agg(latest_ns=("latest_ns", "max"), n_ranks=("n_ranks", "sum"),
+                                                             dom_min=("dom_min", "min"), dom_max=("dom_max", "max")).reset_index()  # fmt: skip
 
 
-def _with_peers(parts: list[tuple], instances, summary: bool) -> list:
+def _with_peers(parts: list[tuple], instances, summary: bool, dom_of: dict) -> list:
     """Each rank's records with ``instance`` and ``peer_wait_us`` (or, with ``summary``, its
     ``explain.summarize`` row)."""
     import pandas as pd
@@ -202,14 +208,17 @@ def _with_peers(parts: list[tuple], instances, summary: bool) -> list:
         inst = pd.Series(None, index=frame.index, dtype=object)
         peer = pd.array([pd.NA] * len(frame), dtype="Float64")
         if comm.any():
-            found = pd.DataFrame({"run_id": np.full(int(comm.sum()), run_id, dtype=object), "instance": keys.to_numpy(object)})
+            found = pd.DataFrame({"run_id": np.full(int(comm.sum()), run_id, dtype=object), "instance": keys.to_numpy(object),
+                                  "start_ns": frame["start_ns"].to_numpy()[comm].astype(np.int64)})  # fmt: skip
+            arrival = found.groupby("instance", sort=False)["start_ns"].transform("min").to_numpy(np.int64)
             found = found.merge(instances, on=["run_id", "instance"], how="left", sort=False)
-            wait_ns = found["latest_ns"].to_numpy().astype(np.int64) - frame["start_ns"].to_numpy()[comm].astype(np.int64)
+            wait_ns = found["latest_ns"].to_numpy().astype(np.int64) - arrival
             inst[comm] = keys.to_numpy(object)
             values = pd.array(wait_ns / 1000.0, dtype="Float64")
-            values[found["n_ranks"].to_numpy() <= 1] = pd.NA
+            values[(found["n_ranks"].to_numpy() <= 1) | (found["dom_min"] != found["dom_max"]).to_numpy(bool)] = pd.NA
             peer[np.flatnonzero(comm)] = values
-        frame = frame.assign(instance=inst, peer_wait_us=peer)
+        frame = frame.assign(instance=inst, peer_wait_us=peer,
+                             clock_domain=np.full(len(frame), dom_of.get((run_id, rank), ""), dtype=object))  # fmt: skip
         out.append(explain.summarize(frame).to_dict("records")[0] if summary else (run_id, rank, frame))
     return out
 
@@ -266,9 +275,11 @@ def explain_on(client, dataset_path: str | os.PathLike, *, run_ids=None, kinds: 
     """
     import pandas as pd
 
-    from overlapviz.analysis import explain, peers
+    from overlapviz.analysis import clocks, explain, peers
 
     items = _rank_items(dataset_path, _kernel_files(dataset_path, run_ids), device)
+    doms = clocks.clock_domains(dataset_path, run_ids)
+    dom_of = {(r, int(k)): d for r, k, d in zip(doms["run_id"], doms["rank"], doms["clock_domain"])}
     results = []
     if items:
         root = os.path.abspath(dataset_path)
@@ -278,13 +289,13 @@ def explain_on(client, dataset_path: str | os.PathLike, *, run_ids=None, kinds: 
         prefix = _key("ovz-explain")
         ranks = [client.submit(_explain_batch, root, tuple(kinds), str(dataset_path), [lookup[r] for r in b],
                                key=f"{prefix}-{i}", retries=0) for i, b in enumerate(batches)]  # fmt: skip
-        tables = [client.submit(_instance_table, f, key=f"{prefix}-instances-{i}") for i, f in enumerate(ranks)]
+        tables = [client.submit(_instance_table, f, dom_of, key=f"{prefix}-instances-{i}") for i, f in enumerate(ranks)]
         level = 0
         while len(tables) > 1:  # a tree of merges: no one task (nor the client) takes every batch's table
             level += 1
             tables = [client.submit(_merge_instances, *tables[i : i + 8], key=f"{prefix}-merge{level}-{i}")
                       for i in range(0, len(tables), 8)]  # fmt: skip
-        done = [client.submit(_with_peers, f, tables[0], summary, key=f"{prefix}-peers-{i}") for i, f in enumerate(ranks)]
+        done = [client.submit(_with_peers, f, tables[0], summary, dom_of, key=f"{prefix}-peers-{i}") for i, f in enumerate(ranks)]
         del ranks, tables
         bar = _progress(len(batches), progress, "explain")
         try:
@@ -306,3 +317,60 @@ def explain_on(client, dataset_path: str | os.PathLike, *, run_ids=None, kinds: 
         results.sort(key=lambda p: (p[0], p[1]))  # explain's order: run, then rank
         out = pd.concat([p[2] for p in results], ignore_index=True)
     return out[explain.KEYS + explain.EXTRA].sort_values(["run_id", "rank", "start_ns"], kind="stable").reset_index(drop=True)
+
+
+# --- breakdown ---------------------------------------------------------------------------------
+
+
+def _breakdown_batch(root: str, per: str, where: str, items: list[tuple], waits: dict) -> list[dict]:
+    """``breakdown.group_rows`` of each ``(file, run_id, rank)``'s timeline (its instances' waits given)."""
+    from overlapviz.analysis import breakdown as bd
+
+    out = []
+    for rel, run_id, rank in items:
+        k = _read_file(root, rel, bd.READ, bd.DICTIONARY, where)
+        if not k.num_rows:
+            continue
+        _check_rank(k, rel, run_id, rank, where)
+        tl = bd.timeline_of(run_id, rank, k, _rank_syncs(root, run_id, rank), waits.get((run_id, rank)))
+        out.extend(bd.group_rows(tl, per))
+    return out
+
+
+def breakdown_on(client, dataset_path: str | os.PathLike, *, run_ids=None, per: str = "rank", progress: bool | None = False):
+    """``breakdown.breakdown`` on the cluster; the same frame.
+
+    The client reads the communication rows alone (an instance's peer wait needs every rank's
+    start of it) and sends each task its ranks' waits; each task labels its ranks' time.
+    """
+    from overlapviz.analysis import breakdown as bd
+
+    if per not in ("rank", "step"):
+        raise ValueError(f"per={per!r}: expected rank or step")
+    files = _kernel_files(dataset_path, run_ids)
+    comm = schema.read_kernels(dataset_path, columns=bd._ARRIVAL_COLS, run_ids=run_ids,
+                               filter=pc.field("kind") == "comm").to_pandas()  # fmt: skip
+    waits = bd.rank_waits(dataset_path, comm, run_ids)
+    items = [(it[0], it[1], it[2]) for it in _rank_items(dataset_path, files, None)]
+    rows: list[dict] = []
+    if items:
+        root = os.path.abspath(dataset_path)
+        _check_workers(client)
+        batches = _batches(root, [it[0] for it in items], client)
+        lookup = {it[0]: it for it in items}
+        prefix = _key("ovz-breakdown")
+        futures = []
+        for i, b in enumerate(batches):
+            mine = [lookup[r] for r in b]
+            w = {(r, k): waits[(r, k)] for _, r, k in mine if (r, k) in waits}
+            futures.append(client.submit(_breakdown_batch, root, per, str(dataset_path), mine, w, key=f"{prefix}-{i}", retries=0))
+        bar = _progress(len(batches), progress, "breakdown")
+        try:
+            what = lambda i: display(os.path.join(str(dataset_path), batches[i][0]))
+            with contextlib.closing(_in_order(client, futures, bar, what)) as got:
+                del futures
+                for _, part in got:
+                    rows.extend(part)
+        finally:
+            bar.close()
+    return bd.finish(dataset_path, rows, per, run_ids)

@@ -131,7 +131,7 @@ def ingest_on(client, sources: Sequence[str | os.PathLike] | str | os.PathLike, 
         left as it was.
     """
     from overlapviz.ingest import driver
-    from overlapviz.ingest.discover import check_unique, discover, split_by_file
+    from overlapviz.ingest.discover import check_unique, discover, split_run
 
     if isinstance(sources, (str, os.PathLike)):
         sources = [sources]
@@ -143,7 +143,7 @@ def ingest_on(client, sources: Sequence[str | os.PathLike] | str | os.PathLike, 
         try:
             return _ingest_runs(client, sources, runs, out, rules, overwrite, progress, same_cwd, align_clocks)
         except driver._Disagree as d:
-            runs = runs[: d.index] + split_by_file(runs[d.index]) + runs[d.index + 1 :]
+            runs = runs[: d.index] + split_run(runs[d.index]) + runs[d.index + 1 :]
             check_unique(runs)
 
 
@@ -194,6 +194,9 @@ def _ingest_runs(client, sources, runs, out, rules, overwrite: bool, progress, s
         for r, st in done:
             driver._add_run(writer, r, st, run_rules[r.run_id], align_clocks)
         meta = {"runs": [r.run_id for r, _ in done], "ingested_from": [display(s) for s in sources]}
+        cycles = list(dict.fromkeys(r.cycles for r, _ in done if r.cycles))
+        if cycles:  # how per-cycle files became runs (ingest's summary line says it)
+            meta["grouped_cycles"] = cycles
         return writer.commit(meta)
 
 

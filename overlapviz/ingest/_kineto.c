@@ -50,6 +50,7 @@ static int buf_grow(Buf *b, size_t extra) {
 }
 
 static inline int buf_put(Buf *b, const void *src, size_t n) {
+    if (n == 0) return 0; /* an empty string's bytes: b->data may still be NULL, and memcpy(NULL, ..., 0) is undefined */
     if (b->len + n > b->cap && buf_grow(b, n) < 0) return -1;
     memcpy(b->data + b->len, src, n);
     b->len += n;

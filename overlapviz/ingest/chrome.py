@@ -31,6 +31,7 @@ import pyarrow.compute as pc
 from overlapviz.ingest import chrome_columns
 from overlapviz.ingest.base import RankTrace
 from overlapviz.ingest.files import gunzip_bounded
+from overlapviz.ingest.text import REPAIRED_KEY, needs_repair, repair_json_text
 from overlapviz.ingest.chrome_events import (
     _BUCKET_TYPES,
     _BUCKET_WHAT,
@@ -48,6 +49,7 @@ from overlapviz.ingest.chrome_events import (
     json_kind,
     sync_table,
 )
+from overlapviz.collectives import collective_of
 from overlapviz.devices import amd_arch_from_name
 from overlapviz.schema import DEVICES, conform
 
@@ -207,10 +209,14 @@ class ChromeReader:
         try:
             raw = read_bytes(path)
             scanned = chrome_columns.scan_tables(raw)  # the C scanner, else msgspec structs, else dicts
+            repaired = 0
+            if scanned is None and needs_repair(raw):  # every reader refuses text that is not UTF-8
+                raw, repaired = repair_json_text(raw)
+                scanned = chrome_columns.scan_tables(raw)
             if scanned is None:
                 typed = decode_exact(raw)
                 if typed is None:
-                    return [parse_document(_document(raw, path), path)]
+                    return [_repaired(parse_document(_document(raw, path), path), repaired)]
                 del raw  # before the structs become columns: the text and both at once were the peak
                 events, meta = typed
                 del typed
@@ -218,7 +224,8 @@ class ChromeReader:
                     tables = _split_typed(events, path, doubles="prove")
                 except InexactTimes:  # the first times fit doubles, a later one may not: read their text
                     del events
-                    events, meta = decode_text(read_bytes(path)) or _changed(path)
+                    events, meta = decode_text(repair_json_text(read_bytes(path))[0] if repaired else read_bytes(path)) \
+                        or _changed(path)
                     tables = _split_typed(events, path, doubles="prove")
                 scanned = tables, meta, len(events)
                 del events
@@ -226,7 +233,7 @@ class ChromeReader:
                 del raw
             tables, meta, n_events = scanned
             del scanned
-            return [_assemble(*tables, meta, n_events, path)]
+            return [_repaired(_assemble(*tables, meta, n_events, path), repaired)]
         except ValueError as exc:  # errors from the column helpers do not know the file
             if str(exc).startswith(str(path)):
                 raise
@@ -234,6 +241,13 @@ class ChromeReader:
         finally:
             if was_enabled:
                 gc.enable()
+
+
+def _repaired(trace: RankTrace, n: int) -> RankTrace:
+    """``trace`` with the number of strings read with U+FFFD in its info (when any)."""
+    if n:
+        trace.info[REPAIRED_KEY] = n
+    return trace
 
 
 def _changed(path: Path):
@@ -408,7 +422,7 @@ def _gpu_activities(gpu: pa.Table, runtime: pa.Table, host: pa.Table, main_pid, 
     stream = gpu.column("stream")
     if stream.null_count:
         stream = pc.coalesce(stream, gpu.column("tid"))
-    return pa.table(
+    table = pa.table(
         {
             "device": device.cast(pa.int32()),
             "stream": stream,
@@ -434,6 +448,39 @@ def _gpu_activities(gpu: pa.Table, runtime: pa.Table, host: pa.Table, main_pid, 
             **_comm_metadata(gpu, host),
         }
     )
+    # the activity's own args name a collective (Kineto copied PyTorch's metadata onto it:
+    # copy-engine collectives run as copy kernels and memcpys), or it is a memcpy launched
+    # inside a c10d ``nccl:*`` range (NCCL's copy-engine and P2P-copy paths); the driver
+    # makes flagged rows comm (classify.TAGGED)
+    in_range = _nccl_range_memcpys(gpu.column("category"), launch, launch_tid, has_rt, host)
+    table = table.append_column("comm_tagged", pc.or_(pc.is_valid(gpu.column("Collective name")), pc.is_valid(in_range)))
+    i = table.column_names.index("collective")
+    return table.set_column(i, "collective", pc.coalesce(table.column(i), in_range))
+
+
+def _nccl_range_memcpys(category, launch: np.ndarray, launch_tid, has_rt: np.ndarray, host: pa.Table) -> pa.Array:
+    """The collective of each memcpy whose launch call lies inside a host ``nccl:<collective>``
+    range (c10d's record_function) on the launching thread, the innermost; null elsewhere."""
+    n = len(launch)
+    if not host.num_rows or not n:
+        return pa.nulls(n, pa.string())
+    is_nccl = pc.fill_null(pc.starts_with(host.column("name"), "nccl:"), False)
+    if not pc.any(is_nccl).as_py():
+        return pa.nulls(n, pa.string())
+    ranges = host.filter(is_nccl)
+    memcpy = np.asarray(pc.fill_null(pc.equal(category, "gpu_memcpy"), False), dtype=bool) & has_rt
+    tid = np.asarray(pc.fill_null(launch_tid, -1).to_numpy(zero_copy_only=False), dtype=np.int64)
+    start = ranges.column("ts").to_numpy()
+    end = start + ranges.column("dur").to_numpy()
+    r_tid = np.asarray(pc.fill_null(ranges.column("tid"), -2).to_numpy(zero_copy_only=False), dtype=np.int64)
+    labels = [collective_of(x) or x.removeprefix("nccl:") for x in ranges.column("name").to_pylist()]
+    best = np.full(n, -1, np.int64)
+    best_start = np.full(n, np.iinfo(np.int64).min)
+    for j in range(ranges.num_rows):  # one vectorized pass per range (a few per step)
+        inside = memcpy & (tid == r_tid[j]) & (launch >= start[j]) & (launch < end[j]) & (start[j] > best_start)
+        best[inside], best_start[inside] = j, start[j]
+    words = np.asarray(labels + [None], dtype=object)
+    return pa.array(words[np.where(best >= 0, best, len(labels))].tolist(), pa.string())
 
 
 def _blocks(grid: pa.Array, block: pa.Array, workitems: np.ndarray) -> pa.Array:

@@ -52,7 +52,9 @@ def finish_kernels(trace: RankTrace, rules: RuleSet) -> pa.Table:
     activities; the ones the rules make comm or compute (``gloo:all_reduce``) stay.
     """
     k = trace.kernels
-    kind = rules.classify(k.column("name"), k.column("category"))
+    kind = _tagged_comm(k, rules.classify(k.column("name"), k.column("category")))
+    if TAGGED in k.column_names:
+        k = k.drop_columns([TAGGED])
     if "is_host" in k.column_names and k.num_rows:
         label = pc.and_(
             pc.and_(pc.fill_null(k.column("is_host"), False), pc.equal(k.column("category"), "user_annotation")),
@@ -75,6 +77,29 @@ def finish_kernels(trace: RankTrace, rules: RuleSet) -> pa.Table:
             col = k.column(name)
             k = set_column(k, name, pc.if_else(comm, col, pa.nulls(k.num_rows, col.type)))
     return k
+
+
+# a reader's per-row flag: the activity itself carries a collective's metadata (Kineto's
+# "Collective name" in the activity's args; a memcpy launched inside a ``nccl:*`` range)
+TAGGED = "comm_tagged"
+
+
+def _tagged_comm(k: pa.Table, kind: pa.Array) -> pa.Array:
+    """``kind`` with every GPU activity the reader flagged as carrying a collective made ``comm``.
+
+    DESIGN.md: an activity that carries the collective's metadata is communication of that
+    collective whatever its name -- RCCL's copy-engine collectives run as
+    ``__amd_rocclr_copyBufferBatch.kd`` kernels, NCCL's copy-engine and P2P paths as memcpys.
+    Host activities stay as the rules say.
+    """
+    if TAGGED not in k.column_names or not k.num_rows:
+        return kind
+    tagged = pc.fill_null(k.column(TAGGED), False)
+    if "is_host" in k.column_names:
+        tagged = pc.and_(tagged, pc.invert(pc.fill_null(k.column("is_host"), False)))
+    if not pc.any(tagged).as_py():
+        return kind
+    return pc.if_else(tagged, pa.scalar("comm"), kind)
 
 
 COMM_FIELDS = ("comm_group", "comm_group_ranks", "comm_group_size", "comm_seq", "comm_in_elems", "comm_out_elems", "comm_dtype")

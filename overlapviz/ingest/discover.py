@@ -41,10 +41,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from overlapviz.ingest.base import companions
+from overlapviz.ingest.cycles import cycle_name, cycles_of_ranks, group_cycles, is_rank_dir, peek
 from overlapviz.ingest.files import display, head_bytes, read_regular, regular_file_problem
 from overlapviz.ingest.registry import detect, reader_named
 
-__all__ = ["MANIFEST", "MANIFEST_FORMAT", "RunSource", "check_unique", "discover", "file_run_name", "input_paths",
+__all__ = ["MANIFEST", "MANIFEST_FORMAT", "LeftOut", "RunSource", "check_distinct", "check_unique", "discover", "file_run_name", "input_paths",
            "split_by_file"]
 
 MANIFEST = "manifest.json"
@@ -67,6 +68,7 @@ class RunSource:
     directory: Path | None = None
     timings: list[Path] = field(default_factory=list)
     grouped: bool = False  # files grouped by their directory only: may be unrelated traces (split_by_file)
+    cycles: str | None = None  # one profiling cycle of several: how the files were grouped (cycles.py)
 
 
 # endings dropped from a file's name to name its run (repeatedly: x.pt.trace.json.gz -> x)
@@ -88,6 +90,18 @@ def file_run_name(path: Path) -> str:
 def split_by_file(run: RunSource) -> list[RunSource]:
     """``run``'s files as runs of their own, each named after its file."""
     return [RunSource(file_run_name(path), [(path, reader)]) for path, reader in run.files]
+
+
+def split_run(run: RunSource) -> list[RunSource]:
+    """A run whose files turned out not to be the ranks of one job: one run per profiling
+    cycle where they are the cycles of one job (``cycles.cycles_of_ranks``: ranks repeat,
+    one world), else one run per file (``split_by_file``)."""
+    if run.cycles is None:
+        grouping = cycles_of_ranks(run.run_id, run.files)
+        if grouping is not None:
+            return [RunSource(rid, files, None, run.directory, grouped=True, cycles=f"{run.run_id}: {grouping.summary}")
+                    for rid, files in grouping.runs]  # fmt: skip
+    return split_by_file(run)
 
 
 def check_unique(runs: list[RunSource]) -> None:
@@ -121,6 +135,9 @@ def discover(sources: Sequence[str | os.PathLike], *, run_id: str | None = None,
             if stat.S_ISDIR(mode):
                 found = _discover_dir(src, depth=0, skipped=skipped)
                 if not found:
+                    stats = _stats_files(src)
+                    if stats:
+                        raise ValueError(f"{display(src)}: {STATS_ONLY} ({', '.join(p.name for p in stats[:3])})")
                     raise ValueError(f"{display(src)}: no traces found in this directory")
                 runs.extend(found)
             else:
@@ -142,7 +159,8 @@ def discover(sources: Sequence[str | os.PathLike], *, run_id: str | None = None,
     loose = [f for f in loose if f[0].resolve() not in claimed]
     for src in unknown:
         if src.resolve() not in claimed:
-            why = f"not a recognised trace format ({_describe(src)})"
+            why = (STATS_ONLY if _is_stats_name(src) else unmerged_wal(src, head_bytes(src))
+                   or f"not a recognised trace format ({_describe(src)})")  # fmt: skip
             if skipped is None:
                 raise ValueError(f"{display(src)}: {why}")
             skipped.append((display(src), why))
@@ -152,16 +170,47 @@ def discover(sources: Sequence[str | os.PathLike], *, run_id: str | None = None,
         groups: dict[Path, list] = {}
         for f in loose:
             groups.setdefault(Path("") if run_id is not None else f[0].resolve().parent, []).append(f)
-        runs[:0] = [RunSource(run_id=(file_run_name(files[0][0]) if len(files) == 1 else display(parent.name)) or "run",
-                              files=sorted(files, key=lambda f: f[0].name), grouped=run_id is None and len(files) > 1)
-                    for parent, files in groups.items()]  # fmt: skip
+        loose_runs = []
+        for parent, files in groups.items():
+            files = sorted(files, key=lambda f: f[0].name)
+            if len(files) == 1:
+                loose_runs.append(RunSource(run_id=file_run_name(files[0][0]) or "run", files=files))
+            else:
+                loose_runs.extend(_runs_of_files(display(files[0][0].resolve().parent.name) or "run", files, None))
+        runs[:0] = loose_runs
+    if run_id is not None and len(runs) > 1 and runs[0].cycles and all(r.cycles == runs[0].cycles for r in runs):
+        for k, r in enumerate(runs, start=1):  # the profiling cycles of one job: <ID>_cycle<k>
+            r.run_id, r.grouped = f"{display(run_id)}_cycle{k}", False
+        run_id = None
     if run_id is not None:
         if len(runs) != 1:
             raise ValueError(f"--run-id names one run but the sources hold {len(runs)} runs")
         runs[0].run_id = display(run_id)
         runs[0].grouped = False
+    check_distinct(runs)
     check_unique(runs)
     return runs
+
+
+def check_distinct(runs: list[RunSource]) -> None:
+    """Raise ValueError naming a trace file or run directory that ``runs`` read twice.
+
+    Compared by device and inode: a file named twice, a symbolic or hard link beside its
+    target, a directory and one of its files, a run directory inside a sweep also named,
+    would each become extra ranks or runs of the same trace.
+    """
+    seen: dict[tuple[int, int], Path] = {}
+    for r in runs:
+        for path in [*([r.directory] if r.directory is not None else []), *(p for p, _ in r.files)]:
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue
+            first = seen.setdefault((st.st_dev, st.st_ino), path)
+            if first is not path:
+                what = "directory" if stat.S_ISDIR(st.st_mode) else "file"
+                raise ValueError(f"{display(path)}: the same {what} as {display(first)} (named twice, through a link, or "
+                                 f"inside a directory also named): it would be read twice; name each trace once")
 
 
 def _why(exc: ValueError, path: Path) -> str:
@@ -181,6 +230,47 @@ def _claimed(files: list[tuple[Path, str]]) -> set[Path]:
     return claimed
 
 
+# rocprof's --stats summaries (v1 ``results.stats.csv``, v3 ``*_kernel_stats.csv``): totals per
+# kernel, no timeline to find overlap in
+STATS_ONLY = "a summary without a timeline: rerun with --kernel-trace"
+_STATS_NAME = re.compile(r"[._]stats\.csv$", re.IGNORECASE)
+
+
+def _is_stats_name(path: Path) -> bool:
+    return _STATS_NAME.search(path.name) is not None
+
+
+def _stats_files(d: Path) -> list[Path]:
+    """rocprof stats summaries in ``d`` or its subdirectories (3 levels, as a scan), sorted."""
+    found = []
+    for root, dirs, files in os.walk(d):
+        if len(Path(root).relative_to(d).parts) >= 3:
+            dirs.clear()
+        found.extend(Path(root) / f for f in files if _is_stats_name(Path(f)))
+    return sorted(found)
+
+
+def unmerged_wal(path: Path, head: bytes) -> str | None:
+    """Why an SQLite file in WAL mode cannot be read yet: rows still in its ``-wal`` file.
+
+    SQLite in write-ahead-log mode (header byte 18 = 2) keeps new pages in ``FILE-wal``
+    until a checkpoint merges them; overlapviz opens traces immutable (never writing the
+    user's file), which sees only the merged pages -- possibly no tables at all. None where
+    the file is not in WAL mode or its log is empty or absent.
+    """
+    if len(head) < 19 or not head.startswith(b"SQLite format 3") or head[18] != 2:
+        return None
+    wal = Path(f"{path}-wal")
+    try:
+        size = wal.stat().st_size
+    except OSError:
+        return None
+    if not size:
+        return None
+    return (f"an SQLite database in WAL mode whose rows are not all merged into it: {wal.name} holds {size:,} bytes "
+            f"(still being written? once the writer is done, sqlite3 {path.name} 'PRAGMA wal_checkpoint' merges them)")
+
+
 def _describe(path: Path) -> str:
     try:
         head = head_bytes(path)
@@ -189,7 +279,7 @@ def _describe(path: Path) -> str:
     if not head.strip():
         return "empty file"
     if head.startswith(b"SQLite format 3"):
-        return "a SQLite file that is neither an Nsight Systems export nor a rocpd database"
+        return unmerged_wal(path, head) or "a SQLite file that is neither an Nsight Systems export nor a rocpd database"
     if path.suffix in (".nsys-rep", ".qdrep"):
         return "an Nsight Systems report: export it first (nsys export --type sqlite REPORT)"
     return "not a Chrome trace, rocprof output, Nsight Systems export or rocpd database"
@@ -256,8 +346,14 @@ def _discover_dir(d: Path, depth: int, visited: set | None = None, skipped: list
         reader = detect(p)
         if reader is not None:
             traces.append((p, reader.name))
+        else:
+            wal = unmerged_wal(p, head_bytes(p))  # an export read before its log was merged: say so, never skip it
+            if wal:
+                raise ValueError(f"{display(p)}: {wal}")
     claimed = _claimed(traces)
     traces = [t for t in traces if t[0].resolve() not in claimed]
+    if traces:
+        _warn_left_out(d, [p for p in files if p.resolve() not in claimed], traces)
     if _regular(manifest_path):
         manifest = _read_manifest(manifest_path)
         run = manifest.get("run") or {}
@@ -267,11 +363,17 @@ def _discover_dir(d: Path, depth: int, visited: set | None = None, skipped: list
             raise ValueError(f"{display(d)}: manifest says the run succeeded but there are no traces in it")
         return [RunSource(rid, traces, manifest, d, timings)]
     if traces:
-        return [RunSource(display(d.resolve().name), traces, None, d, grouped=len(traces) > 1)]
+        return _runs_of_files(display(d.resolve().name), traces, d)
     if depth >= 3:
         return []
     found: list[RunSource] = []
+    ranks = _rank_dirs(entries)
+    if ranks:  # rank_<N>/ folders: the ranks of one job (one run per profiling cycle)
+        found.extend(_runs_of_files(display(d.resolve().name), [t for r in sorted(ranks) for t in ranks[r]], d,
+                                    {t[0]: r for r in ranks for t in ranks[r]}))  # fmt: skip
     for sub in entries:
+        if is_rank_dir(sub) in ranks:
+            continue
         if _directory_identity(sub) is not None:
             try:
                 found.extend(_discover_dir(sub, depth + 1, visited, skipped))
@@ -280,6 +382,28 @@ def _discover_dir(d: Path, depth: int, visited: set | None = None, skipped: list
                     raise
                 skipped.append((display(sub), _why(exc, sub)))
     return found
+
+
+class LeftOut(UserWarning):
+    """A file of a run's directory that looks like one of its rank traces but is none (empty,
+    truncated to nothing): the run is ingested from its other files. ``overlapviz ingest``
+    prints it on stderr."""
+
+
+# names a rank trace has (``rank1.json``, ``worker1.pt.trace.json.gz``)
+_TRACE_NAME = re.compile(r"\.(json|json\.gz|gz)$|rank[-_]?\d", re.IGNORECASE)
+
+
+def _warn_left_out(d: Path, files: list[Path], traces: list[tuple[Path, str]]) -> None:
+    """Say which files of ``d`` that look like rank traces are not read (``LeftOut``)."""
+    import warnings
+
+    read = {p for p, _ in traces}
+    for p in files:
+        if p not in read and _TRACE_NAME.search(p.name):
+            n = len(traces)
+            warnings.warn(LeftOut(f"{display(p)}: {_describe(p)}, not read: the run of {display(d)} has "
+                                  f"{n} trace file{'s' * (n != 1)} without it (fewer ranks)"), stacklevel=2)  # fmt: skip
 
 
 def input_paths(sources: Sequence[str | os.PathLike], runs: Sequence[RunSource]) -> list[Path]:
@@ -317,3 +441,38 @@ def _read_manifest(path: Path) -> dict:
 
 
 # --- per-file work (runs in the worker processes) ----------------------------------------
+
+
+def _rank_dirs(entries: list[Path]) -> dict[int, list[tuple[Path, str]]]:
+    """The Kineto traces of each ``rank_<N>/`` folder among ``entries``, when there are such
+    folders and each holds Kineto traces only, no manifest and no folder of its own; else {}."""
+    out: dict[int, list[tuple[Path, str]]] = {}
+    for sub in entries:
+        rank = is_rank_dir(sub)
+        if rank is None or _directory_identity(sub) is None:
+            continue
+        inside = _list_dir(sub)
+        if _regular(sub / MANIFEST) or any(_directory_identity(p) is not None for p in inside):
+            return {}
+        traces = [(p, r.name) for p in inside if _regular(p) and (r := detect(p)) is not None]
+        if not traces or any(name != "chrome" for _, name in traces) or rank in out:
+            return {}
+        out[rank] = sorted(traces, key=lambda t: t[0].name)
+    return out
+
+
+def _runs_of_files(name: str, traces: list[tuple[Path, str]], directory: Path | None,
+                   folder_ranks: dict[Path, int] | None = None) -> list[RunSource]:
+    """The runs of trace files grouped together: one per profiling cycle where they are
+    ``tensorboard_trace_handler`` files of several cycles (cycles.py), else one run."""
+    folder_ranks = folder_ranks or {}
+    named = [(p, r, cycle_name(p)) for p, r in traces]
+    if len(traces) > 1 and all(c is not None and r == "chrome" for _, r, c in named):
+        files = [peek(p, r, str(folder_ranks.get(p, c[0])), c[1], folder_ranks.get(p)) for p, r, c in named]
+        grouping = group_cycles(name, files)
+        if grouping is not None:
+            return [RunSource(rid, files, None, directory, grouped=True, cycles=f"{name}: {grouping.summary}")
+                    for rid, files in grouping.runs]  # fmt: skip
+    if folder_ranks:  # rank folders: files in rank order
+        traces = sorted(traces, key=lambda t: (folder_ranks.get(t[0], -1), t[0].name))
+    return [RunSource(name, traces, None, directory, grouped=len(traces) > 1)]

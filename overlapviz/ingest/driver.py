@@ -19,10 +19,11 @@ from overlapviz import schema
 from overlapviz.ingest import align, pool
 from overlapviz.ingest.base import RankTrace, rank_from_name
 from overlapviz.ingest.classify import finish_kernels, set_column, split_multi_gpu
-from overlapviz.ingest.discover import _TIMINGS_RE, MANIFEST, RunSource, check_unique, discover, input_paths, split_by_file
+from overlapviz.ingest.discover import _TIMINGS_RE, MANIFEST, RunSource, check_unique, discover, input_paths, split_run
 from overlapviz.ingest.files import display, input_bytes, read_regular
-from overlapviz.ingest.ranges import check_ranges, check_value
+from overlapviz.ingest.ranges import check_ranges, check_time_span, check_value, time_extremes
 from overlapviz.ingest.registry import reader_named
+from overlapviz.ingest.text import REPAIRED_KEY, repaired_message
 from overlapviz.rules import RuleSet, default_rules
 
 __all__ = ["ingest"]
@@ -44,6 +45,7 @@ class _RankPart:
     info: dict
     syncs: pa.Table | None
     top_device: int | None  # the device most of the rank's kernels ran on
+    extremes: tuple | None = None  # (earliest, latest) time of the rank with their events (ranges.time_extremes)
 
 
 # OVERLAPVIZ_DEBUG=1: an unexpected exception while reading a file keeps its traceback
@@ -125,7 +127,7 @@ def _ingest_file_or_skip(*args) -> list[_RankPart] | _Skipped:
 
 
 class _Disagree(Exception):
-    """The files of a directory-grouped run are not the ranks of one job (``discover.split_by_file``)."""
+    """The files of a directory-grouped run are not the ranks of one job (``discover.split_run``)."""
 
     def __init__(self, index: int):
         super().__init__(index)
@@ -154,6 +156,8 @@ def _read_and_write(path: str, reader_name: str, rules_json: str, file_index: in
         k = finish_kernels(t, rules)
         n = k.num_rows
         check_ranges(k, schema.KERNELS, display(path), "kernel")
+        extremes = time_extremes([("kernel", k), ("step", t.steps), ("sync record", getattr(t, "syncs", None))])
+        check_time_span(extremes, display(path))
         k = set_column(k, "run_id", pa.repeat(pa.scalar(run_id, pa.string()), n))
         k = set_column(k, "rank", pa.repeat(pa.scalar(rank, pa.int32()), n))
         try:
@@ -161,7 +165,8 @@ def _read_and_write(path: str, reader_name: str, rules_json: str, file_index: in
         except OSError as exc:
             raise _WriteError(exc.strerror or str(exc)) from None
         info = {key: display(v) if isinstance(v, str) else v for key, v in t.info.items()}
-        parts.append(_RankPart(rank, rel, n, t.steps, t.devices, info, getattr(t, "syncs", None), _top_device(k)))
+        parts.append(_RankPart(rank, rel, n, t.steps, t.devices, info, getattr(t, "syncs", None), _top_device(k),
+                               extremes))
         big = big or k.nbytes >= RELEASE_MIN_BYTES
         del k
         t.kernels = None
@@ -291,7 +296,7 @@ def ingest(
                                 progress=progress, skipped=skipped if skip_bad else None, existing=existing,
                                 replace=overwrite, align_clocks=align_clocks)  # fmt: skip
         except _Disagree as d:
-            runs = runs[: d.index] + split_by_file(runs[d.index]) + runs[d.index + 1:]
+            runs = runs[: d.index] + split_run(runs[d.index]) + runs[d.index + 1:]
             check_unique(runs)
 
 
@@ -356,6 +361,9 @@ def _ingest_runs(sources, runs: list[RunSource], out, *, rules, overwrite, worke
             _add_run(writer, r, st, run_rules[r.run_id], align_clocks)
         old_from = [] if existing is None else list(existing["meta"].get("ingested_from") or [])
         meta = {"runs": kept + [r.run_id for r, _ in done], "ingested_from": old_from + [display(s) for s in sources]}
+        cycles = list(dict.fromkeys(r.cycles for r, _ in done if r.cycles))
+        if cycles:  # how per-cycle files became runs (ingest's summary line says it)
+            meta["grouped_cycles"] = cycles
         return writer.commit(meta)
 
 
@@ -428,10 +436,14 @@ class _RunState:
     world: int | None = None  # the world size its files state
     # per rank, held until the run is complete (its clock may be aligned): ranks row, steps, syncs
     pending: dict = field(default_factory=dict)
+    extremes: tuple | None = None  # the earliest and latest time of its ranks so far (ranges.time_extremes)
 
 
 def _add_parts(writer, run: RunSource, st: _RunState, path: Path, parts: list[_RankPart], index: int) -> None:
     """Count one file's ranks (kernels files already written) and add their small tables."""
+    repaired = max((p.info.get(REPAIRED_KEY) or 0 for p in parts), default=0)
+    if repaired:  # once per file, on stderr: the names are kept, with U+FFFD where they were broken
+        print(repaired_message(display(path), repaired), file=sys.stderr)
     if run.grouped:
         _check_one_job(run, st, path, parts, index)
     try:
@@ -458,6 +470,11 @@ def _add_file_parts(writer, run: RunSource, st: _RunState, path: Path, parts: li
         if rank in st.ranks:
             raise ValueError(f"{display(path)}: rank {rank} of run {run.run_id!r} also comes from {display(st.ranks[rank])}")
         st.ranks[rank] = path
+        if part.extremes is not None:  # the run's ranks are compared (peer waits, skews): one span for all
+            low = min(st.extremes[0], part.extremes[0]) if st.extremes else part.extremes[0]
+            high = max(st.extremes[1], part.extremes[1]) if st.extremes else part.extremes[1]
+            st.extremes = (low, high)
+            check_time_span(st.extremes, f"{display(path)}: run {run.run_id!r}")
         st.files.add(part.kernels_file)
         writer.add_kernels_file(part.kernels_file, part.n_kernels, run.run_id, rank)
         st.n_kernels += part.n_kernels

@@ -47,11 +47,13 @@ from overlapviz.ingest.sqlite_common import (
     np_int,
     open_readonly,
     quote,
+    repaired_count,
     sniff_tables,
     step_rows,
     sync_kind,
     sync_table,
     table_names,
+    with_repaired,
     with_syncs,
 )
 from overlapviz.schema import conform
@@ -105,7 +107,7 @@ def read_nsys(path: str | Path) -> list[RankTrace]:
     path = Path(path)
     with open_readonly(path) as db:
         try:
-            return _read(db, path)
+            return with_repaired(_read(db, path), repaired_count(db))
         except sqlite3.Error as exc:
             raise ValueError(f"{path}: corrupt or unreadable SQLite database ({' '.join(str(exc).split())})") from None
 
@@ -125,7 +127,7 @@ def _read(db: sqlite3.Connection, path: Path) -> list[RankTrace]:
     nvtx = _nvtx(db, tables, strings, path)
     syncs = _sync_records(db, tables, path)
     events = _cuda_events(db, tables, path)
-    gpus = _gpu_info(db, tables)
+    gpus = _gpu_info(db, tables, path)
     meta = _metadata(db, tables)
 
     proc = np_int(acts["process"], _NO_PROCESS)
@@ -379,14 +381,20 @@ def _cuda_events(db: sqlite3.Connection, tables: set[str], path: Path) -> pa.Tab
     return table.append_column("process", pc.shift_right(table.column("gpid"), 24))
 
 
-def _gpu_info(db: sqlite3.Connection, tables: set[str]) -> dict:
-    """``TARGET_INFO_GPU`` rows (by nsys GPU id) and the per-process CUDA-device map."""
+def _gpu_info(db: sqlite3.Connection, tables: set[str], path: Path) -> dict:
+    """``TARGET_INFO_GPU`` rows (by nsys GPU id) and the per-process CUDA-device map.
+
+    A field read as a number holding text, a real or a blob (``maxShmemPerSm = 'lots'``) is
+    refused, naming the file, the table and the field, as the activity tables' values are;
+    it was read as unknown (or another column stood in for it) without a word."""
     gpus: dict[int, dict] = {}
     if "TARGET_INFO_GPU" in tables:
         cur = db.execute("SELECT * FROM TARGET_INFO_GPU")
         names = [d[0] for d in cur.description]
         for row in cur.fetchall():
             r = dict(zip(names, row))
+            for key in (*_GPU_INTEGERS, "id", "cuDevice", "computeMajor", "computeMinor"):
+                _integer_field(r.get(key), path, "TARGET_INFO_GPU", key)
             if r.get("id") is not None:
                 gpus[int(r["id"])] = r
     cuda: dict[tuple[int, int], tuple[int | None, int | None]] = {}  # (pid, cudaId) -> (gpuId, SMs)
@@ -394,9 +402,24 @@ def _gpu_info(db: sqlite3.Connection, tables: set[str]) -> dict:
         cols = set(columns_of(db, "TARGET_INFO_CUDA_DEVICE"))
         sms = "numMultiprocessors" if "numMultiprocessors" in cols else "NULL"
         for gpu, cuda_id, pid, n_sms in db.execute(f"SELECT gpuId, cudaId, pid, {sms} FROM TARGET_INFO_CUDA_DEVICE"):
+            for key, value in (("gpuId", gpu), ("cudaId", cuda_id), ("pid", pid), ("numMultiprocessors", n_sms)):
+                _integer_field(value, path, "TARGET_INFO_CUDA_DEVICE", key)
             if cuda_id is not None and pid is not None:
                 cuda[(int(pid), int(cuda_id))] = (None if gpu is None else int(gpu), n_sms)
     return {"gpus": gpus, "cuda": cuda}
+
+
+# the TARGET_INFO_GPU fields read as device limits (_device_row)
+_GPU_INTEGERS = ("smCount", "maxWarpsPerSm", "threadsPerWarp", "maxThreadsPerBlock", "maxBlocksPerSm",
+                 "maxRegistersPerSm", "maxRegistersPerBlock", "maxShmemPerSm", "maxShmemPerBlock",
+                 "maxShmemPerBlockOptin", "totalMemory")  # fmt: skip
+
+
+def _integer_field(value, path: Path, table: str, key: str) -> None:
+    if value is None or (isinstance(value, int) and not isinstance(value, bool)):
+        return
+    kind = {str: "text", float: "real", bytes: "blob"}.get(type(value), type(value).__name__)
+    raise ValueError(f"{path}: {table}: field {key!r} holds a {kind} value ({value!r:.40}), not an integer")
 
 
 def _metadata(db: sqlite3.Connection, tables: set[str]) -> dict:
@@ -467,6 +490,10 @@ def _process(p: int, acts: pa.Table, api, nvtx, syncs, events, gpus, meta, strin
         },
         where=where,
     )  # fmt: skip
+    # NCCL's copy-engine and P2P-copy paths: a memcpy launched inside an nccl:* range is
+    # that collective's communication (the driver makes flagged rows comm)
+    kernels = kernels.append_column("comm_tagged", pc.and_(
+        pc.equal(kernels.column("category"), "gpu_memcpy"), pc.is_valid(kernels.column("collective"))))
 
     steps = READER_STEP_SCHEMA.empty_table()
     rank = None

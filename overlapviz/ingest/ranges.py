@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 
 from overlapviz.ingest.files import display
 
-__all__ = ["bounds", "check_ranges", "check_value"]
+__all__ = ["SPAN_MAX_NS", "bounds", "check_ranges", "check_time_span", "check_value", "time_extremes"]
 
 
 def bounds(t: pa.DataType) -> tuple[int, int]:
@@ -110,3 +110,54 @@ def check_ranges(table: pa.Table, target: pa.Schema, where: str, what: str,
             if name is not None:
                 label += f" ({display(name[:120])!r})"
         raise ValueError(f"{where}: {label}: {field.name} = {col[i].as_py()!r} is {reason}")
+
+
+# every duration derived from two times of one rank (span, idle, delays, waits) or of one run (peer waits,
+# skews) is int64 ns arithmetic: the times may lie at most this far apart
+SPAN_MAX_NS = 2**63 - 1
+
+
+def time_extremes(tables: list[tuple[str, pa.Table | None]]) -> tuple[tuple[int, str], tuple[int, str]] | None:
+    """The earliest and the latest time (every integer ``*_ns`` column but ``base_time_ns``) of the
+    ``(what, table)`` pairs, each with a description of its event (``kernel 'name' start_ns = T``);
+    None where there is no time."""
+    low = high = None
+    for what, table in tables:
+        if table is None or not table.num_rows:
+            continue
+        for c in table.column_names:
+            if not c.endswith("_ns") or c == "base_time_ns" or not pa.types.is_integer(table.schema.field(c).type):
+                continue
+            mm = pc.min_max(table.column(c)).as_py()
+            if mm["min"] is None:
+                continue
+            if low is None or mm["min"] < low[0]:
+                low = (mm["min"], what, table, c)
+            if high is None or mm["max"] > high[0]:
+                high = (mm["max"], what, table, c)
+    if low is None:
+        return None
+    return (low[0], _event(*low)), (high[0], _event(*high))
+
+
+def _event(value: int, what: str, table: pa.Table, column: str) -> str:
+    row = pc.index(table.column(column), value).as_py()
+    name = table.column("name")[row].as_py() if "name" in table.column_names else None
+    return f"{what} {display(name)!r} {column} = {value}" if name is not None else f"{what} {column} = {value}"
+
+
+def check_time_span(extremes, where: str) -> None:
+    """Refuse times so far apart that a duration between them does not fit int64 ns (it would wrap:
+    a negative span or idle time).
+
+    Raises
+    ------
+    ValueError
+        ``"<where>: <event> and <event> are N ns apart, past what int64 ns holds ..."``.
+    """
+    if extremes is None:
+        return
+    (low, low_text), (high, high_text) = extremes
+    if high - low > SPAN_MAX_NS:
+        raise ValueError(f"{where}: {low_text} and {high_text} are {high - low} ns apart, past what int64 "
+                         f"nanoseconds hold (±292 years): no duration between them can be computed")  # fmt: skip

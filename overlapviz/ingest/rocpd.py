@@ -30,7 +30,9 @@ from overlapviz.ingest.sqlite_common import (
     READER_DEVICE_SCHEMA,
     READER_STEP_SCHEMA,
     WORLD_SIZE_ENV,
+    check_columns,
     check_durations,
+    check_not_null,
     columns_of,
     env_int,
     fetch,
@@ -40,11 +42,13 @@ from overlapviz.ingest.sqlite_common import (
     np_int,
     open_readonly,
     quote,
+    repaired_count,
     sniff_tables,
     step_rows,
     sync_kind,
     sync_table,
     table_names,
+    with_repaired,
     with_syncs,
 )
 from overlapviz.schema import conform
@@ -54,6 +58,19 @@ _UUID_SUFFIX = re.compile(r"_[0-9a-f]{8}_[0-9a-f]{4}_[0-9a-f]{4}_[0-9a-f]{4}_[0-
 _ACTIVITY_TABLES = ("rocpd_kernel_dispatch", "rocpd_memory_copy")
 _CORE_TABLES = ("rocpd_string", "rocpd_info_node", "rocpd_info_process", "rocpd_info_agent", "rocpd_info_kernel_symbol",
                 "rocpd_event", "rocpd_region", "rocpd_arg")  # fmt: skip
+
+
+# the columns each table must have (the rest may be absent in older schemas and read as NULL), and which
+# of them hold integers
+_TIMES = ("start", "end")
+_NEEDED = {
+    "rocpd_kernel_dispatch": (("id", "agent_id", "kernel_id", *_TIMES), ("id", "agent_id", "kernel_id", *_TIMES)),
+    "rocpd_memory_copy": (("id", *_TIMES), ("id", *_TIMES)),
+    "rocpd_region": (("id", *_TIMES), ("id", *_TIMES)),
+    "rocpd_info_kernel_symbol": (("id",), ("id",)),
+    "rocpd_string": (("id", "string"), ("id",)),
+    "rocpd_event": (("id",), ("id",)),
+}
 
 
 def _is_part(table: str, base: str) -> bool:
@@ -102,7 +119,7 @@ def read_rocpd(path: str | Path) -> list[RankTrace]:
     path = Path(path)
     with open_readonly(path) as db:
         try:
-            return _read(db, path)
+            return with_repaired(_read(db, path), repaired_count(db))
         except sqlite3.Error as exc:
             raise ValueError(f"{path}: corrupt or unreadable SQLite database ({' '.join(str(exc).split())})") from None
 
@@ -139,6 +156,10 @@ def _read(db: sqlite3.Connection, path: Path) -> list[RankTrace]:
     missing = [t for t in _CORE_TABLES if not src.has(t)]
     if missing:  # rocprofv3 creates every table of the schema, used or not
         raise ValueError(f"{path}: not a complete rocpd database (no {', '.join(missing)} table)")
+    for base, (required, integers) in _NEEDED.items():  # another schema's columns: refused, not read as NULL
+        for table in src.parts(base):
+            if table in src.real:
+                check_columns(db, path, table, required, integers=integers)
     guids = _Guids(db, src, path)
     strings = _Strings(db, src, guids, path)
     agents = _agents(db, src, path)
@@ -286,6 +307,7 @@ def _kernels(db, src: _Sources, guids: _Guids, strings: _Strings, agents, path: 
     } | extra  # fmt: skip
     k = fetch(db, columns | {"id": "K.id"}, f"FROM {kd} K {joins}", where=f"{path}: rocpd_kernel_dispatch",
               order_by=("guid", "start_ns", "id"))  # fmt: skip
+    check_not_null(path, "rocpd_kernel_dispatch", k, {"start_ns": "start", "end_ns": "end"})
     n = len(k["guid"])
     g = np_int(k["guid"])
     sym, sym_index = _symbols(db, src, guids, path)
@@ -375,6 +397,7 @@ def _copies(db, src: _Sources, guids: _Guids, strings: _Strings, agents, path: P
     } | extra  # fmt: skip
     m = fetch(db, columns | {"id": "K.id"}, f"FROM {mc} K {joins}", where=f"{path}: rocpd_memory_copy",
               order_by=("guid", "start_ns", "id"))  # fmt: skip
+    check_not_null(path, "rocpd_memory_copy", m, {"start_ns": "start", "end_ns": "end"})
     n = len(m["guid"])
     g = np_int(m["guid"])
     name = strings.lookup(g, m["guid"], m["name_id"])
@@ -603,7 +626,9 @@ def _process(key, rank, kernels, copies, proc: dict, agents, api, stream_args, s
     use_stream = bool(pc.any(pc.not_equal(pc.fill_null(sid, 0), 0)).as_py() or False)
     stream = sid if use_stream else acts.column("queue")
 
-    mine = [a for (g, _), a in agents.items() if g == guid]
+    # the GPUs this process ran activities on (a node's database lists every GPU: 8 listed, 1 used)
+    used = set(pc.unique(acts.column("device").drop_null()).to_pylist())
+    mine = [a for (g, _), a in agents.items() if g == guid and a["device"] in used]
     dev_rows = [a["row"] for a in sorted(mine, key=lambda a: (a["device"] is None, a["device"] or 0))]
     devices = conform(pa.Table.from_pylist(dev_rows), READER_DEVICE_SCHEMA, where=where) if dev_rows else None
     wave = np.full(n, -1, np.int64)

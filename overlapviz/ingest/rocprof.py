@@ -161,6 +161,22 @@ class RocprofV2CliReader(_Reader):
         return [read_v2_cli(path)]
 
 
+class RocprofV2CsvReader(_Reader):
+    """rocprofv2's file plugin kernel trace ``results_<pid>.csv`` (``Dispatch_ID,GPU_ID,Queue_ID,...``)."""
+
+    name = "rocprof_v2_csv"
+
+    def sniff(self, path: Path, head: bytes) -> bool:
+        first = head.lstrip(b"\xef\xbb\xbf").split(b"\n", 1)[0].replace(b'"', b"")
+        return first.startswith(b"Dispatch_ID,GPU_ID,Queue_ID,") and b"Kernel_Name" in first and b"Start_Timestamp" in first
+
+    @_guarded
+    def read(self, path: Path) -> list[RankTrace]:
+        from overlapviz.ingest.rocprof_csv import read_v2_csv
+
+        return [read_v2_csv(path)]
+
+
 # rocprof v1 names its lanes first, in this exact form (Kineto writes "GPU 0" and other keys)
 _V1_LANE = re.compile(rb'\{\s*"args"\s*:\s*\{\s*"name"\s*:\s*"(?:CPU HIP API|COPY|GPU\d+)"\s*\}\s*,\s*"ph"\s*:\s*"M"')
 _V3_JSON_HEAD = re.compile(rb'\s*\{\s*"rocprofiler-sdk-tool"\s*:')
@@ -173,4 +189,5 @@ READERS = [
     RocprofV3CsvReader(),
     RocprofV1CsvReader(),
     RocprofV2CliReader(),
+    RocprofV2CsvReader(),
 ]

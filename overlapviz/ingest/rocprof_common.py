@@ -198,11 +198,12 @@ def ones_where(values: pd.Series | None) -> pd.Series | None:
 
 
 def clean_kernel_names(names: pd.Series) -> pd.Series:
-    """Strip the code-object suffix rocprof keeps on some names (``foo.kd``, ``foo [clone .kd]``).
+    """Strip the code-object suffix rocprof keeps on some names (``foo.kd``, ``foo [clone .kd]``,
+    rocprofv2's ``foo (.kd)``).
 
     rocprofv3's formatted names have neither, so the same kernel gets one name whatever the tool.
     """
-    return names.str.replace(r"(?: \[clone \.kd\]|\.kd)$", "", regex=True)
+    return names.str.replace(r"(?: \[clone \.kd\]| \(\.kd\)|\.kd)$", "", regex=True)
 
 
 # --- collectives -------------------------------------------------------------------

@@ -431,6 +431,71 @@ def _v3_copies(path: Path, mapping: dict, hip):
     return kernel_table({k: v for k, v in cols.items() if v is not None}, where=str(path), row=csv_line), n
 
 
+# --- rocprofv2 file plugin CSV -------------------------------------------------------------
+
+V2_CSV_INTS = ["Dispatch_ID", "GPU_ID", "Queue_ID", "PID", "TID", "Grid_Size", "Workgroup_Size", "LDS_Per_Workgroup",
+               "Arch_VGPR", "Accum_VGPR", "SGPR", "Wave_Size", "Start_Timestamp", "End_Timestamp", "Correlation_ID"]
+
+
+def read_v2_csv(path: Path) -> RankTrace:
+    """rocprofv2's file plugin kernel trace (``results_<pid>.csv``): one row per dispatch.
+
+    ``Grid_Size``/``Workgroup_Size`` are work-items (stored as ``ceil(grid / wg)`` blocks),
+    ``LDS_Per_Workgroup`` LDS bytes, ``Arch_VGPR``/``Accum_VGPR`` per work-item, ``SGPR``
+    per wave; names lose rocprofv2's `` (.kd)`` suffix. Times are ns. ``Correlation_ID`` 0
+    means none (the file has no API records to take launch times from). Stream =
+    ``Queue_ID``, device = ``GPU_ID``.
+    """
+    header = _header(path)
+    _require(path, header, ["Kernel_Name", "Start_Timestamp", "End_Timestamp"], "rocprofv2 results CSV")
+    d = read_csv(path, ints=V2_CSV_INTS, strings=["Kernel_Name"])
+    _check_times(path, d["Start_Timestamp"], d["End_Timestamp"], "kernel dispatch")
+    wg = _first(d, "Workgroup_Size")
+    grid = blocks(d["Grid_Size"], wg) if "Grid_Size" in d and wg is not None else None
+    correlation = _first(d, "Correlation_ID")
+    n = len(d)
+    cols = {
+        "device": _first(d, "GPU_ID"),
+        "stream": _first(d, "Queue_ID"),
+        "correlation": correlation.where(correlation != 0, pd.NA) if correlation is not None else None,
+        "name": clean_kernel_names(d["Kernel_Name"]),
+        "category": ["kernel"] * n,
+        "is_host": [False] * n,
+        "start_ns": d["Start_Timestamp"],
+        "end_ns": d["End_Timestamp"],
+        "grid_x": grid,
+        "grid_y": ones_where(grid),
+        "grid_z": ones_where(grid),
+        "block_x": wg,
+        "block_y": ones_where(wg),
+        "block_z": ones_where(wg),
+        "regs_per_thread": _first(d, "Arch_VGPR"),
+        "accum_vgprs": _first(d, "Accum_VGPR"),
+        "sgprs": _first(d, "SGPR"),
+        "shared_mem_bytes": _first(d, "LDS_Per_Workgroup"),
+        "wave_size": _first(d, "Wave_Size"),
+        "source_format": ["rocprof_v2_csv"] * n,
+    }
+    devices = []
+    if "GPU_ID" in d:
+        for dev in sorted(d["GPU_ID"].dropna().unique().tolist()):
+            waves = d.loc[d["GPU_ID"] == dev, "Wave_Size"].dropna().unique() if "Wave_Size" in d else []
+            devices.append({"device": int(dev), "vendor": "amd", "warp_size": int(waves[0]) if len(waves) == 1 else None})
+    pids = d["PID"].dropna().unique() if "PID" in d else []
+    return RankTrace(
+        rank=rank_from_name(path.parent.name),
+        kernels=kernel_table({k: v for k, v in cols.items() if v is not None}, where=str(path), row=csv_line),
+        devices=device_table(devices, where=str(path)),
+        info={
+            "pid": int(pids[0]) if len(pids) == 1 else None,
+            "source_path": str(path),
+            "source_format": "rocprof_v2_csv",
+            "base_time_ns": 0,
+            "n_events": n,
+        },
+    )
+
+
 # --- rocprofv2 cli plugin text -------------------------------------------------------------
 
 _V2_FIELD = re.compile(r'(\w+)\(("(?:[^"\\]|\\.)*"|[^()]*(?:\([^()]*\)[^()]*)*)\)')

@@ -86,8 +86,18 @@ def open_readonly(path: Path) -> Iterator[sqlite3.Connection]:
     except sqlite3.Error as exc:
         raise ValueError(f"{path}: cannot open as SQLite ({exc})") from None
     _OPENED[id(db)] = (db, uri)  # fetch's C reader opens the same URI
-    # exports hold a few strings that are not UTF-8 (environment dumps): never fail on them
-    db.text_factory = lambda b: b.decode("utf-8", "replace")
+    # exports hold a few strings that are not UTF-8 (environment dumps, names): never fail on
+    # them, read them with U+FFFD and count them (``repaired_count``)
+    _REPAIRED[id(db)] = 0
+
+    def decode(b: bytes) -> str:
+        try:
+            return b.decode("utf-8")
+        except UnicodeDecodeError:
+            _REPAIRED[id(db)] += 1
+            return b.decode("utf-8", "replace")
+
+    db.text_factory = decode
     try:
         try:
             db.execute("SELECT count(*) FROM sqlite_master").fetchone()
@@ -96,12 +106,31 @@ def open_readonly(path: Path) -> Iterator[sqlite3.Connection]:
         yield db
     finally:
         _OPENED.pop(id(db), None)
+        _REPAIRED.pop(id(db), None)
         db.close()
+
+
+def repaired_count(db: sqlite3.Connection) -> int:
+    """How many text values read so far through ``open_readonly``'s ``db`` were not UTF-8
+    (read with U+FFFD in place of the bad bytes)."""
+    return _REPAIRED.get(id(db), 0)
+
+
+def with_repaired(traces: list, n: int) -> list:
+    """``traces`` with ``n`` repaired strings noted in the first one's info (the driver
+    warns once per file)."""
+    if n and traces:
+        from overlapviz.ingest.text import REPAIRED_KEY
+
+        traces[0].info[REPAIRED_KEY] = n
+    return traces
 
 
 # open_readonly's connections (id -> connection, URI): the only ones fetch's C reader reads
 # again through its own connection (another may hold temporary tables or uncommitted rows)
 _OPENED: dict[int, tuple[sqlite3.Connection, str]] = {}
+# open_readonly's connections (id -> how many text values were not UTF-8)
+_REPAIRED: dict[int, int] = {}
 
 
 def check_sqlite_file(path: Path) -> None:
@@ -137,6 +166,46 @@ def table_names(db: sqlite3.Connection) -> set[str]:
 
 def columns_of(db: sqlite3.Connection, table: str) -> list[str]:
     return [r[1] for r in db.execute(f"PRAGMA table_info({quote(table)})")]
+
+
+def check_columns(db: sqlite3.Connection, path: Path, table: str, required: Sequence[str], *,
+                  integers: Collection[str] = ()) -> None:
+    """Refuse a table of another schema before anything is read from it: each of ``required`` must
+    be a column of ``table``, and each of ``integers`` a column whose declared type an integer
+    can have (not TEXT, CHAR, CLOB, BLOB or REAL). A column read from a table that lacks it would
+    be NULL in every row (times, ids): a dataset without times.
+
+    Raises
+    ------
+    ValueError
+        ``"<path>: table <table> has no column '<c>' (it has ...): ..."`` or ``"... column '<c>' is
+        declared TEXT, not an integer ..."``, one line naming the file, table and column.
+    """
+    info = {r[1]: str(r[2] or "").upper() for r in db.execute(f"PRAGMA table_info({quote(table)})")}
+    for c in required:
+        if c not in info:
+            have = ", ".join(list(info)[:12]) + (", ..." if len(info) > 12 else "")
+            raise ValueError(f"{path}: table {table} has no column {c!r} (it has {have}): a schema overlapviz does not read")
+    for c in integers:
+        declared = info.get(c, "")
+        if any(word in declared for word in ("CHAR", "CLOB", "TEXT", "BLOB", "REAL", "FLOA", "DOUB")):
+            raise ValueError(f"{path}: table {table}: column {c!r} is declared {declared}, not an integer: "
+                             "a schema overlapviz does not read")  # fmt: skip
+
+
+def check_not_null(path: Path, table: str, arrays: Mapping[str, pa.Array], columns: Mapping[str, str]) -> None:
+    """Refuse NULL in the ``columns`` (alias -> the table's column) that every row needs (times).
+
+    Raises
+    ------
+    ValueError
+        ``"<path>: table <table>: column '<c>' is NULL in N rows ..."``.
+    """
+    for alias, column in columns.items():
+        nulls = arrays[alias].null_count
+        if nulls:
+            raise ValueError(f"{path}: table {table}: column {column!r} is NULL in {nulls} of {len(arrays[alias])} rows "
+                             "(every activity needs its times)")  # fmt: skip
 
 
 def quote(name: str) -> str:
