@@ -492,7 +492,9 @@ def write_rows_dataset(path, kernels: list[dict], syncs=(), *, ranks=(0,), devic
     from overlapviz import schema
 
     def table(rows, name_schema):
-        t = pa.Table.from_pylist([{k: v for k, v in r.items() if k != "rank"} for r in rows])
+        # every row with every key: from_pylist takes its columns from the first row alone
+        keys = list(dict.fromkeys(k for r in rows for k in r if k != "rank"))
+        t = pa.Table.from_pylist([{k: r.get(k) for k in keys} for r in rows])
         t = t.append_column("run_id", pa.array([run_id] * len(t))).append_column("rank", pa.array([rank] * len(t), pa.int32()))
         return schema.conform(t, name_schema)
 

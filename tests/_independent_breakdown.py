@@ -31,8 +31,9 @@ from collections import defaultdict
 PARTS = ("peer_wait_ns", "dependent_ns", "host_idle_ns", "exposed_other_ns")
 
 
-def instance_starts(kernels: list[dict]) -> dict[tuple, dict[int, int]]:
-    """``{instance key: {rank: first start}}`` over the comm rows of one run (every rank)."""
+def instance_starts(kernels: list[dict], ends: dict | None = None) -> dict[tuple, dict[int, int]]:
+    """``{instance key: {rank: first start}}`` over the comm rows of one run (every rank); ``ends``, when
+    given, is filled with ``{instance key: {rank: last end}}``."""
     by_rank: dict[int, list[dict]] = defaultdict(list)
     for k in kernels:
         if k["kind"] == "comm":
@@ -54,6 +55,8 @@ def instance_starts(kernels: list[dict]) -> dict[tuple, dict[int, int]]:
             first = out[key].get(rank)
             if first is None or k["start_ns"] < first:
                 out[key][rank] = k["start_ns"]
+            if ends is not None:
+                ends.setdefault(key, {})[rank] = max(ends.get(key, {}).get(rank, k["end_ns"]), k["end_ns"])
     return out
 
 
@@ -266,10 +269,16 @@ def run_breakdown(kernels: list[dict], syncs: list[dict], *, peers: bool, per: s
     rank). ``peers``: whether the ranks' clocks compare (else no peer wait)."""
     windows: dict[int, list[tuple[int, int]]] = defaultdict(list)
     if peers:
-        for starts in instance_starts(kernels).values():
+        ends: dict = {}
+        for key, starts in instance_starts(kernels, ends).items():
             if len(starts) < 2:
                 continue
             latest = max(starts.values())
+            # one instance on comparable clocks ends together: ranks whose ends disagree by more than the
+            # instance lasted after its last arrival (+10 µs for integer-µs traces) are not one instance
+            e = ends[key].values()
+            if max(e) - min(e) > max(max(e) - latest, 0) + 10_000:
+                continue
             for rank, s in starts.items():
                 if latest > s:
                     windows[rank].append((s, latest))

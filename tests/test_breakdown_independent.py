@@ -291,11 +291,6 @@ def test_unstructured_traces_exact_and_order_invariant(tmp_path_factory, case, s
     check_exact(base / "a")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a 2-rank dataset without a ranks table (overlapviz.testing.write_rows_dataset's shape): breakdown "
-    "computes rank 0's peer wait (4,000 ns here) but reports peers_known False for it: either the clocks "
-    "compare and peers_known is True, or they are not known to and the peer wait is 0 (DESIGN.md: never "
-    "computed across rank clocks that are not comparable)"))
 def test_peer_wait_only_where_peers_known(tmp_path):
     plan = [dict(arrive=[0, 4_000, 0, 0], busy=[0, 0, 0, 0], gap=100, mode="other")]
     ds, _ = build_ranks(tmp_path / "ds", plan, ranks=2, host=None)
@@ -304,11 +299,6 @@ def test_peer_wait_only_where_peers_known(tmp_path):
         assert rec["peers_known"] or rec["peer_wait_ns"] == 0, rec
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "overlapviz.testing.write_rows_dataset builds each table with pa.Table.from_pylist, which takes its "
-    "columns from the first row only: a comm kernel_row with comm_seq/comm_group/collective after a row "
-    "without them is written with those fields null (silently), so a test's instances fall back to "
-    "position matching. build_ranks() above passes every key of every row"))
 def test_write_rows_dataset_keeps_fields_of_later_rows(tmp_path):
     from overlapviz.testing import write_rows_dataset
 

@@ -211,7 +211,8 @@ def arrivals(comm: pd.DataFrame, domains: pd.DataFrame | None = None) -> pd.Data
         instance), ``end_ns`` (its last end), ``last_arrival_ns`` (the latest arrival among
         the instance's ranks), ``straggler`` (the rank that arrived last; the lowest such
         rank on a tie), ``n_ranks``, ``wait_ns`` = last arrival − arrival. Instances seen on
-        one rank only are left out.
+        one rank only, or whose ranks' ends disagree by more than the instance lasted
+        (:func:`overlapviz.analysis.peers.ends_apart`), are left out.
     """
     cols = ["run_id", "instance", "collective", "rank", "arrival_ns", "end_ns", "last_arrival_ns", "straggler",
             "n_ranks", "wait_ns"]  # fmt: skip
@@ -231,7 +232,8 @@ def arrivals(comm: pd.DataFrame, domains: pd.DataFrame | None = None) -> pd.Data
         per = per.loc[nd.to_numpy() <= 1].drop(columns="clock_domain")
     gi = per.groupby(["run_id", "instance"], sort=False)
     per["n_ranks"] = gi["rank"].transform("nunique").to_numpy(np.int64)
-    per = per.loc[per["n_ranks"] > 1]
+    apart = peers.ends_apart(gi["end_ns"].transform("min"), gi["end_ns"].transform("max"), gi["arrival_ns"].transform("max"))
+    per = per.loc[(per["n_ranks"] > 1).to_numpy() & ~apart]
     if not len(per):
         return pd.DataFrame(columns=cols)
     gi = per.groupby(["run_id", "instance"], sort=False)

@@ -6,8 +6,8 @@ Kinds, each built from one measure so that no instant of a rank counts twice in 
   the other ranks spent waiting for it there (the breakdown's peer wait, restricted to
   those instances), and what it was doing before it arrived: its computation and the
   time its GPU sat idle since its previous collective, against the median rank's.
-* ``dependent``, ``host_idle``: the breakdown's parts of the same names over the run's
-  ranks, with the kernels and host calls they rest on.
+* ``dependent``, ``host_idle``, ``exposed_other``: the breakdown's parts of the same names
+  over the run's ranks, with the kernels and host calls they rest on.
 * ``sm_resources`` and one per start-delay cause (``stream_order``, ``dependency``,
   ``launch_latency``, ``unknown``, ``launch_call``): per rank the union of the waits of
   the collectives of that cause (for ``sm_resources``, ``launch_latency`` and
@@ -34,7 +34,7 @@ from overlapviz.analysis import explain as explain_lib
 __all__ = ["KINDS", "COLUMNS", "findings", "format_ns", "headline"]
 
 KINDS = ("straggler", "dependent", "host_idle", "sm_resources", "stream_order", "dependency", "launch_latency", "unknown",
-         "launch_call")  # fmt: skip
+         "launch_call", "exposed_other")  # fmt: skip
 COLUMNS = ["run_id", "kind", "time_ns", "ranks", "evidence", "action", "text", "share", "waiting_ranks"]
 _LIST = 5  # evidence items kept per finding
 
@@ -111,6 +111,7 @@ def findings(dataset_path: str | os.PathLike, *, run_ids=None, device: str | Non
         found += _stragglers(run_id, tls, arrivals.loc[arrivals["run_id"] == run_id])
         found += _dependent(run_id, tls)
         found += _host_idle(run_id, tls)
+        found += _exposed_other(run_id, tls)
         ex = explained.loc[explained["run_id"] == run_id] if len(explained) else explained
         found += _start_delays(dataset_path, run_id, ex, runs, device, {t.rank: t for t in tls})
         for f in found:
@@ -354,6 +355,26 @@ def _host_idle(run_id: str, tls: list) -> list[dict]:
     return [{"run_id": run_id, "kind": "host_idle", "time_ns": total, "ranks": ranks, "evidence": evidence, "action": action, "text": text}]
 
 
+def _exposed_other(run_id: str, tls: list) -> list[dict]:
+    """The breakdown's ``exposed_other_ns``: exposed communication while the next computation had
+    been launched and waited on something other than communication."""
+    total, ranks, segs = _pairs(tls, "other")
+    if not total:
+        return []
+    nxt = segs.dropna(subset=["kernel"]).assign(kernel=lambda d: d["kernel"].map(_short))
+    evidence = []
+    if len(nxt):
+        top = nxt.groupby("kernel")["time_ns"].sum().sort_values(ascending=False).head(_LIST)
+        evidence = [{"next_kernel": k, "time_ns": int(v)} for k, v in top.items()]
+    first = f" (the next computation: {evidence[0]['next_kernel']}, {format_ns(evidence[0]['time_ns'])})" if evidence else ""
+    text = (f"{format_ns(total)} of exposed communication on {len(ranks)} rank(s) ran while the next computation, already "
+            f"launched, waited on something other than communication{first}.")  # fmt: skip
+    action = ("See what held that computation back (`overlapviz explain --all-kernels`: its stream, its event waits, "
+              "copies ahead of it) and start it beside the collective.")  # fmt: skip
+    return [{"run_id": run_id, "kind": "exposed_other", "time_ns": total, "ranks": ranks, "evidence": evidence,
+             "action": action, "text": text}]  # fmt: skip
+
+
 _CAUSE_TEXT = {
     "stream_order": ("ran on a stream shared with computation or copies, queued behind them, with nothing beside them",
                      "Put the collective on a stream of its own (with an event wait where it needs the computation's "
@@ -455,18 +476,23 @@ def _sm_finding(dataset_path, run_id, d: pd.DataFrame, total: int, ranks: list, 
     text = (f"{len(d)} collective kernel(s) were held off the SMs by {top['blocker'] or 'resident computation'} "
             f"({resource}): {format_ns(total)} of waiting to start on {len(ranks)} rank(s).")  # fmt: skip
     action = ("Put the collective on a high-priority stream (torch.cuda.Stream(priority=-1); ProcessGroupNCCL's "
-              "is_high_priority_stream) so its blocks are scheduled first as the computation's blocks retire")  # fmt: skip
+              "is_high_priority_stream) so its blocks are scheduled first as the computation's blocks retire.")  # fmt: skip
+    same = _same_workload(run_id, runs, dataset_path)
+    if same is not None:
+        action += " " + _priority_measured(*same)
     pad = _padding(dataset_path, d, device)
-    action += (f", and shape the computation's occupancy: {pad}." if pad else ".")
-    measured = _measured(run_id, runs, dataset_path)
-    if measured:
-        action += " " + measured
+    if pad is not None:
+        slower = _padding_measured(pad[1], *same) if same is not None else None
+        if slower:
+            action += f" Shaping the occupancy instead ({pad[0]}) does not pay here: {slower}"
+        else:
+            action += f" Or shape the computation's occupancy: {pad[0]}."
     return {"run_id": run_id, "kind": "sm_resources", "time_ns": total, "ranks": ranks, "evidence": evidence, "action": action, "text": text}
 
 
-def _padding(dataset_path, d: pd.DataFrame, device) -> str | None:
+def _padding(dataset_path, d: pd.DataFrame, device) -> tuple[str, int] | None:
     """The advisor's smallest shared-memory padding that fits one communication block beside
-    the blocker of the longest-waiting collective, in words (None where it cannot say)."""
+    the blocker of the longest-waiting collective, in words, and its bytes (None where it cannot say)."""
     from overlapviz.analysis import budget
 
     # the longest wait, among those the SM model places at ready first (the budget is drawn there)
@@ -485,11 +511,13 @@ def _padding(dataset_path, d: pd.DataFrame, device) -> str | None:
     carve = p.get("carveout")
     extra = f" with a {int(carve)} % shared-memory carve-out preference" if carve is not None and not pd.isna(carve) else ""
     return (f"padding {name}'s shared memory by {int(p['smem_pad_bytes']):,} B per block{extra} leaves "
-            f"{int(p['compute_blocks_per_sm'])} of its blocks per SM and fits one communication block (overlapviz advise)")
+            f"{int(p['compute_blocks_per_sm'])} of its blocks per SM and fits one communication block (overlapviz advise)",
+            int(p["smem_pad_bytes"]))
 
 
-def _measured(run_id: str, runs: pd.DataFrame, dataset_path) -> str | None:
-    """Where the dataset holds the same workload with a higher collective priority or a padding, what it measured."""
+def _same_workload(run_id: str, runs: pd.DataFrame, dataset_path):
+    """``(this run's row, the other runs of the same workload)`` of the configuration table, with
+    measured iteration times (an experiment sweep); None for imported traces or without times."""
     from overlapviz.analysis import speedup
 
     if "workload" not in runs or runs.loc[runs["run_id"] == run_id, "workload"].isna().all():
@@ -502,25 +530,51 @@ def _measured(run_id: str, runs: pd.DataFrame, dataset_path) -> str | None:
     if not len(me) or pd.isna(me["median_ms"].iloc[0]):
         return None
     me = me.iloc[0]
-    key = [c for c in speedup.WORKLOAD_KEY if c in table]
     same = table
-    for c in key:
+    for c in [c for c in speedup.WORKLOAD_KEY if c in table]:
         same = same.loc[(same[c] == me[c]) | (same[c].isna() & pd.isna(me[c]))]
     same = same.loc[(same["run_id"] != run_id) & (same["setup"] != "sequential") & same["median_ms"].notna()]
+    return me, same
+
+
+def _num(v, default=0):
+    return default if v is None or pd.isna(v) else v
+
+
+def _priority_measured(me, same: pd.DataFrame) -> str:
+    """What the dataset measured of a higher collective priority: at this run's padding and carve-out
+    (one control changed) where it can, else with other settings too (said so)."""
     prio = pd.to_numeric(same["comm_priority"], errors="coerce").fillna(0)
-    mine = 0 if pd.isna(me["comm_priority"]) else float(me["comm_priority"])
-    better = same.loc[prio < mine]
-    if not len(better):
-        return None
-    best = better.sort_values("median_ms").iloc[0]
+    higher = same.loc[prio < _num(me["comm_priority"])]
+    pads = pd.to_numeric(higher["smem_pad_bytes"], errors="coerce").fillna(0)
+    carve = pd.to_numeric(higher["sm_carveout"], errors="coerce").fillna(-1)
+    alone = higher.loc[(pads == _num(me["smem_pad_bytes"])) & (carve == _num(me["sm_carveout"], -1))]
+    pick, alone_ok = (alone, True) if len(alone) else (higher, False)
+    if not len(pick):
+        return "This dataset holds no run of the same workload at a higher collective priority to measure it."
+    best = pick.sort_values("median_ms").iloc[0]
     ratio = float(me["median_ms"]) / float(best["median_ms"])
+    also = "" if alone_ok else (f", padding {int(_num(best['smem_pad_bytes'])):,} B" if _num(best["smem_pad_bytes"]) else "")
+    what = (f"the same workload at priority {int(best['comm_priority'])}{also} (run {best['run_id']}) took "
+            f"{best['median_ms']:.3f} ms per iteration against this run's {me['median_ms']:.3f} ms")  # fmt: skip
     if ratio < 1.01:
-        return (f"Measured in this dataset: no run of the same workload with a higher collective priority was faster "
-                f"(best: run {best['run_id']}, {best['median_ms']:.3f} ms against {me['median_ms']:.3f} ms).")  # fmt: skip
-    pad = "" if pd.isna(best["smem_pad_bytes"]) or not best["smem_pad_bytes"] else f", pad {int(best['smem_pad_bytes']):,} B"
-    return (f"Measured in this dataset: the same workload with priority {int(best['comm_priority'])}{pad} (run "
-            f"{best['run_id']}) took {best['median_ms']:.3f} ms per iteration against this run's {me['median_ms']:.3f} ms "
-            f"({ratio:.2f}x faster).")  # fmt: skip
+        return f"Measured in this dataset: {what}, no faster."
+    return f"Measured in this dataset: {what} ({ratio:.2f}x faster)."
+
+
+def _padding_measured(pad_bytes: int, me, same: pd.DataFrame) -> str | None:
+    """Where the dataset measured the same workload padded at least as much as the advisor proposes, and
+    every such run was slower than this one, that in words (shaping costs more than it wins); else None."""
+    pads = pd.to_numeric(same["smem_pad_bytes"], errors="coerce").fillna(0)
+    padded = same.loc[pads >= pad_bytes]
+    if not len(padded):
+        return None
+    best = padded.sort_values("median_ms").iloc[0]
+    if float(best["median_ms"]) <= float(me["median_ms"]):
+        return None
+    return (f"the dataset measured the same workload padded by {int(_num(best['smem_pad_bytes'])):,} B slower "
+            f"(run {best['run_id']}: {best['median_ms']:.3f} ms per iteration against this run's {me['median_ms']:.3f} ms), "
+            "the computation losing more than the collective wins.")
 
 
 def compare_runs(dataset_path: str | os.PathLike, run_a: str, run_b: str, *, device: str | None = None,

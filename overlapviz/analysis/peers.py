@@ -18,7 +18,20 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-__all__ = ["attach_peer_wait", "collective_instances", "bus_factor"]
+__all__ = ["attach_peer_wait", "collective_instances", "bus_factor", "ends_apart", "END_TOLERANCE_NS"]
+
+# the ranks of one collective instance on comparable clocks end it together (NCCL/RCCL: within
+# microseconds; DLRM's 8 ranks within 1-7 µs): ends further apart than the instance lasted, plus this
+# much for integer-µs traces, mean the matched kernels are not one instance on comparable clocks
+END_TOLERANCE_NS = 10_000
+
+
+def ends_apart(end_min, end_max, last_arrival):
+    """Per instance, whether its ranks' ends (each rank's last end: ``end_min``, ``end_max`` over ranks)
+    disagree by more than the instance lasted once its last rank arrived (``end_max − last_arrival``)
+    plus :data:`END_TOLERANCE_NS`: no peer wait, skew or straggler is computed for such an instance."""
+    end_min, end_max, last_arrival = (np.asarray(a, np.int64) for a in (end_min, end_max, last_arrival))
+    return (end_max - end_min) > np.maximum(end_max - last_arrival, 0) + END_TOLERANCE_NS
 
 
 def instance_keys(explained: pd.DataFrame) -> pd.Series:
@@ -56,15 +69,18 @@ def attach_peer_wait(explained: pd.DataFrame, domains: pd.DataFrame | None = Non
         keys = instance_keys(sub)
         sub = sub.assign(instance=keys, _dom=dom[comm])
         # a rank arrives at an instance with its first kernel of it (a copy-engine collective can be several)
-        arrival = sub.groupby(["run_id", "instance", "rank"], sort=False)["start_ns"].transform("min").astype(np.int64)
-        g = sub.assign(_arrival=arrival).groupby(["run_id", "instance"], sort=False)
+        by_rank = sub.groupby(["run_id", "instance", "rank"], sort=False)
+        arrival = by_rank["start_ns"].transform("min").astype(np.int64)
+        rank_end = by_rank["end_ns"].transform("max").astype(np.int64)
+        g = sub.assign(_arrival=arrival, _end=rank_end).groupby(["run_id", "instance"], sort=False)
         latest = g["_arrival"].transform("max").to_numpy().astype(np.int64)  # int64 ns, exact
         ranks = g["rank"].transform("nunique").to_numpy()
         clocks_apart = g["_dom"].transform("nunique").to_numpy() > 1
+        apart = ends_apart(g["_end"].transform("min"), g["_end"].transform("max"), latest)
         wait_ns = latest - arrival.to_numpy()
         inst[comm] = keys.to_numpy(object)
         values = pd.array(wait_ns / 1000.0, dtype="Float64")
-        values[(ranks <= 1) | clocks_apart] = pd.NA
+        values[(ranks <= 1) | clocks_apart | apart] = pd.NA
         peer[np.flatnonzero(comm)] = values
     return explained.assign(instance=inst, peer_wait_us=peer, clock_domain=dom)
 
@@ -102,8 +118,9 @@ def collective_instances(explained: pd.DataFrame, message_bytes: pd.Series | Non
         last: DESIGN.md's straggler; the lowest such rank on a tie), ``first_start_ns,
         last_start_ns, last_end_ns, time_us, max_peer_wait_us, bytes, algbw_gbps,
         busbw_gbps``, ``clock_note``. Where the instance's ranks' clocks do not compare
-        (``clock_domain``), the skew, the slowest rank, the straggler and the peer wait are
-        null and ``clock_note`` says why.
+        (``clock_domain``), or their ends disagree by more than the instance lasted
+        (:func:`ends_apart`: not one instance on comparable clocks), the skew, the slowest
+        rank, the straggler and the peer wait are null and ``clock_note`` says why.
     """
     cols = ["run_id", "instance", "collective", "n_ranks", "first_ready_ns", "last_ready_ns", "arrival_skew_us",
             "slowest_rank", "straggler", "first_start_ns", "last_start_ns", "last_end_ns", "time_us", "max_peer_wait_us",
@@ -128,7 +145,8 @@ def collective_instances(explained: pd.DataFrame, message_bytes: pd.Series | Non
     g = d.groupby("code", sort=True)  # codes number the instances in order of first appearance
     # a rank's arrival at an instance is its first kernel of it (a copy-engine collective runs as several
     # kernels on one rank): ready, start and skew compare ranks, never one rank's kernels with each other
-    arrive = d.groupby(["code", "rank"], sort=True).agg(ready=("ready", "min"), start=("start", "min")).reset_index()
+    arrive = d.groupby(["code", "rank"], sort=True).agg(ready=("ready", "min"), start=("start", "min"),
+                                                         end=("end", "max")).reset_index()  # fmt: skip
     ga = arrive.groupby("code", sort=True)
     first_ready, last_ready = ga["ready"].min(), ga["ready"].max()
     # the slowest rank: the lowest rank whose ready time is its instance's latest
@@ -138,7 +156,9 @@ def collective_instances(explained: pd.DataFrame, message_bytes: pd.Series | Non
     # the straggler: the rank whose first start of the instance is the latest
     arrive["last"] = ga["start"].transform("max")
     strag = arrive.loc[arrive["start"] == arrive["last"]].groupby("code")["rank"].min().reindex(first_ready.index)
-    apart = (g["dom"].nunique() > 1).to_numpy(bool)
+    clocks_apart = (g["dom"].nunique() > 1).to_numpy(bool)
+    ends = ends_apart(ga["end"].min(), ga["end"].max(), last_start)
+    apart = clocks_apart | ends
     t_ns = (last_end - last_start).to_numpy(np.int64)
     n = g["rank"].nunique().to_numpy(np.int64)
     coll = g["collective"].first()
@@ -155,7 +175,9 @@ def collective_instances(explained: pd.DataFrame, message_bytes: pd.Series | Non
     slow_ranks[apart | (n < 2)] = pd.NA
     strag_ranks = pd.array(strag.to_numpy(), dtype="Int64")
     strag_ranks[apart | (n < 2)] = pd.NA
-    note = np.where(apart, "ranks on clocks that do not compare (different hosts, no alignment): no skew or wait", None)
+    note = np.where(clocks_apart, "ranks on clocks that do not compare (different hosts, no alignment): no skew or wait",
+                    np.where(ends, "the ranks' ends disagree by more than the instance lasted: not one instance on comparable "
+                                   "clocks (matched by position?), no skew or wait", None))  # fmt: skip
     out = pd.DataFrame({
         "run_id": firsts["run_id"].to_numpy(object), "instance": firsts["instance"].to_numpy(object),
         "collective": coll.to_numpy(object), "n_ranks": n,

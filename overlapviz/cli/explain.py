@@ -166,16 +166,16 @@ def findings_text(found, totals=None, *, per_run: int | None = 6) -> str:
         lines.append(f"run {run_id}")  # the id on its own line, whole, as the tables print it
         if run_id in heads:
             lines.extend(textwrap.wrap(heads[run_id][0].upper() + heads[run_id][1:] + ".", 118, initial_indent="  ",
-                                       subsequent_indent="  ", break_long_words=False))  # fmt: skip
+                                       subsequent_indent="  ", break_long_words=False, break_on_hyphens=False))  # fmt: skip
         if not len(f):
             lines.append("  No findings.")
             continue
         lines.append("  Where it went and what would win it back, largest first:")
         for i, row in enumerate((f if per_run is None else f.head(per_run)).itertuples(), 1):
             lines.extend(textwrap.wrap(f"{i}. [{row.kind}] {row.text}", 118, initial_indent="  ", subsequent_indent="     ",
-                                       break_long_words=False))  # fmt: skip
+                                       break_long_words=False, break_on_hyphens=False))  # fmt: skip
             lines.extend(textwrap.wrap(f"-> {row.action}", 118, initial_indent="     ", subsequent_indent="        ",
-                                       break_long_words=False))  # fmt: skip
+                                       break_long_words=False, break_on_hyphens=False))  # fmt: skip
         if per_run is not None and len(f) > per_run:
             lines.append(f"     ({len(f) - per_run} more: overlapviz explain --findings)")
     return "\n".join(lines)

@@ -174,18 +174,21 @@ def _instance_table(parts: list[tuple], dom_of: dict):
         if n:
             rows.append(pd.DataFrame({"run_id": np.full(n, run_id, dtype=object), "instance": keys.to_numpy(object),
                                       "rank": np.full(n, rank, dtype=np.int64), "dom": dom_of.get((run_id, rank), ""),
-                                      "start_ns": frame["start_ns"].to_numpy()[comm].astype(np.int64)}))  # fmt: skip
+                                      "start_ns": frame["start_ns"].to_numpy()[comm].astype(np.int64),
+                                      "end_ns": frame["end_ns"].to_numpy()[comm].astype(np.int64)}))  # fmt: skip
     if not rows:
         return pd.DataFrame({"run_id": pd.Series(dtype=object), "instance": pd.Series(dtype=object),
                              "latest_ns": pd.Series(dtype=np.int64), "n_ranks": pd.Series(dtype=np.int64),
-                             "dom_min": pd.Series(dtype=object), "dom_max": pd.Series(dtype=object)})  # fmt: skip
+                             "dom_min": pd.Series(dtype=object), "dom_max": pd.Series(dtype=object),
+                             "end_min": pd.Series(dtype=np.int64), "end_max": pd.Series(dtype=np.int64)})  # fmt: skip
     d = pd.concat(rows, ignore_index=True)
     # a rank arrives with its first kernel of the instance; each rank lies in one batch only, so its
     # arrival is whole here and the batches' rank counts add up to the run's
-    d = d.groupby(["run_id", "instance", "rank"], sort=False).agg(start_ns=("start_ns", "min"), dom=("dom", "first")).reset_index()
+    d = d.groupby(["run_id", "instance", "rank"], sort=False).agg(start_ns=("start_ns", "min"), end_ns=("end_ns", "max"),
+                                                                  dom=("dom", "first")).reset_index()  # fmt: skip
     g = d.groupby(["run_id", "instance"], sort=False)
     return g.agg(latest_ns=("start_ns", "max"), n_ranks=("rank", "nunique"), dom_min=("dom", "min"),
-                 dom_max=("dom", "max")).reset_index()  # fmt: skip
+                 dom_max=("dom", "max"), end_min=("end_ns", "min"), end_max=("end_ns", "max")).reset_index()  # fmt: skip
 
 
 def _merge_instances(*tables):
@@ -193,7 +196,8 @@ def _merge_instances(*tables):
 
     d = pd.concat(tables, ignore_index=True)
     return d.groupby(["run_id", "instance"], sort=False).agg(latest_ns=("latest_ns", "max"), n_ranks=("n_ranks", "sum"),
-                                                             dom_min=("dom_min", "min"), dom_max=("dom_max", "max")).reset_index()  # fmt: skip
+                                                             dom_min=("dom_min", "min"), dom_max=("dom_max", "max"),
+                                                             end_min=("end_min", "min"), end_max=("end_max", "max")).reset_index()  # fmt: skip
 
 
 def _with_peers(parts: list[tuple], instances, summary: bool, dom_of: dict) -> list:
@@ -201,7 +205,7 @@ def _with_peers(parts: list[tuple], instances, summary: bool, dom_of: dict) -> l
     ``explain.summarize`` row)."""
     import pandas as pd
 
-    from overlapviz.analysis import explain
+    from overlapviz.analysis import explain, peers
 
     out = []
     for run_id, rank, frame, comm, keys in parts:
@@ -215,7 +219,8 @@ def _with_peers(parts: list[tuple], instances, summary: bool, dom_of: dict) -> l
             wait_ns = found["latest_ns"].to_numpy().astype(np.int64) - arrival
             inst[comm] = keys.to_numpy(object)
             values = pd.array(wait_ns / 1000.0, dtype="Float64")
-            values[(found["n_ranks"].to_numpy() <= 1) | (found["dom_min"] != found["dom_max"]).to_numpy(bool)] = pd.NA
+            apart = peers.ends_apart(found["end_min"], found["end_max"], found["latest_ns"])
+            values[(found["n_ranks"].to_numpy() <= 1) | (found["dom_min"] != found["dom_max"]).to_numpy(bool) | apart] = pd.NA
             peer[np.flatnonzero(comm)] = values
         frame = frame.assign(instance=inst, peer_wait_us=peer,
                              clock_domain=np.full(len(frame), dom_of.get((run_id, rank), ""), dtype=object))  # fmt: skip
