@@ -103,21 +103,31 @@ def _waits(kernels: list[dict], syncs: list[dict]) -> dict[int, list[tuple[int, 
             prior = [s for s in records_by_tid.get(w["tid"], []) if s["start_ns"] < w["start_ns"]]
             rec = prior[-1] if prior else None
         if rec is None:
-            continue
-        # the recording stream
-        if cs is not None and known(cs["wait_on_stream"]):
-            rstream = cs["wait_on_stream"]
-        else:
-            prev = last_launch_on_tid(rec["tid"], rec["start_ns"])
-            if prev is None:
+            if cs is not None and (known(cs["wait_on_stream"]) or known(cs["wait_on_record_correlation"])):
                 continue
-            rstream = prev["stream"]
-        # the producer: last activity enqueued on the recording stream before the record call
-        cands = [k for k in kernels if k["stream"] == rstream and k["launch_ns"] is not None
-                 and k["launch_ns"] < rec["start_ns"]]
-        if not cands:
-            continue
-        producer = max(cands, key=lambda k: (k["launch_ns"], k["start_ns"]))
+            # no record call for this wait in the trace (Kineto before cudaEventRecord was traced):
+            # the producer is the last activity launched on the waiting thread, on another stream,
+            # before the wait (ProcessGroupNCCL records and waits on one thread; issue 32 item 0)
+            other = [kernels[i] for t, i in by_tid.get(w["tid"], []) if t < w["start_ns"] and kernels[i]["stream"] != wstream]
+            if not other:
+                continue
+            producer = other[-1]
+            rstream = producer["stream"]
+        else:
+            # the recording stream
+            if cs is not None and known(cs["wait_on_stream"]):
+                rstream = cs["wait_on_stream"]
+            else:
+                prev = last_launch_on_tid(rec["tid"], rec["start_ns"])
+                if prev is None:
+                    continue
+                rstream = prev["stream"]
+            # the producer: last activity enqueued on the recording stream before the record call
+            cands = [k for k in kernels if k["stream"] == rstream and k["launch_ns"] is not None
+                     and k["launch_ns"] < rec["start_ns"]]
+            if not cands:
+                continue
+            producer = max(cands, key=lambda k: (k["launch_ns"], k["start_ns"]))
         # the kernel it gates: the first launch on the waiting stream after the wait call
         gated = [(k["launch_ns"], i) for i, k in enumerate(kernels)
                  if k["stream"] == wstream and k["launch_ns"] is not None and k["launch_ns"] > w["start_ns"]]
