@@ -173,3 +173,19 @@ def test_compare_says_what_changed_between_two_runs(tmp_path):
     assert isinstance(exp["a"], int) and ("finding", "sm_resources_ns") in rows
     table = CliRunner().invoke(main, ["compare", str(ds), a, b]).output
     assert "Why: B exposes" in table and "less communication than A" in table
+
+
+def test_a_long_launch_call_is_its_own_cause_and_an_ordinary_one_is_not(tmp_path):
+    """A 10 ms window of a real Nsight Systems export (FastVideo, 2 x H100) whose cudaLaunchKernel of an
+    elementwise kernel ran 1,502,826 ns (60363819339 -> 60365322165; the kernel started at 60365249411,
+    72.8 µs before the call returned): launch_call, 1,430,072 ns inside the call, nothing left after it.
+    Every other launch call of the window lasts under 50 µs but four: none of the others is launch_call."""
+    from overlapviz.analysis.explain import explain
+
+    ds = ingest([DATA / "nsys" / "mfu_2gpu_before_window10ms_slow_launch.sqlite"], tmp_path / "ds", progress=False)
+    e = explain(ds, kinds=("comm", "compute", "memory", "other"))
+    slow = e.loc[(e["rank"] == 0) & (e["start_ns"] == 60365249411)].iloc[0]
+    assert slow["cause"] == "launch_call" and slow["launch_call_ns"] == 1_430_072
+    assert (e.loc[e["cause"] == "launch_call", "launch_call_ns"] > 50_000).all()
+    ordinary = e.loc[e["launch_call_ns"].notna() & (e["launch_call_ns"] == 0)]
+    assert len(ordinary) > 100 and (ordinary["cause"] != "launch_call").all()

@@ -251,6 +251,9 @@ def _explain_rank(k: pa.Table, syncs: pa.Table | None, dev_limits: dict, carveou
     # ready part is then counted from the call's own end
     E = _ints(k, "launch_end_ns")[c] if "launch_end_ns" in k.column_names else np.full(len(c), UNKNOWN, np.int64)
     call_end = np.where((E != UNKNOWN) & (L != UNKNOWN), np.minimum(np.maximum(E, L), start_c), UNKNOWN)
+    # an ordinary launch call (5-30 µs) is the launch path itself, part of launch latency: only a call
+    # longer than LAUNCH_LATENCY_NS (module loading, the first NCCL launch of a process) is its own part
+    call_end = np.where((call_end != UNKNOWN) & (call_end - L > LAUNCH_LATENCY_NS), call_end, UNKNOWN)
     call_wait = np.where(call_end != UNKNOWN, call_end - L, 0)
     after_call = np.where((ready_wait != UNKNOWN) & (call_end != UNKNOWN), start_c - np.maximum(ready_ns, call_end), ready_wait)
 
@@ -330,7 +333,7 @@ def _explain_rank(k: pa.Table, syncs: pa.Table | None, dev_limits: dict, carveou
             "host_wait_ns": nint(host_wait),
             "host_wait_call": host_wait_call,
             "residency_note": room["note"],
-            "launch_call_ns": nint(np.where(call_end != UNKNOWN, call_wait, UNKNOWN)),
+            "launch_call_ns": nint(np.where((E != UNKNOWN) & (L != UNKNOWN), np.where(call_end != UNKNOWN, call_wait, 0), UNKNOWN)),
             # object columns, as blocker's: pandas would infer str for a rank whose values are all
             # strings and object for one without any, and the concatenation would depend on the ranks
             "ready_part": pd.Series(np.where(ready_ns == UNKNOWN, None, ready_part), dtype=object),
