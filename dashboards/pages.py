@@ -721,4 +721,4 @@ class ComparePage(Page):
         if self.store.n_runs >= 2:
             controls.append(export_button(self.store, "compare", lambda: {"runs": [self.store.run_a, self.store.run_b],
                                                                           "window_ms": self.window()}, label="Export comparison"))  # fmt: skip
-        return pn.Column(controls, self._info, self._breakdowns, self._plot, self._table, sizing_mode="stretch_width", name="Compare")
+        return pn.Column(controls, self._info, self._plot, self._breakdowns, self._table, sizing_mode="stretch_width", name="Compare")

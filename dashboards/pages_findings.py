@@ -6,15 +6,14 @@ from __future__ import annotations
 
 import html
 
+import holoviews as hv
 import numpy as np
 import pandas as pd
 import panel as pn
-from bokeh.models import ColumnDataSource, HoverTool, Legend
-from bokeh.plotting import figure
 
 from overlapviz import figures
 from overlapviz.analysis.findings import format_ns
-from overlapviz.dashboards.common import StaticTable, notice, unavailable
+from overlapviz.dashboards.common import StaticTable, notice, static_plot, unavailable
 from overlapviz.dashboards.store import DataStore, Unavailable
 
 # the stacked parts of a rank's communication, bottom up: (column, label, colour, hatch). Okabe-Ito colours (told apart
@@ -33,10 +32,23 @@ BREAKDOWN_TITLES = {
     "peer_wait_us": "peer wait (µs)", "dependent_us": "dependent (µs)", "host_idle_us": "host idle (µs)",
     "exposed_other_us": "other exposed (µs)", "peers": "peers compared",
 }  # fmt: skip
+_EXPOSED_KINDS = ("straggler", "dependent", "host_idle")  # the findings that are parts of the exposed time (the breakdown's)
 _STRAGGLER = "a straggler is the rank that started a collective instance last; the ranks that waited for it are not"
 
 
-def breakdown_chart(rows: pd.DataFrame, *, title: str, width: int = 640, height: int = 320, top_ns: int | None = None):
+def _hatched(plot, element) -> None:
+    """A HoloViews hook: each bar hatched by its row's ``hatch`` (Bars has no hatch option)."""
+    glyph = plot.handles["glyph"]
+    glyph.hatch_pattern, glyph.hatch_color, glyph.hatch_alpha = {"field": "hatch"}, "black", 0.45
+
+
+def _unit(top_ns: int) -> tuple[str, float]:
+    """A readable time unit for values up to ``top_ns``: (name, ns per unit)."""
+    unit, div = figures.time_unit(top_ns / 1e3)
+    return unit, div * 1e3
+
+
+def breakdown_chart(rows: pd.DataFrame, *, title: str, width: int = 640, height: int = 320, top_ns: int | None = None) -> hv.Bars:
     """Stacked bars per rank: overlapped, peer wait, dependent, host idle and other exposed communication.
 
     Parameters
@@ -52,28 +64,27 @@ def breakdown_chart(rows: pd.DataFrame, *, title: str, width: int = 640, height:
 
     Returns
     -------
-    bokeh.plotting.figure
+    hv.Bars: kdims ``rank``, ``part``; vdims ``t`` (in the axis' unit), ``time`` (the exact time in words), ``hatch``.
     """
     top = int(rows["comm_ns"].max()) if top_ns is None and len(rows) else int(top_ns or 0)
-    unit, div = figures.time_unit(top / 1e3)
-    div *= 1e3  # ns per unit
-    ranks = [str(int(r)) for r in rows["rank"]]
-    data = {"rank": ranks, **{col: rows[col].to_numpy(np.int64) / div for col, *_ in PARTS}}
-    data.update({f"{col}_text": [format_ns(v) for v in rows[col].to_numpy(np.int64)] for col, *_ in PARTS})
-    fig = figure(x_range=ranks, width=width, height=height, title=title, toolbar_location="right", tools="save,reset",
-                 y_range=(0, max(top / div, 1e-9) * 1.05), x_axis_label="Rank", y_axis_label=f"Communication time ({unit})")  # fmt: skip
-    stack = fig.vbar_stack([col for col, *_ in PARTS], x="rank", width=0.8, source=ColumnDataSource(data),
-                           color=[c for _, _, c, _ in PARTS], hatch_pattern=[h for *_, h in PARTS], hatch_color="black",
-                           hatch_alpha=0.45, line_color="white")  # fmt: skip
-    for renderer, (col, label, *_) in zip(stack, PARTS):
-        fig.add_tools(HoverTool(renderers=[renderer], tooltips=[("rank", "@rank"), (label, f"@{col}_text")]))
-    fig.add_layout(Legend(items=[(label, [r]) for r, (_, label, *_) in zip(reversed(stack), reversed(PARTS))]), "right")
-    fig.xgrid.grid_line_color = None
-    fig.title.text_font_size = figures.TITLE_FONT
-    return fig
+    unit, div = _unit(top)
+    ns = {col: rows[col].to_numpy(np.int64) for col, *_ in PARTS}
+    frame = pd.DataFrame({
+        "rank": np.repeat(rows["rank"].astype(int).astype(str).to_numpy(), len(PARTS)),
+        "part": [label for _ in range(len(rows)) for _, label, *_ in PARTS],
+        "t": [ns[col][i] / div for i in range(len(rows)) for col, *_ in PARTS],
+        "time": [format_ns(ns[col][i]) for i in range(len(rows)) for col, *_ in PARTS],
+        "hatch": [h for _ in range(len(rows)) for *_, h in PARTS],
+    })  # fmt: skip
+    return hv.Bars(frame, kdims=[hv.Dimension("rank", label="Rank"), hv.Dimension("part", label="Communication")],
+                   vdims=[hv.Dimension("t", label=f"Communication time ({unit})"), "time", "hatch"]).opts(
+        stacked=True, cmap={label: colour for _, label, colour, _ in PARTS}, tools=["hover"], default_tools=["save"],
+        hover_tooltips=[("rank", "@{rank}"), ("part", "@{part}"), ("time", "@{time}")], width=width, height=height,
+        title=figures.hv_title(title), legend_position="right", fontsize={"title": figures.TITLE_FONT}, line_color="white",
+        ylim=(0, max(top / div, 1e-9) * 1.05), hooks=[_hatched])  # fmt: skip
 
 
-def peer_wait_chart(rows: pd.DataFrame, *, width: int = 420, bar_height: int = 28):
+def peer_wait_chart(rows: pd.DataFrame, *, width: int = 420, bar_height: int = 28) -> hv.Bars:
     """Per rank, its exposed peer wait (``peer_wait_ns`` of ``breakdown.breakdown``): time inside collectives waiting
     for the rank that started them last. Horizontal bars, rank order from the top (as the start-delay chart beside).
 
@@ -86,28 +97,24 @@ def peer_wait_chart(rows: pd.DataFrame, *, width: int = 420, bar_height: int = 2
 
     Returns
     -------
-    bokeh.plotting.figure
+    hv.Bars: kdim ``rank`` ("rank N"); vdims ``t`` (in the axis' unit) and ``time`` (the exact time in words).
     """
     top = int(rows["peer_wait_ns"].max()) if len(rows) else 0
-    unit, div = figures.time_unit(top / 1e3)
-    div *= 1e3
-    ranks = [f"rank {int(r)}" for r in rows["rank"]][::-1]
+    unit, div = _unit(top)
     values = rows["peer_wait_ns"].to_numpy(np.int64)[::-1]
-    source = ColumnDataSource({"rank": ranks, "t": values / div, "text": [format_ns(v) for v in values]})
-    fig = figure(y_range=ranks, width=width, height=90 + bar_height * len(ranks), tools="save", toolbar_location="right",
-                 title="Peer wait per rank (exposed)", x_range=(0, max(top / div, 1e-9) * 1.05),
-                 x_axis_label=f"Waiting for the last rank to start ({unit})")  # fmt: skip
-    bars = fig.hbar(y="rank", right="t", height=0.68, source=source, color=PARTS[1][2], hatch_pattern=PARTS[1][3],
-                    hatch_color="black", hatch_alpha=0.45, line_color="white")  # fmt: skip
-    fig.add_tools(HoverTool(renderers=[bars], tooltips=[("", "@rank"), ("peer wait", "@text")]))
-    fig.ygrid.grid_line_color = None
-    fig.title.text_font_size = figures.TITLE_FONT
-    return fig
+    frame = pd.DataFrame({"rank": [f"rank {int(r)}" for r in rows["rank"]][::-1], "t": values / div,
+                          "time": [format_ns(v) for v in values]})  # fmt: skip
+    return hv.Bars(frame, kdims=[hv.Dimension("rank", label="Rank")],
+                   vdims=[hv.Dimension("t", label=f"Waiting for the last rank to start ({unit})"), "time"]).opts(
+        invert_axes=True, color=PARTS[1][2], line_color="white", tools=["hover"], default_tools=["save"],
+        hover_tooltips=[("", "@{rank}"), ("peer wait", "@{time}")], width=width, height=90 + bar_height * len(frame),
+        title="Peer wait per rank (exposed)", fontsize={"title": figures.TITLE_FONT},
+        ylim=(0, max(top / div, 1e-9) * 1.05))  # fmt: skip
 
 
-def straggler_chart(ranks: pd.DataFrame, *, width: int = 540, height: int = 320):
+def straggler_chart(ranks: pd.DataFrame, *, width: int = 540, height: int = 320) -> hv.Bars:
     """Per rank, how many collective instances it started last (``started_last``: from ``peers.collective_instances``'
-    ``straggler``), one colour: the rank that arrived last, the one the others waited for.
+    ``straggler``), in one colour: the rank that arrived last, the one the others waited for.
 
     Parameters
     ----------
@@ -118,19 +125,15 @@ def straggler_chart(ranks: pd.DataFrame, *, width: int = 540, height: int = 320)
 
     Returns
     -------
-    bokeh.plotting.figure
+    hv.Bars: kdim ``rank``; vdim ``n``.
     """
-    names = [str(int(r)) for r in ranks["rank"]]
-    counts = ranks["started_last"].to_numpy(np.int64)
-    fig = figure(x_range=names, width=width, height=height, tools="save", toolbar_location="right",
-                 title="Stragglers: collective instances each rank started last", y_range=(0, max(int(counts.max()), 1) * 1.08),
-                 x_axis_label="Rank", y_axis_label="Instances started last")  # fmt: skip
-    bars = fig.vbar(x="rank", top="n", width=0.8, source=ColumnDataSource({"rank": names, "n": counts}), color=PARTS[1][2],
-                    line_color="white")  # fmt: skip
-    fig.add_tools(HoverTool(renderers=[bars], tooltips=[("rank", "@rank"), ("started last", "@n instances")]))
-    fig.xgrid.grid_line_color = None
-    fig.title.text_font_size = figures.TITLE_FONT
-    return fig
+    frame = pd.DataFrame({"rank": ranks["rank"].astype(int).astype(str).to_numpy(),
+                          "n": ranks["started_last"].to_numpy(np.int64)})  # fmt: skip
+    return hv.Bars(frame, kdims=[hv.Dimension("rank", label="Rank")], vdims=[hv.Dimension("n", label="Instances started last")]).opts(
+        color=PARTS[1][2], line_color="white", tools=["hover"], default_tools=["save"], width=width, height=height,
+        hover_tooltips=[("rank", "@{rank}"), ("started last", "@{n} instances")],
+        title="Stragglers: collective instances each rank started last", fontsize={"title": figures.TITLE_FONT},
+        ylim=(0, max(int(frame["n"].max()) if len(frame) else 0, 1) * 1.08))  # fmt: skip
 
 
 def breakdown_table(rows: pd.DataFrame) -> StaticTable:
@@ -144,13 +147,17 @@ def breakdown_table(rows: pd.DataFrame) -> StaticTable:
 
 
 def findings_html(found: pd.DataFrame, limit: int | None = None) -> str:
-    """The findings as a numbered list: kind, the time at stake and its share of the exposed communication, the
-    sentence, and the action (HTML, every text escaped: a kernel's name is not markup)."""
+    """The findings as a numbered list: kind, the time at stake with its share of the exposed communication (a start
+    delay: the waiting to start), the sentence, and the action (HTML, every text escaped: a kernel's name is not markup)."""
     items = []
     for row in (found if limit is None else found.head(limit)).itertuples(index=False):
-        share = "" if row.share is None or pd.isna(row.share) else f", {100 * row.share:.0f} % of the exposed communication"
+        if row.kind in _EXPOSED_KINDS:  # a part of the exposed communication: its share of it
+            share = "" if row.share is None or pd.isna(row.share) else f", {100 * row.share:.0f} % of the exposed communication"
+            stake = f"{format_ns(row.time_ns)} at stake{share}"
+        else:  # a start delay: waiting to start, which overlap may hide (its share of the exposed time can pass 100 %)
+            stake = f"{format_ns(row.time_ns)} of waiting to start"
         items.append(f'<li class="ovz-finding" data-kind="{html.escape(row.kind)}" data-time-ns="{int(row.time_ns)}">'
-                     f'<b>{html.escape(row.kind.replace("_", " "))}</b> · {format_ns(row.time_ns)} at stake{share}<br>'
+                     f'<b>{html.escape(row.kind.replace("_", " "))}</b> · {stake}<br>'
                      f'<span class="ovz-finding-text">{html.escape(row.text)}</span><br>'
                      f'→ <span class="ovz-finding-action">{html.escape(row.action)}</span></li>')  # fmt: skip
     return '<ol class="ovz-findings" style="padding-left: 1.4em; line-height: 1.45">' + "".join(items) + "</ol>"
@@ -186,7 +193,7 @@ def answer(store: DataStore, run_id: str) -> pn.Column:
                                "(peer wait), the next computation needed its result (dependent), the host had launched "
                                "nothing to overlap (host idle), the rest (other). Bars stack from overlapped up; "
                                f"{_STRAGGLER}.{note}", margin=(10, 10, 0, 10)),  # fmt: skip
-              pn.pane.Bokeh(breakdown_chart(rows, title=f"Communication per rank: {run_id}", width=760)),
+              static_plot(store, ("breakdown", run_id), lambda: breakdown_chart(rows, title=f"Breakdown per rank: {run_id}", width=760)),
               breakdown_table(rows)]
     return pn.Column(*parts, sizing_mode="stretch_width")
 
@@ -212,7 +219,11 @@ def compared(store: DataStore, run_a: str, run_b: str) -> pn.Column:
     except Unavailable as exc:
         return pn.Column(unavailable("The two runs' breakdowns (overlapviz explain --breakdown)", exc))
     top = max((int(r["comm_ns"].max()) for r in rows.values() if len(r)), default=0)
-    charts = [pn.pane.Bokeh(breakdown_chart(rows[w], title=f"{w}: {r}", width=540, top_ns=top)) for w, r in (("A", run_a), ("B", run_b))]
+    # one figure of the two (a Layout, as the timelines' pair below): two figure panes in a Row beside the copied pair
+    # left the pair's plots unsized in the browser (no width, no zoom)
+    charts = [static_plot(store, ("breakdowns", run_a, run_b, top), lambda: hv.Layout([breakdown_chart(
+        rows[w], title=f"Breakdown per rank, {w}: {r}", width=540, top_ns=top) for w, r in (("A", run_a), ("B", run_b))]
+    ).opts(shared_axes=False))]
     exposed = {w: int(rows[w]["exposed_ns"].sum()) if len(rows[w]) else 0 for w in rows}
     diff = changed(found["A"], found["B"])
     faster = exposed["B"] < exposed["A"]

@@ -212,7 +212,7 @@ class WhyPage(Page):
                 line += (f" Beside these start delays, the ranks waited **{format_ns(wait)}** of exposed time inside "
                          "collectives for the rank that started them last (**peer wait**, per rank in the chart; the "
                          "straggler findings on the **Overview** name that rank).")  # fmt: skip
-                panes.append(pn.pane.Bokeh(pages_findings.peer_wait_chart(rows)))
+                panes.append(static_plot(self.store, ("peer wait", run), lambda: pages_findings.peer_wait_chart(rows)))
         if len(blocked):
             panes.append(static_plot(self.store, ("blockers", run), lambda: figures_why.blockers(blocked, width=480)))
         return pn.Column(pn.pane.Markdown(line, margin=(0, 10)), *([pn.Row(*panes)] if panes else []), sizing_mode="stretch_width")
@@ -449,9 +449,10 @@ class CollectivesPage(Page):
             metrics, rows, inst = self.store.metrics(), self.store.breakdown(), self.store.instances()
         except Unavailable as exc:
             return unavailable("Per-rank metrics", exc)
-        mine = metrics.loc[metrics["run_id"] == self.store.run_id]
+        run = self.store.run_id
+        mine = metrics.loc[metrics["run_id"] == run]
         if not len(mine):
-            return notice(f"No kernels, so no per-rank metrics, for {self.store.run_id}.", "info")
+            return notice(f"No kernels, so no per-rank metrics, for {run}.", "info")
         last = inst["straggler"].dropna().astype(int).value_counts() if "straggler" in inst else pd.Series(dtype="int64")
         cols = {"rank": "rank", "comm_us": "comm (µs)", "compute_us": "compute (µs)", "overlap_us": "overlapped (µs)",
                 "exposed_comm_us": "exposed comm (µs)", "overlap_fraction": "overlap", "span_us": "GPU span (µs)",
@@ -466,9 +467,10 @@ class CollectivesPage(Page):
                              "**straggler** of a collective instance is the rank that started it last; the other ranks "
                              "waited for it (their **peer wait**). A rank that waited is never called a straggler.",
                              margin=(10, 10, 0, 10)),  # fmt: skip
-            pn.Row(*([pn.pane.Bokeh(pages_findings.breakdown_chart(rows, title="Communication per rank", width=PLOT_WIDTH // 2 - 10))]
-                     if has_comm else []),
-                   *([pn.pane.Bokeh(pages_findings.straggler_chart(shown, width=PLOT_WIDTH // 2 - 10))] if len(last) else [])),
+            pn.Row(*([static_plot(self.store, ("ranks breakdown", run), lambda: pages_findings.breakdown_chart(
+                         rows, title="Communication per rank", width=PLOT_WIDTH // 2 - 10))] if has_comm else []),
+                   *([static_plot(self.store, ("stragglers", run), lambda: pages_findings.straggler_chart(
+                       shown, width=PLOT_WIDTH // 2 - 10))] if len(last) else [])),
             StaticTable(shown, titles=cols, digits=digits, rows=16) if len(shown) <= _STATIC_ROWS else
             table(shown, titles=cols, page_size=16, remote=True, formatters={c: _money(n) for c, n in digits.items()}),
             sizing_mode="stretch_width",

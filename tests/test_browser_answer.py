@@ -67,7 +67,7 @@ def check_answer(said: str, found: list[dict], rows: list[dict], run: str) -> No
     assert at == sorted(at)
     for f in found:
         assert f["action"] in said
-        assert f"{format_ns(f['time_ns'])} at stake" in said
+        assert f"{f['kind'].replace('_', ' ')} · {format_ns(f['time_ns'])}" in said
     for r in rows:
         assert breakdown_row(r) in said, breakdown_row(r)
 
