@@ -1,6 +1,6 @@
 """Dashboard pages: Panel Viewers over one DataStore; each composes overlapviz figure builders and computes nothing.
 
-Overview (the configuration grid), Timeline (kernels, each collective's wait by cause, arrows
+Overview (a run's findings and where its communication time went, then the configuration grid of a sweep), Timeline (kernels, each collective's wait by cause, arrows
 from producers and blockers), Compare (two runs on linked time axes); the why-pages
 (``WhyPage``: late starts by cause, blockers, one SM's budget; ``CollectivesPage``: collectives
 across ranks; ``ResidencyPage``: residency per launch shape) live in ``pages_why``.
@@ -22,6 +22,7 @@ from overlapviz import figures_timeline as ftl
 from overlapviz.analysis import ranks as ranks_analysis
 from overlapviz.dashboards.common import (PLOT_WIDTH, Page, controls_row, export_button, export_buttons, hidden, notice, perfetto_button, plot,
                                           StaticTable, static_plot, table, unavailable)  # fmt: skip
+from overlapviz.dashboards import pages_findings
 from overlapviz.dashboards.pages_why import CollectivesPage, ResidencyPage, WhyPage
 from overlapviz.dashboards.store import DataStore, Unavailable, background, busy, stopping, wait_idle
 
@@ -51,7 +52,8 @@ _CONFIG_TITLES = {
 
 
 class OverviewPage(Page):
-    """One heatmap over the configuration grid; clicking a cell opens that configuration on the Timeline."""
+    """The answer first: the chosen run's findings and its breakdown per rank (``pages_findings.answer``); below, for an
+    experiment sweep, one heatmap over the configuration grid, where clicking a cell opens that run on the Timeline."""
 
     value = param.Selector(default="time_ratio", objects=_METRICS, label="Metric")
     workload = param.Selector(default="all", objects=["all"], label="Workload")
@@ -148,12 +150,8 @@ class OverviewPage(Page):
             table_ = self._configured()
         except Unavailable as exc:
             return unavailable("Configuration grid", exc)
-        if table_ is None:
-            one = len(self.store.runs) == 1
-            return notice(f"{'This run is an imported trace' if one else 'These runs are imported traces'} without an "
-                          "experiment configuration (workload, setup, shaping, priority): there is no grid to show. Open "
-                          f"{'it' if one else 'them'} on the **Timeline**, **Why late** (with the SM budget), **Collectives** "
-                          "and **Residency** pages.", "info")  # fmt: skip
+        if table_ is None:  # imported traces: no grid (the page shows their answer alone)
+            return pn.Spacer(height=0)
         self._pane = pn.Column(self._heatmap(), max_height=900, scroll=True, sizing_mode="stretch_width")
         return self._pane
 
@@ -174,13 +172,23 @@ class OverviewPage(Page):
             t = t.assign(overlap_fraction=pd.to_numeric(t["overlap_fraction"], errors="coerce").map(figures.fmt_pct))
         return StaticTable(t[cols], titles=_CONFIG_TITLES, digits=digits, rows=12)
 
+    @param.depends("store.run_id", "shown")
+    def _answer(self):
+        """The run's findings and breakdown (the store's; drawn when the run changes)."""
+        if (spacer := self.visit("answer", (self.store.run_id,))) is not None:
+            return spacer
+        if self.store.run_id is None:
+            return notice("This dataset has no runs.", "info")
+        return pages_findings.answer(self.store, self.store.run_id)
+
     def __panel__(self):
         try:
             grid = self._configured() is not None
         except Unavailable:
             grid = False
-        if not grid:  # imported traces: the page says why there is no grid; no metric to choose, no cell to click
-            return pn.Column(self._heatmaps, sizing_mode="stretch_width", name="Overview")
+        top = [controls_row(self.run_select("Run")), pn.panel(self._answer)]
+        if not grid:  # imported traces: their answer alone; no metric to choose, no cell to click
+            return pn.Column(*top, sizing_mode="stretch_width", name="Overview")
         header = controls_row(pn.widgets.RadioButtonGroup.from_param(self.param.value, color="primary", variant="outline", align=("start", "end")))
         if len(self.param.workload.objects) > 2:
             header.append(pn.widgets.Select.from_param(self.param.workload, width=140))
@@ -188,7 +196,8 @@ class OverviewPage(Page):
                                      ("speedup", dict, "Export forest plot")))  # fmt: skip
         hint = pn.pane.Markdown("Click a cell to open that configuration on the **Timeline**. The forest plot of the "
                                 "speedup with its 95% CI is an export.", margin=(0, 10))  # fmt: skip
-        return pn.Column(header, hint, self._heatmaps, self._table, sizing_mode="stretch_width", name="Overview")
+        return pn.Column(*top, pn.pane.Markdown("### The configuration grid", margin=(20, 10, 0, 10)), header, hint, self._heatmaps,
+                         self._table, sizing_mode="stretch_width", name="Overview")  # fmt: skip
 
 
 TimelineSelection = hv.streams.Stream.define(
@@ -502,7 +511,8 @@ CompareSelection = hv.streams.Stream.define(
 
 
 class ComparePage(Page):
-    """Two configurations on linked time axes that redraw on zoom, with the metric deltas."""
+    """Two configurations: their breakdowns side by side with the finding that changed most, their timelines on linked
+    time axes that redraw on zoom, and the metric deltas."""
 
     content = param.String(default="hidden", precedence=-1)
 
@@ -687,6 +697,16 @@ class ComparePage(Page):
         return pn.Column(pn.pane.Markdown("#### Metric deltas (B − A)" + left, margin=(10, 10, 0, 10)),
                          StaticTable(shown.loc[~empty].reset_index(drop=True), rows=25, right=["A", "B", "B − A", "95% CI of B − A", "B / A"]))  # fmt: skip
 
+    @param.depends("store.run_a", "store.run_b", "shown")
+    def _breakdowns(self):
+        """The two runs' breakdowns side by side and the finding that changed most (``pages_findings.compared``)."""
+        if (spacer := self.visit("breakdowns", (self.store.run_a, self.store.run_b))) is not None:
+            return spacer
+        a, b = self.store.run_a, self.store.run_b
+        if self.store.n_runs < 2 or a is None or b is None or a == b:
+            return pn.Spacer(height=0)
+        return pages_findings.compared(self.store, a, b)
+
     @param.depends("store.run_a", "store.run_b")
     def _info(self):
         return pn.pane.Markdown(
@@ -701,4 +721,4 @@ class ComparePage(Page):
         if self.store.n_runs >= 2:
             controls.append(export_button(self.store, "compare", lambda: {"runs": [self.store.run_a, self.store.run_b],
                                                                           "window_ms": self.window()}, label="Export comparison"))  # fmt: skip
-        return pn.Column(controls, self._info, self._plot, self._table, sizing_mode="stretch_width", name="Compare")
+        return pn.Column(controls, self._info, self._plot, self._breakdowns, self._table, sizing_mode="stretch_width", name="Compare")

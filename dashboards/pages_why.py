@@ -15,9 +15,11 @@ import param
 from bokeh.models import NumberFormatter
 
 from overlapviz import figures, figures_why
-from overlapviz.analysis import budget, ranks as ranks_analysis
+from overlapviz.analysis import budget, explain as explain_lib
+from overlapviz.analysis.findings import format_ns
 from overlapviz.analysis.residency import ANY_RANK
 from overlapviz.dashboards.common import PLOT_WIDTH, Page, StaticTable, controls_row, export_buttons, notice, static_plot, table, unavailable
+from overlapviz.dashboards import pages_findings
 from overlapviz.dashboards.store import DataStore, Unavailable
 
 _CAUSES = {"all causes": "all", **{figures.CAUSE_LABELS[c]: c for c in
@@ -187,14 +189,30 @@ class WhyPage(Page):
             line = (f"**{n:,} collectives** on {ranks}. The trace has none of their launches (no runtime API records), so how "
                     f"long after its launch each started is unknown; by the cause of their ready → start: {by}.")  # fmt: skip
         else:
-            total = {c: float(summary[f"{c}_us"].sum()) for c in figures_why.WAIT_CAUSES}
+            # every part of start − launch the summary has (launch_call included, which the chart does not draw yet)
+            total = {c: float(summary[f"{c}_us"].sum()) for c in explain_lib.CAUSES if f"{c}_us" in summary}
             worst = max(total, key=total.get)
+            label = figures.CAUSE_LABELS.get(worst, worst.replace("_", " "))
             line = (f"**{n:,} collectives** on {ranks} started {figures.fmt_duration(sum(total.values()))} after their launches in "
-                    f"all; most of it **{figures.CAUSE_LABELS[worst]}** ({figures.fmt_duration(total[worst])}).")  # fmt: skip
+                    f"all; most of it **{label}** ({figures.fmt_duration(total[worst])}).")  # fmt: skip
             if unknown:
                 line += f" The trace has no launch for {unknown:,} of them (not in these sums)."
             panes.append(static_plot(self.store, ("late by cause", run), lambda: figures_why.late_by_cause(summary, width=600)))
         line += " " + _held_off(self.store.explained(), int(summary["n_blocked"].sum()))
+        try:
+            rows = self.store.breakdown()
+        except Unavailable:
+            rows = None
+        if rows is not None and len(rows):  # beside the start delays: the wait inside collectives for the last rank
+            wait = int(rows["peer_wait_ns"].sum())
+            if not rows["peers_known"].astype(bool).any():
+                line += (" **Peer wait** (waiting inside a collective for the rank that started it last) is not known here: "
+                         "no collective was compared across ranks.")  # fmt: skip
+            else:
+                line += (f" Beside these start delays, the ranks waited **{format_ns(wait)}** of exposed time inside "
+                         "collectives for the rank that started them last (**peer wait**, per rank in the chart; the "
+                         "straggler findings on the **Overview** name that rank).")  # fmt: skip
+                panes.append(static_plot(self.store, ("peer wait", run), lambda: pages_findings.peer_wait_chart(rows)))
         if len(blocked):
             panes.append(static_plot(self.store, ("blockers", run), lambda: figures_why.blockers(blocked, width=480)))
         return pn.Column(pn.pane.Markdown(line, margin=(0, 10)), *([pn.Row(*panes)] if panes else []), sizing_mode="stretch_width")
@@ -288,7 +306,8 @@ class WhyPage(Page):
         controls = controls_row(self.run_select(), self._exports)
         intro = pn.pane.Markdown(
             "### Why did the collectives start late?\nEach collective's **start − launch** split by cause "
-            "(`overlapviz explain`: stream order, event dependency, SM resources, launch latency), the computation "
+            "(`overlapviz explain`: stream order, event dependency, SM resources, launch latency), beside it the **peer "
+            "wait** (time inside collectives waiting for the rank that started them last), the computation "
             "kernels that held the SMs, and for one collective the **SM budget**: what one SM had, what the "
             "resident computation held and what one communication block needed.", margin=(0, 10))  # fmt: skip
         filters = pn.Row(pn.widgets.Select.from_param(self.param.cause, width=200), pn.widgets.Select.from_param(self.param.rank, width=120),
@@ -361,13 +380,13 @@ class ResidencyPage(Page):
 
 _INSTANCE_TITLES = {
     "instance": "instance", "collective": "collective", "n_ranks": "ranks", "arrival_skew_us": "arrival skew (µs)",
-    "slowest_rank": "slowest rank", "max_peer_wait_us": "max peer wait (µs)", "time_us": "time (µs)", "busbw_gbps": "bus bw (GB/s)",
+    "slowest_rank": "last ready", "straggler": "straggler (started last)", "max_peer_wait_us": "max peer wait (µs)", "time_us": "time (µs)", "busbw_gbps": "bus bw (GB/s)",
 }  # fmt: skip
 
 
 class CollectivesPage(Page):
-    """Collectives across ranks (instance x rank: arrival and peer wait, skew and the slowest rank, bus bandwidth)
-    and per-rank overlapped vs exposed communication with stragglers."""
+    """Collectives across ranks (instance x rank: arrival and peer wait, skew, the last ready rank and the straggler, bus
+    bandwidth) and per rank where communication time went and how many instances it started last."""
 
     value = param.Selector(default="arrival_us", objects={"arrival after the first rank": "arrival_us", "peer wait": "peer_wait_us"},
                            label="Cells show")  # fmt: skip
@@ -387,14 +406,18 @@ class CollectivesPage(Page):
                           "slowest rank need the traces of two or more ranks of the same job (ingest them as one run: a "
                           "directory of per-rank traces).", "info")  # fmt: skip
         skew = pd.to_numeric(inst["arrival_skew_us"], errors="coerce")
-        slow = inst["slowest_rank"].astype("Int64").value_counts()
+        last = inst["straggler"].astype("Int64").value_counts()
         line = (f"**{len(inst):,} collective instances** over {int(inst['n_ranks'].max())} ranks · median arrival skew "
-                f"{figures.fmt_us(skew.median())} µs, max {figures.fmt_us(skew.max())} µs · most often last ready: **rank "
-                f"{int(slow.index[0])}** ({int(slow.iloc[0]):,} of {len(inst):,})")  # fmt: skip
+                f"{figures.fmt_us(skew.median())} µs, max {figures.fmt_us(skew.max())} µs")  # fmt: skip
+        if len(last):
+            line += (f" · most often the **straggler** (the rank that started an instance last): **rank {int(last.index[0])}** "
+                     f"({int(last.iloc[0]):,} of {len(inst):,})")  # fmt: skip
+        else:
+            line += " · no straggler: the ranks' clocks do not compare (see the Overview's breakdown)"
         if inst["bytes"].isna().all():
             line += " · bus bandwidth needs the message size (record_param_comms' element count, or the run's message_bytes)"
         shown = inst.sort_values("arrival_skew_us", ascending=False, kind="stable")[[c for c in _INSTANCE_TITLES if c in inst]]
-        shown = shown.assign(slowest_rank=figures.int_text(shown["slowest_rank"]))
+        shown = shown.assign(**{c: figures.int_text(shown[c]) for c in ("slowest_rank", "straggler") if c in shown})
         digits = {c: 1 for c in ("arrival_skew_us", "max_peer_wait_us", "time_us", "busbw_gbps") if c in shown}
         return pn.Column(
             pn.pane.Markdown(line, margin=(0, 10)),
@@ -402,7 +425,7 @@ class CollectivesPage(Page):
             pn.pane.Markdown("#### Instances, largest arrival skew first" + (
                 f" (the {_STATIC_ROWS} largest of {len(shown):,}; every instance: `overlapviz explain DATASET --run "
                 f"{shlex.quote(str(self.store.run_id))} --instances`)" if len(shown) > _STATIC_ROWS else ""), margin=(10, 10, 0, 10)),
-            StaticTable(shown.head(_STATIC_ROWS), titles=_INSTANCE_TITLES, digits=digits, right=["slowest_rank"], rows=10),
+            StaticTable(shown.head(_STATIC_ROWS), titles=_INSTANCE_TITLES, digits=digits, right=["slowest_rank", "straggler"], rows=10),
             sizing_mode="stretch_width",
         )  # fmt: skip
 
@@ -423,27 +446,31 @@ class CollectivesPage(Page):
         if (spacer := self.visit("ranks", (self.store.run_id,))) is not None:
             return spacer
         try:
-            metrics = self.store.metrics()
+            metrics, rows, inst = self.store.metrics(), self.store.breakdown(), self.store.instances()
         except Unavailable as exc:
             return unavailable("Per-rank metrics", exc)
-        mine = metrics.loc[metrics["run_id"] == self.store.run_id]
+        run = self.store.run_id
+        mine = metrics.loc[metrics["run_id"] == run]
         if not len(mine):
-            return notice(f"No kernels, so no per-rank metrics, for {self.store.run_id}.", "info")
-        strag = ranks_analysis.straggler_ranks(mine)
-        no_comm = not (pd.to_numeric(mine["comm_us"], errors="coerce").fillna(0) > 0).any()
+            return notice(f"No kernels, so no per-rank metrics, for {run}.", "info")
+        last = inst["straggler"].dropna().astype(int).value_counts() if "straggler" in inst else pd.Series(dtype="int64")
         cols = {"rank": "rank", "comm_us": "comm (µs)", "compute_us": "compute (µs)", "overlap_us": "overlapped (µs)",
                 "exposed_comm_us": "exposed comm (µs)", "overlap_fraction": "overlap", "span_us": "GPU span (µs)",
-                "n_kernels": "kernels", "n_comm_kernels": "comm kernels", "straggler": "straggler"}  # fmt: skip
-        shown = mine.assign(straggler=np.where(strag.to_numpy(), "yes", ""),
+                "n_kernels": "kernels", "n_comm_kernels": "comm kernels", "started_last": "straggler at (instances)"}  # fmt: skip
+        shown = mine.assign(started_last=[int(last.get(int(r), 0)) for r in mine["rank"]],
                             overlap_fraction=pd.to_numeric(mine["overlap_fraction"], errors="coerce").map(figures.fmt_pct))
         shown = shown[[c for c in cols if c in shown]]
         digits = {c: 1 for c in cols if c.endswith("_us") and c in shown}
+        has_comm = len(rows) and int(rows["comm_ns"].sum()) > 0
         return pn.Column(
-            pn.pane.Markdown("#### Per rank: communication overlapped vs exposed, and GPU span", margin=(10, 10, 0, 10)),
-            # two panes: a Layout in one pane lost its size here
-            # (no communication: its chart would be an empty axis; the GPU span alone)
-            pn.Row(*[static_plot(self.store, ("ranks", self.store.run_id, i), lambda i=i: figures.ranks(mine)[i]) for i in
-                     ((1,) if no_comm else (0, 1))]),  # fmt: skip
+            pn.pane.Markdown("#### Per rank: where communication time went, and the collectives each started last\nThe "
+                             "**straggler** of a collective instance is the rank that started it last; the other ranks "
+                             "waited for it (their **peer wait**). A rank that waited is never called a straggler.",
+                             margin=(10, 10, 0, 10)),  # fmt: skip
+            pn.Row(*([static_plot(self.store, ("ranks breakdown", run), lambda: pages_findings.breakdown_chart(
+                         rows, title="Communication per rank", width=PLOT_WIDTH // 2 - 10))] if has_comm else []),
+                   *([static_plot(self.store, ("stragglers", run), lambda: pages_findings.straggler_chart(
+                       shown, width=PLOT_WIDTH // 2 - 10))] if len(last) else [])),
             StaticTable(shown, titles=cols, digits=digits, rows=16) if len(shown) <= _STATIC_ROWS else
             table(shown, titles=cols, page_size=16, remote=True, formatters={c: _money(n) for c, n in digits.items()}),
             sizing_mode="stretch_width",

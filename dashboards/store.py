@@ -24,7 +24,7 @@ import param
 import pyarrow as pa
 
 from overlapviz import figures, schema
-from overlapviz.analysis import budget, explain, metrics, peers, residency, speedup
+from overlapviz.analysis import breakdown, budget, explain, findings, metrics, peers, residency, speedup
 from overlapviz.dashboards.table_cache import TABLE_CACHE_ENV, disk_file as _disk_file, figure_stamp as _figure_stamp
 from overlapviz.dashboards.table_cache import on_disk as _on_disk, private as _private, storable as _storable
 from overlapviz.figures_timeline import RESIDENCY_PENDING, TIMELINE_COLUMNS, TimelineData
@@ -54,8 +54,9 @@ ANALYSES = {
     "compare": _compare,
     "kernel_residency": _residency,
     "explain": _explain,
+    "breakdown": breakdown.breakdown,
 }
-PAUSABLE = ("explain", "kernel_residency")  # analyses that call yield_to_pages between ranks
+PAUSABLE = ("explain", "kernel_residency", "breakdown")  # analyses that call yield_to_pages between ranks
 _NULLABLE = {pa.int32(): pd.Int32Dtype(), pa.int64(): pd.Int64Dtype(), pa.bool_(): pd.BooleanDtype()}
 # `serve --scheduler`: a dashboards.dask_source.DaskSource computes the analyses it has and the timelines on its cluster
 ENGINE: dict = {"dask": None}
@@ -230,6 +231,28 @@ def _derived(path: str, stamp: str, name: str, run_id: str | None = None):
     if run_id is None:
         return _TABLES.get((path, stamp, "derived", name), lambda: _on_disk(path, stamp, f"derived:{name}", compute))
     return _TABLES.get((path, stamp, "derived", name, run_id), lambda: _on_disk(path, stamp, f"derived:{name}:{run_id}", compute))
+
+
+def load_findings(path: str, stamp: str, run_id: str) -> dict:
+    """The run's findings (``findings.findings`` over the run's explain records) and its breakdown summed over ranks
+    (``breakdown.run_totals``: the headline), once per run: ``{"findings": frame, "totals": frame}``."""
+
+    def compute():
+        try:
+            explained = run_analysis(path, stamp, "explain", run_id)
+            tls = list(breakdown.rank_timelines(path, run_ids=[run_id], pause=yield_to_pages))
+            found = findings.findings(path, run_ids=[run_id], device=DEVICE["name"], explained=explained, timelines=tls)
+            return {"findings": found, "totals": breakdown.run_totals(tls)}
+        except ValueError as exc:  # Unavailable included: the reason is the dataset's
+            return Unavailable(str(exc))
+
+    def value():
+        out = _on_disk(path, stamp, f"findings:{run_id}", compute)
+        if isinstance(out, Unavailable):
+            raise out
+        return out
+
+    return _TABLES.get((path, stamp, "findings", run_id), value)
 
 
 def _read_kernels(path: str, run_id: str) -> pd.DataFrame:
@@ -444,6 +467,9 @@ def warm(path: str, stamp: str, run_id: str | None, pair: tuple[str, str] | None
         # (that run alone when the dataset has several), the Compare pair; then every run's tables
         steps = [
             (lambda: load_analysis(path, stamp, "config_table")) if configured else None,
+            # the first page's answer: the run's findings and breakdown
+            ("now", lambda: load_findings(path, stamp, run_id)) if run_id else None,
+            ("now", lambda: run_analysis(path, stamp, "breakdown", run_id)) if run_id else None,
             # its kernels, read at once (Arrow decodes without the GIL): the Timeline a user opens next draws them
             ("now", lambda: load_timeline(path, stamp, run_id, None, why=False)) if run_id else None,
             # then its why, at once and not paused for pages (the next pages wait for it): what pages wait for first
@@ -452,6 +478,8 @@ def warm(path: str, stamp: str, run_id: str | None, pair: tuple[str, str] | None
             *[(lambda n=n: run_analysis(path, stamp, n, run_id)) if run_id else None for n in ("summary", "blockers", "cells")],
             (lambda: load_timeline(path, stamp, pair[1], None)) if two else None,
             (lambda: load_analysis(path, stamp, "compare", *pair)) if two else None,
+            *[(lambda r=r: load_findings(path, stamp, r)) if two else None for r in pair or ()],
+            *[(lambda r=r: run_analysis(path, stamp, "breakdown", r)) if two else None for r in pair or ()],
             lambda: load_analysis(path, stamp, "explain"),
             lambda: load_analysis(path, stamp, "kernel_residency"),
             lambda: _derived(path, stamp, "summary"),
@@ -630,6 +658,19 @@ class DataStore(param.Parameterized):
 
     def _of_run(self, name: str, run_id: str | None) -> pd.DataFrame:
         return run_analysis(self.path, self.stamp, name, self.run_id if run_id is None else run_id)
+
+    def breakdown(self, run_id: str | None = None) -> pd.DataFrame:
+        """``breakdown.breakdown`` rows of the run (per rank: overlapped, exposed and its four parts, int64 ns)."""
+        return self._of_run("breakdown", run_id)
+
+    def findings(self, run_id: str | None = None) -> pd.DataFrame:
+        """``findings.findings`` rows of the run, largest time first."""
+        return load_findings(self.path, self.stamp, self.run_id if run_id is None else run_id)["findings"]
+
+    def headline(self, run_id: str | None = None) -> str:
+        """The run's breakdown in one sentence (``findings.headline``), or "" where the run has no rank with kernels."""
+        totals = load_findings(self.path, self.stamp, self.run_id if run_id is None else run_id)["totals"]
+        return findings.headline(totals.iloc[0]) if len(totals) else ""
 
     def summary(self, run_id: str | None = None) -> pd.DataFrame:
         """``explain.summarize`` rows of the run (per rank: time by cause, peer wait, top blockers)."""

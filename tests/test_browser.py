@@ -794,7 +794,8 @@ def test_a_one_run_imported_dataset_says_why_on_every_page(imported_server, brow
     # 150 empty bars over 5,900 px with no word of why
     driver = browser
     driver.get(imported_server)
-    wait_for(driver, lambda: idle(driver) and "no grid to show" in page_text(driver), timeout=180, what="the dashboard")
+    wait_for(driver, lambda: idle(driver) and "Where each rank's communication time went" in page_text(driver), timeout=180,
+             what="the dashboard")  # an imported trace opens on its answer
     assert "Export heatmap" not in page_text(driver)  # nothing to export: no button that can only fail
     # nor a metric to choose or a cell to click
     assert "Click a cell" not in page_text(driver) and "TimeRatio" not in page_text(driver), page_text(driver)[:600]
@@ -839,7 +840,8 @@ def test_a_rasterized_zoom_draws_the_window_as_a_full_redraw_would(imported_serv
     # image, the same pixels a frame drawn for that window has
     driver = browser
     driver.get(imported_server)
-    wait_for(driver, lambda: idle(driver) and "no grid to show" in page_text(driver), timeout=180, what="the dashboard")
+    wait_for(driver, lambda: idle(driver) and "Where each rank's communication time went" in page_text(driver), timeout=180,
+             what="the dashboard")  # an imported trace opens on its answer
     open_page(driver, "Timeline")
     set_model(driver, "Spinner", "value", 1000, where="Glyphs up to (kernels in view)")
     wait_for(driver, lambda: "rasterized" in plot_state(driver, "Timeline of")["title"] and idle(driver), what="the run rasterized")
