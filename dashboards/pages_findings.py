@@ -12,7 +12,7 @@ import pandas as pd
 import panel as pn
 
 from overlapviz import figures
-from overlapviz.analysis.findings import format_ns
+from overlapviz.analysis.findings import changes_by_kind, format_ns
 from overlapviz.dashboards.common import StaticTable, notice, static_plot, unavailable
 from overlapviz.dashboards.store import DataStore, Unavailable
 
@@ -199,15 +199,10 @@ def answer(store: DataStore, run_id: str) -> pn.Column:
 
 
 def changed(found_a: pd.DataFrame, found_b: pd.DataFrame) -> pd.DataFrame:
-    """The findings of two runs matched by kind: ``kind, a_ns, b_ns, change_ns`` (B − A), the largest change first.
-
-    A presentation of the two tables the store keeps (time per kind summed), not a metric."""
-    a = found_a.groupby("kind")["time_ns"].sum() if len(found_a) else pd.Series(dtype="int64")
-    b = found_b.groupby("kind")["time_ns"].sum() if len(found_b) else pd.Series(dtype="int64")
-    both = pd.DataFrame({"a_ns": a, "b_ns": b}).fillna(0).astype(np.int64)
-    both["change_ns"] = both["b_ns"] - both["a_ns"]
-    both = both.assign(_abs=both["change_ns"].abs()).sort_values(["_abs"], ascending=False, kind="stable")
-    return both.drop(columns="_abs").rename_axis("kind").reset_index()
+    """The findings of two runs matched by kind: ``kind, a_ns, b_ns, change_ns`` (B − A), the largest change first
+    (``findings.changes_by_kind``: the analysis layer's one computation of it)."""
+    both = pd.concat([found_a.assign(run_id="A"), found_b.assign(run_id="B")], ignore_index=True)
+    return changes_by_kind(both, "A", "B").rename(columns={"delta_ns": "change_ns"})
 
 
 def compared(store: DataStore, run_a: str, run_b: str) -> pn.Column:

@@ -31,12 +31,13 @@ from overlapviz.analysis import breakdown as bd
 from overlapviz.analysis import clocks, intervals
 from overlapviz.analysis import explain as explain_lib
 
-__all__ = ["KINDS", "COLUMNS", "findings", "format_ns", "headline"]
+__all__ = ["KINDS", "COLUMNS", "findings", "format_ns", "headline", "compare_runs", "changes_by_kind"]
 
 KINDS = ("straggler", "dependent", "host_idle", "sm_resources", "stream_order", "dependency", "launch_latency", "unknown",
          "launch_call", "exposed_other")  # fmt: skip
 COLUMNS = ["run_id", "kind", "time_ns", "ranks", "evidence", "action", "text", "share", "waiting_ranks"]
 _LIST = 5  # evidence items kept per finding
+_EXPOSED_KINDS = ("straggler", "dependent", "host_idle", "stream_order", "exposed_other")  # findings of exposed time
 
 
 def format_ns(ns: int | float) -> str:
@@ -114,8 +115,8 @@ def findings(dataset_path: str | os.PathLike, *, run_ids=None, device: str | Non
         found += _exposed_other(run_id, tls)
         ex = explained.loc[explained["run_id"] == run_id] if len(explained) else explained
         found += _start_delays(dataset_path, run_id, ex, runs, device, {t.rank: t for t in tls})
-        for f in found:
-            f["share"] = f["time_ns"] / exposed_total if exposed_total else None
+        for f in found:  # a share of the exposed time: start delays are waits, not exposed time
+            f["share"] = f["time_ns"] / exposed_total if exposed_total and f["kind"] in _EXPOSED_KINDS else None
             if f["kind"] in _CAUSE_TEXT or f["kind"] == "sm_resources":
                 if exposed_total * 20 < f["time_ns"]:  # the late starts cost (almost) no exposed time
                     f["text"] += (f" Overlap hid it: {format_ns(exposed_total)} of the run's communication was exposed.")
@@ -605,16 +606,24 @@ def compare_runs(dataset_path: str | os.PathLike, run_a: str, run_b: str, *, dev
         a = int(tot.loc[run_a, col]) if run_a in tot.index else 0
         b = int(tot.loc[run_b, col]) if run_b in tot.index else 0
         rows.append({"section": "breakdown", "item": col, "a_ns": a, "b_ns": b, "delta_ns": b - a})
-    per = found.groupby(["run_id", "kind"])["time_ns"].sum() if len(found) else pd.Series(dtype="int64")
-    kinds = [k for k in KINDS if (run_a, k) in per.index or (run_b, k) in per.index]
-    for k in kinds:
-        a, b = int(per.get((run_a, k), 0)), int(per.get((run_b, k), 0))
-        rows.append({"section": "finding", "item": k, "a_ns": a, "b_ns": b, "delta_ns": b - a})
+    for r in changes_by_kind(found, run_a, run_b).to_dict("records"):
+        rows.append({"section": "finding", "item": r["kind"], "a_ns": r["a_ns"], "b_ns": r["b_ns"], "delta_ns": r["delta_ns"]})
     out = pd.DataFrame(rows, columns=["section", "item", "a_ns", "b_ns", "delta_ns"])
     out = out.assign(_o=out["section"].map({"breakdown": 0, "finding": 1}), _d=-out["delta_ns"].abs())
     fixed = out["item"].isin(["comm_ns", "overlapped_ns", "exposed_ns"])
     out = pd.concat([out.loc[fixed], out.loc[~fixed].sort_values(["_o", "_d"], kind="stable")]).drop(columns=["_o", "_d"])
     return out.reset_index(drop=True), _why(out, found, run_a, run_b)
+
+
+def changes_by_kind(found: pd.DataFrame, run_a: str, run_b: str) -> pd.DataFrame:
+    """The time of each kind of finding in two runs: ``kind, a_ns, b_ns, delta_ns`` (B − A, int64 ns),
+    the largest change first (kinds in :data:`KINDS` order on ties)."""
+    per = found.groupby(["run_id", "kind"])["time_ns"].sum() if len(found) else pd.Series(dtype="int64")
+    rows = [{"kind": k, "a_ns": int(per.get((run_a, k), 0)), "b_ns": int(per.get((run_b, k), 0))}
+            for k in KINDS if (run_a, k) in per.index or (run_b, k) in per.index]  # fmt: skip
+    out = pd.DataFrame(rows, columns=["kind", "a_ns", "b_ns"]).astype({"a_ns": "int64", "b_ns": "int64"})
+    out["delta_ns"] = out["b_ns"] - out["a_ns"]
+    return out.iloc[np.argsort(-out["delta_ns"].abs().to_numpy(), kind="stable")].reset_index(drop=True)
 
 
 def _why(table: pd.DataFrame, found: pd.DataFrame, run_a: str, run_b: str) -> str:
