@@ -1,22 +1,22 @@
 """Paper-ready figure export to PNG, SVG, PDF and self-contained HTML, fully offline.
 
-PNG and SVG are rendered by Bokeh's own export in Debian's headless chromium (driven by
-Selenium through the system chromedriver; no browser is ever downloaded). SVG is true vector
-output: every plot is switched to Bokeh's SVG backend before export. PDF is that SVG converted
-by cairosvg, so SVG and PDF are the same drawing; cairosvg was chosen over svglib+reportlab
-because it needs only small pure-Python packages over the system cairo (which chromium
-already depends on) and follows SVG transforms, clipping and text closely. HTML embeds
-BokehJS inline, so the file opens with no network.
+PNG, SVG and PDF come from one drawing of the figure in Debian's headless chromium (``overlapviz.browser``): BokehJS
+lays the figure out once with its canvas text measures, then paints that layout to pixels (a screenshot at the
+asked resolution) and to SVG (each panel's ``PlotView.export("svg")``, placed as in the layout). PDF is that SVG
+converted by cairosvg, so SVG and PDF are the same drawing as the PNG. HTML embeds BokehJS inline, so the file opens
+with no network.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import re
 import shutil
 import threading
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
 
@@ -24,66 +24,14 @@ import holoviews as hv
 import pandas as pd
 
 from overlapviz import figures, figures_timeline, figures_why, schema
+from overlapviz.catalog import FIGURES, FORMATS
 from overlapviz.analysis import budget, explain, peers
 from overlapviz.analysis.metrics import analyze
 from overlapviz.analysis.ranks import metric_deltas
 from overlapviz.analysis.residency import by_rank, kernel_residency
 from overlapviz.analysis.speedup import compare as compare_runs, config_table
-
-FIGURES = ("timeline", "heatmap", "speedup", "compare", "residency", "ranks", "why", "budget", "collectives")
-FORMATS = ("png", "svg", "pdf", "html")
-CHROMIUM_CANDIDATES = ("/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome")
-CHROMEDRIVER_CANDIDATES = ("/usr/bin/chromedriver",)
-
-
-def find_chromium() -> tuple[str, str] | None:
-    """Paths of the system chromium and chromedriver (``OVERLAPVIZ_CHROMIUM`` / ``OVERLAPVIZ_CHROMEDRIVER``
-    override), or None when either is missing."""
-    browser = os.environ.get("OVERLAPVIZ_CHROMIUM") or next((p for p in CHROMIUM_CANDIDATES if os.path.exists(p)), None)
-    driver = os.environ.get("OVERLAPVIZ_CHROMEDRIVER") or next(
-        (p for p in CHROMEDRIVER_CANDIDATES if os.path.exists(p)), shutil.which("chromedriver")
-    )
-    if not browser or not driver:
-        return None
-    return browser, driver
-
-
-def chromium_options(browser: str, *, width: int = 1400, height: int = 1000):
-    from selenium import webdriver
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = browser
-    for arg in ("--headless=new", "--disable-gpu", "--hide-scrollbars", "--disable-dev-shm-usage",
-                "--disable-extensions", "--no-first-run", "--force-device-scale-factor=1",
-                f"--window-size={width},{height}"):  # fmt: skip
-        options.add_argument(arg)
-    if hasattr(os, "geteuid") and os.geteuid() == 0:
-        options.add_argument("--no-sandbox")  # chromium refuses to run as root with its sandbox
-    return options
-
-
-@contextmanager
-def chromium(**kwargs) -> Iterator:
-    """A headless Selenium driver on the system chromium, quit on exit.
-
-    Raises
-    ------
-    ValueError
-        If chromium or chromedriver is not installed (``apt-get install chromium chromium-driver``).
-    """
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    found = find_chromium()
-    if found is None:
-        raise ValueError("PNG/SVG/PDF export needs chromium and chromedriver (Debian: apt-get install chromium chromium-driver)")
-    browser, driver_path = found
-    driver = webdriver.Chrome(service=Service(executable_path=driver_path), options=chromium_options(browser, **kwargs))
-    try:
-        yield driver
-    finally:
-        _PNG_USES.pop(id(driver), None)
-        driver.quit()
+from overlapviz.browser import CHROMEDRIVER_CANDIDATES, CHROMIUM_CANDIDATES, chromium, chromium_options, find_chromium  # noqa: F401
+from overlapviz.browser import shared_chromium as _shared_chromium
 
 
 @contextmanager
@@ -107,47 +55,38 @@ def _offline_layout_html() -> Iterator:
 
 
 _EXPORT_LOCK = threading.RLock()
-_SHARED: dict = {}
-_SHARED_LOCK = threading.Lock()
 
 
-@contextmanager
-def _shared_chromium() -> Iterator:
-    """The process's one headless chromium (started on first use, quit at exit), one export at a time."""
-    with _SHARED_LOCK:
-        driver = _SHARED.get("driver")
-        if driver is not None:
-            try:
-                driver.execute_script("return 1")
-            except Exception:  # noqa: BLE001  (a dead browser is replaced)
-                driver = None
-        if driver is None:
-            cm = chromium()
-            driver = cm.__enter__()
-            _SHARED.update(driver=driver, cm=cm)
-            atexit.register(_quit_shared)
-        yield driver
+@dataclass(frozen=True)
+class Look:
+    """How a static figure (PNG, SVG, PDF) is laid out.
+
+    Attributes
+    ----------
+    width, height
+        The whole figure in CSS pixels (96 to the inch; ``catalog.parse_length``); None keeps the builder's size. A
+        figure of several panels is scaled panel by panel. With a width and a font size but no height, the height is
+        scaled by ``font_pt / 10``: the rows keep the room their text needs.
+    font_pt
+        The axis labels', legends' and cell labels' size in points (ticks one point less, the title one more); None
+        keeps the builder's fonts.
+    dpi
+        PNG resolution: the figure is laid out at 96 px per inch and drawn at ``dpi / 96`` device pixels per CSS pixel,
+        so a 3.5 in wide figure is 1050 px wide at 300 dpi with the same layout. SVG and PDF are vector (PDF at
+        0.75 pt per CSS pixel: 3.5 in stays 3.5 in).
+    title
+        Keep the panels' titles (a paper usually says it in the caption).
+    """
+
+    width: int | None = None
+    height: int | None = None
+    font_pt: float | None = None
+    dpi: int = 96
+    title: bool = True
 
 
-def _quit_shared() -> None:
-    cm = _SHARED.pop("cm", None)
-    _SHARED.pop("driver", None)
-    if cm is not None:
-        try:
-            cm.__exit__(None, None, None)
-        except Exception:  # noqa: BLE001  (at exit: nothing left to report to)
-            pass
-
-
-def _legends_to_the_right(plot) -> None:
-    """Move a legend laid out above the plot to its right: BokehJS's SVG backend measures a legend above the
-    frame far too tall and pushes the frame out of the picture (Bokeh 3.9); at the right it lays out as on canvas."""
-    from bokeh.models import Legend
-
-    for legend in [r for r in plot.above if isinstance(r, Legend)]:
-        plot.above.remove(legend)
-        legend.orientation, legend.ncols = "vertical", 1
-        plot.add_layout(legend, "right")
+# hints that only make sense in a browser, taken out of titles of static files
+_BROWSER_HINTS = (re.compile(r"; wheel: zoom instances"), re.compile(r": zoom in for single kernels, their waits and arrows"))
 
 
 def _bokeh_model(obj, *, toolbar: bool):
@@ -162,8 +101,84 @@ def _bokeh_model(obj, *, toolbar: bool):
     return model
 
 
-def export_figure(obj, out: str | os.PathLike, fmt: str | None = None, *, title: str = "overlapviz", reuse_browser: bool = False) -> Path:
+def _plots(model) -> list:
+    from bokeh.models import Plot
+
+    return list(model.select({"type": Plot}))
+
+
+def _static_model(obj, look: Look):
+    """The Bokeh model of a static export: no toolbar, canvas backend, no browser hints in titles, ``look`` applied."""
+    from bokeh.models import DataTable, Div, Column, GridPlot
+
+    model = _bokeh_model(obj, toolbar=False)
+    for grid in model.select({"type": GridPlot}):  # a table (compare's deltas) cannot be drawn as vector: HTML only
+        grid.children = [c for c in grid.children if not isinstance(c[0], (Column, DataTable, Div))]
+    plots = _plots(model)
+    for plot in plots:
+        plot.output_backend = "canvas"  # headless chromium has no GPU: WebGL would fall back to software
+        if plot.title is not None:
+            text = plot.title.text or ""
+            for hint in _BROWSER_HINTS:
+                text = hint.sub("", text)
+            plot.title.text = text if look.title else ""
+    _resize(model, plots, look)
+    if look.font_pt:
+        _fonts(plots, look.font_pt)
+    return model
+
+
+def _resize(model, plots: list, look: Look) -> None:
+    """Scale the panels so that the whole figure is ``look.width`` x ``look.height`` CSS px (each unset: unchanged)."""
+    from bokeh.models import GridPlot
+
+    if not plots or (look.width is None and look.height is None):
+        return
+    grids = list(model.select({"type": GridPlot}))
+    if grids:  # rows and columns of the (one) grid: the figure's size is the widest row by the tallest column
+        cells = [(c[0], c[1], c[2]) for c in grids[0].children]
+        rows = {r for _, r, _ in cells}
+        cols = {c for _, _, c in cells}
+        total_w = max(sum(p.width for p, r, _ in cells if r == row) for row in rows)
+        total_h = max(sum(p.height for p, _, c in cells if c == col) for col in cols)
+    else:
+        total_w, total_h = plots[0].width, plots[0].height
+    fx = 1.0 if look.width is None else look.width / total_w
+    # no height given: a narrower figure keeps the rows its text needs (their height goes with the font, ~10 pt before)
+    fy = look.height / total_h if look.height is not None else (look.font_pt / 10.0 if look.font_pt and look.width else 1.0)
+    for plot in plots:
+        plot.width, plot.height = max(60, round(plot.width * fx)), max(60, round(plot.height * fy))
+
+
+def _fonts(plots: list, size_pt: float) -> None:
+    """Every text of the panels in ``size_pt`` points: labels and legends at it, ticks one point less, titles one more."""
+    from bokeh.models import ColorBar, GlyphRenderer, Legend, Text
+
+    pt = lambda v: f"{v:g}pt"  # noqa: E731
+    for plot in plots:
+        if plot.title is not None:
+            plot.title.text_font_size = pt(size_pt + 1)
+        for axis in [*plot.xaxis, *plot.yaxis]:
+            axis.axis_label_text_font_size, axis.major_label_text_font_size = pt(size_pt), pt(size_pt - 1)
+            axis.axis_label_standoff = 4
+        for legend in plot.select({"type": Legend}):
+            legend.label_text_font_size, legend.title_text_font_size = pt(size_pt - 1), pt(size_pt - 1)
+            legend.glyph_height = legend.glyph_width = legend.label_height = round(size_pt * 1.6)
+            legend.padding, legend.spacing, legend.margin = 3, 1, 4
+        for bar in plot.select({"type": ColorBar}):
+            bar.major_label_text_font_size, bar.title_text_font_size = pt(size_pt - 1), pt(size_pt - 1)
+        for r in plot.select({"type": GlyphRenderer}):
+            if isinstance(r.glyph, Text):
+                r.glyph.text_font_size = pt(size_pt - 1)
+
+
+def export_figure(obj, out: str | os.PathLike, fmt: str | None = None, *, title: str = "overlapviz", reuse_browser: bool = False,
+                  look: Look | None = None, driver=None) -> Path:  # fmt: skip
     """Write a HoloViews figure to ``out`` as PNG, SVG, PDF or self-contained HTML.
+
+    PNG, SVG and PDF come from one drawing in the browser: the figure is laid out once (as on screen) and that layout
+    is painted to pixels (PNG) and to vector paths and text (SVG; PDF is that SVG converted by cairosvg), so every
+    static format has the plot frames, axes, labels and legends at the same places.
 
     Parameters
     ----------
@@ -175,6 +190,10 @@ def export_figure(obj, out: str | os.PathLike, fmt: str | None = None, *, title:
     reuse_browser
         Keep one headless chromium for every export of this process (the dashboard's: saves its
         start, about a second); otherwise each export starts and quits its own.
+    look
+        Size, fonts, resolution and titles of a static format (``Look``); the builder's when None.
+    driver
+        A started browser (``chromium()``) to draw in: ``export --all`` draws every figure in one.
 
     Raises
     ------
@@ -194,33 +213,30 @@ def export_figure(obj, out: str | os.PathLike, fmt: str | None = None, *, title:
         html = file_html(_bokeh_model(obj, toolbar=True), resources=INLINE, title=title)
         out.write_text(_drop_external_scripts(html), encoding="utf-8")
         return out
-    from bokeh.io.export import get_svgs
-    from bokeh.models import Plot
-
-    model = _bokeh_model(obj, toolbar=False)
-    for item in model.select({"type": Plot}):
-        item.output_backend = "canvas"  # headless chromium has no GPU: WebGL would fall back to software
-    with (_shared_chromium() if reuse_browser else chromium()) as driver, _offline_layout_html():
-        if fmt == "png":
-            _png(model, out, driver)
-            return out
-        for item in model.select({"type": Plot}):
-            item.output_backend = "svg"
-            _legends_to_the_right(item)
-        svgs = get_svgs(model, driver=driver, timeout=30)
-    if not svgs:
-        raise ValueError(f"{out}: the browser produced no SVG")
-    svg = svgs[0]
-    if fmt == "svg":
-        out.write_text(svg, encoding="utf-8")
+    look = look or Look()
+    model = _static_model(obj, look)
+    if driver is not None:
+        data = draw_static(model, driver, (fmt,), dpi=look.dpi)
     else:
-        import cairosvg
-
-        cairosvg.svg2pdf(bytestring=svg.encode("utf-8"), write_to=str(out))
+        with (_shared_chromium() if reuse_browser else chromium()) as d:
+            data = draw_static(model, d, (fmt,), dpi=look.dpi)
+    write_static(data, fmt, out, dpi=look.dpi)
     return out
 
 
-# the page PNG exports are drawn in: every BokehJS bundle inline (nothing is requested), the body laid out as in
+def write_static(data: dict, fmt: str, out: Path, *, dpi: int = 96) -> None:
+    """Write ``draw_static``'s ``fmt`` to ``out`` (PDF: its SVG through cairosvg, 0.75 pt per CSS pixel)."""
+    if fmt == "png":
+        out.write_bytes(data["png"])
+    elif fmt == "svg":
+        out.write_text(data["svg"], encoding="utf-8")
+    else:
+        import cairosvg
+
+        cairosvg.svg2pdf(bytestring=data["svg"].encode("utf-8"), write_to=str(out))
+
+
+# the page figures are drawn in: every BokehJS bundle inline (nothing is requested), the body laid out as in
 # Bokeh's own export page (bokeh.io.export.get_layout_html), and one element the figure is drawn into
 _PNG_PAGE = """<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>overlapviz export</title>
 <style>html, body { box-sizing: border-box; width: 100%; height: 100%; margin: 0; border: 0; padding: 0; overflow: hidden; }</style>
@@ -242,20 +258,102 @@ _SIZE_JS = """const r = Bokeh.index.roots[0].el.getBoundingClientRect();
 return [Math.round(r.width), Math.round(r.height), window.devicePixelRatio,
         Math.max(0, window.outerWidth - window.innerWidth), Math.max(0, window.outerHeight - window.innerHeight)];"""
 
+# each panel of the drawn figure: where it is (CSS px from the figure's corner), its plot frame, and (svg=true) the
+# panel painted again with the same layout into BokehJS's SVG context (PlotView.export("svg")). Setting the plots'
+# output_backend to "svg" instead lays them out with the SVG context's text measures: Bokeh 3.9 then drew the why
+# figure's frame 43 px wide in a 600 px canvas and the ticks over each other (issue 33)
+_PANELS_JS = """
+const want_svg = arguments[0];
+const {LayoutDOMView} = Bokeh.require("models/layouts/layout_dom");
+const {PlotView} = Bokeh.require("models/plots/plot");
+const root = Bokeh.index.roots[0];
+const r0 = root.el.getBoundingClientRect();
+const panels = [];
+function walk(view) {
+  if (view instanceof PlotView) {
+    const r = view.el.getBoundingClientRect();
+    const f = view.frame.bbox;
+    panels.push({x: r.left - r0.left, y: r.top - r0.top, width: r.width, height: r.height,
+                 frame: [f.left, f.top, f.width, f.height],
+                 svg: want_svg ? view.export("svg").ctx.get_serialized_svg(true) : null});
+  }
+  if (view instanceof LayoutDOMView) for (const child of view.child_views) walk(child);
+}
+walk(root);
+return {width: Math.round(r0.width), height: Math.round(r0.height), panels};
+"""
 
-def _png(model, out: Path, driver) -> None:
-    """``model`` as a PNG, drawn as Bokeh's ``export_png`` draws it (window maximized, the figure laid out, the window set
-    to its size, the screenshot cropped to it) but in a page that keeps BokehJS loaded: each export sends only the
-    figure's JSON. Loading Bokeh's 2 MB export page was 0.7-1.1 s of each export (the samples' compare: 2.0 → 0.7 s
-    for the browser's part). The page is loaded again after ``_PNG_PAGE_USES`` figures."""
-    import io
+
+def draw_static(model, driver, formats: Sequence[str], *, dpi: int = 96) -> dict:
+    """Draw ``model`` once in ``driver``'s page and return what ``formats`` need from that one layout.
+
+    Returns
+    -------
+    dict with ``width``, ``height`` (CSS px), ``panels`` (each panel's position and plot frame, CSS px), and ``png``
+    (bytes, at ``dpi``) and/or ``svg`` (text: the panels' SVGs placed as in the layout) as asked.
+    """
+    import base64
     import json
 
     from bokeh.embed import json_item
     from bokeh.io.state import curstate
-    from PIL import Image
 
     item = json.dumps(json_item(model, theme=curstate().document.theme))  # the theme Bokeh's export page applies
+    with _offline_layout_html():
+        _load_page(driver)
+        scale = max(0.25, dpi / 96.0)
+        driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {"width": 1400, "height": 1000, "deviceScaleFactor": scale,
+                                                                      "mobile": False})  # fmt: skip
+        try:
+            driver.set_script_timeout(30)
+            error = driver.execute_async_script(_DRAW_JS, item)
+            if error:
+                raise ValueError(f"the browser could not draw the figure ({error})")
+            layout = driver.execute_script(_PANELS_JS, any(f in ("svg", "pdf") for f in formats))
+            out = {"width": layout["width"], "height": layout["height"], "panels": layout["panels"]}
+            if "png" in formats:
+                shot = driver.execute_cdp_cmd("Page.captureScreenshot", {
+                    "format": "png", "captureBeyondViewport": True,
+                    "clip": {"x": 0, "y": 0, "width": layout["width"], "height": layout["height"], "scale": 1}})  # fmt: skip
+                out["png"] = _png_with_dpi(base64.b64decode(shot["data"]), dpi)
+        finally:
+            driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+    if any(f in ("svg", "pdf") for f in formats):
+        out["svg"] = _compose_svg(layout)
+    return out
+
+
+def _png_with_dpi(data: bytes, dpi: int) -> bytes:
+    """The PNG with its resolution recorded (a word processor then places it at its size in inches)."""
+    import io
+
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.open(io.BytesIO(data)).convert("RGBA").save(buf, format="PNG", dpi=(dpi, dpi))
+    return buf.getvalue()
+
+
+_SVG_ROOT = re.compile(r"<svg\b")
+# BokehJS paints each text a second time as an outline with stroke-opacity 0 (its text_outline_color, unset): nothing
+# shows, but a PDF reader's search and copy found every label twice
+_HIDDEN_TEXT = re.compile(r'<text fill="none"[^>]*\bstroke-opacity="0"[^>]*>[^<]*</text>')
+
+
+def _compose_svg(layout: dict) -> str:
+    """One SVG of the figure: a white page of its size with each panel's SVG placed where the layout put it."""
+    w, h = layout["width"], layout["height"]
+    parts = [f'<svg version="1.1" xmlns="http://www.w3.org/2000/svg" xmlns:xlink="http://www.w3.org/1999/xlink" width="{w}" '
+             f'height="{h}" viewBox="0 0 {w} {h}">', f'<rect x="0" y="0" width="{w}" height="{h}" fill="#ffffff"/>']  # fmt: skip
+    for p in layout["panels"]:
+        parts.append(_SVG_ROOT.sub(f'<svg x="{p["x"]:g}" y="{p["y"]:g}"', _HIDDEN_TEXT.sub("", p["svg"]), count=1))
+    parts.append("</svg>")
+    return "\n".join(parts)
+
+
+def _load_page(driver) -> None:
+    """Load the export page (BokehJS inline) unless this driver has it loaded and has drawn fewer than ``_PNG_PAGE_USES``
+    figures in it: each figure then sends only its JSON (loading Bokeh's 2 MB page was 0.7-1.1 s of each export)."""
     uses = _PNG_USES.get(id(driver), 0)
     if uses == 0 or uses >= _PNG_PAGE_USES or not driver.execute_script("return !!window.Bokeh && !!document.getElementById('overlapviz-export')"):
         from bokeh.resources import INLINE
@@ -269,16 +367,13 @@ def _png(model, out: Path, driver) -> None:
         driver.get(page.as_uri())
         uses = 0
     _PNG_USES[id(driver)] = uses + 1
-    driver.maximize_window()  # (the last export set the window to its figure's size)
-    driver.set_script_timeout(30)
-    error = driver.execute_async_script(_DRAW_JS, item)
-    if error:
-        raise ValueError(f"{out}: the browser could not draw the figure ({error})")
-    width, height, dpr, extra_w, extra_h = driver.execute_script(_SIZE_JS)
-    eps = 100  # as Bokeh: a window manager may not set the size exactly; the screenshot is cropped to the figure
-    driver.set_window_size(round(extra_w + width * dpr) + eps, round(extra_h + height * dpr) + eps)
-    png = Image.open(io.BytesIO(driver.get_screenshot_as_png())).convert("RGBA").crop((0, 0, width * dpr, height * dpr))
-    png.save(out)
+
+
+def _png(model, out: Path, driver) -> None:
+    """``model`` as a PNG at 96 dpi, drawn as ``export_figure`` draws it (kept for the test against Bokeh's own ``export_png``)."""
+    for plot in _plots(model):
+        plot.output_backend = "canvas"
+    Path(out).write_bytes(draw_static(model, driver, ("png",))["png"])
 
 
 _PNG_USES: dict = {}  # id(driver) -> figures drawn in its current load of the export page
@@ -380,6 +475,20 @@ class DatasetSource:
 
     def instance_cells(self, run_id: str):
         return budget.instance_ranks(self.explained(run_id), self.instances(run_id))
+
+    def breakdown(self, run_id: str):
+        try:
+            from overlapviz.analysis.breakdown import breakdown
+        except ImportError:
+            raise ValueError(f"{self.path}: the breakdown figure needs overlapviz.analysis.breakdown, not in this version") from None
+        return self._once(("breakdown", run_id), lambda: breakdown(self.path, run_ids=[run_id]))
+
+    def findings(self, run_id: str):
+        try:
+            from overlapviz.analysis.findings import findings
+        except ImportError:
+            return None  # the figure goes without its subtitle
+        return self._once(("findings", run_id), lambda: findings(self.path, run_ids=[run_id], device=self.device))
 
     def budget(self, record: dict, what_if: dict | None = None):
         return budget.kernel_budget(self.path, record, what_if=what_if, device=self.device)
@@ -502,6 +611,8 @@ def build_figure(
             why = "; ".join(map(str, table["residency_note"].dropna().unique()[:2])) if len(table) else "no launch shapes"
             raise ValueError(f"{dataset}: run {run_id!r} has no kernel residency ({why or 'device limits unknown'})")
         return figures.residency(table, width=width)
+    if figure == "breakdown":
+        return figures.breakdown(src.breakdown(run_id), src.findings(run_id), width=width)
     if figure == "ranks":
         m = src.metrics()
         m = m.loc[m["run_id"] == run_id]
@@ -529,11 +640,107 @@ def build_figure(
 
 
 def export_dataset_figure(dataset: str | os.PathLike, figure: str, out: str | os.PathLike, fmt: str | None = None, *,
-                          reuse_browser: bool = False, **selection) -> Path:  # fmt: skip
+                          reuse_browser: bool = False, look: Look | None = None, **selection) -> Path:  # fmt: skip
     """``build_figure(dataset, figure, **selection)`` written by ``export_figure`` (the CLI's and the dashboard's export)."""
     obj = build_figure(dataset, figure, **selection)
-    return export_figure(obj, out, fmt, title=f"overlapviz {figure} · {Path(dataset).name}", reuse_browser=reuse_browser)
+    return export_figure(obj, out, fmt, title=f"overlapviz {figure} · {Path(dataset).name}", reuse_browser=reuse_browser, look=look)
 
 
-__all__ = ["DatasetSource", "FIGURES", "FORMATS", "build_figure", "chromium", "export_dataset_figure", "export_figure",
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def file_stem(figure: str, run_ids: Sequence[str] = ()) -> str:
+    """The file name (no suffix) ``export --all`` gives a figure: ``heatmap``, ``timeline-<run>``, ``compare-<a>-vs-<b>``;
+    characters other than letters, digits, ``.``, ``_`` and ``-`` in a run id become ``_``."""
+    return "-".join([figure, "-vs-".join(_UNSAFE.sub("_", r).strip("_") or "run" for r in run_ids)]) if run_ids else figure
+
+
+def all_figures(dataset: str | os.PathLike, runs: Sequence[str] | None = None, source=None) -> list[tuple[str, list[str]]]:
+    """(figure, run ids) of every figure ``export --all`` tries: each dataset-wide figure once, each per-run figure for
+    every run that did not fail (or ``runs``), compare for the pair when ``runs`` names exactly two."""
+    from overlapviz.catalog import FIGURES as registry
+
+    src = source or DatasetSource(str(dataset))
+    table = src.runs()
+    run_ids = list(runs) if runs else table.loc[table["status"].fillna("ok") != "failed", "run_id"].tolist()
+    jobs: list[tuple[str, list[str]]] = []
+    for f in registry.values():
+        if f.scope == "dataset":
+            jobs.append((f.name, []))
+        elif f.scope == "pair":
+            if runs and len(runs) == 2:
+                jobs.append((f.name, list(runs)))
+        else:
+            jobs += [(f.name, [r]) for r in run_ids]
+    return jobs
+
+
+def export_all(dataset: str | os.PathLike, folder: str | os.PathLike, fmt: str = "png", *, runs: Sequence[str] | None = None,
+               look: Look | None = None, device: str | None = None, **selection) -> list[Path]:  # fmt: skip
+    """Every figure that applies to ``dataset`` (``all_figures``) as ``fmt`` into ``folder`` (created), named by
+    ``file_stem``, with an ``index.html`` linking them and saying why each other figure was not drawn.
+
+    Every static figure is drawn in one browser. A figure that does not apply (a run without collectives has no why
+    figure; imported traces have no heatmap) is listed in the index with the reason, not written.
+
+    Returns
+    -------
+    The files written, index.html last (none when no figure applies).
+
+    Raises
+    ------
+    ValueError
+        The dataset is unreadable, ``folder`` is a file, or no figure applies.
+    """
+    import html as html_mod
+
+    dataset = str(dataset)
+    schema.read_metadata(dataset)
+    folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise ValueError(f"{folder}: is a file; --all writes into a folder")
+    folder.mkdir(parents=True, exist_ok=True)
+    src = DatasetSource(dataset, device)
+    if runs:
+        _pick_runs(src, dataset, runs, len(set(runs)))  # an unknown run: one line, before anything is drawn
+    look = look or Look()
+    written, skipped = [], []
+    with contextlib.ExitStack() as stack:
+        driver = stack.enter_context(_shared_chromium()) if fmt != "html" else None
+        for figure, run_ids in all_figures(dataset, runs, src):
+            out = folder / f"{file_stem(figure, run_ids)}.{fmt}"
+            try:
+                obj = build_figure(dataset, figure, runs=run_ids or runs, source=src, device=device, **selection)
+                export_figure(obj, out, fmt, title=f"overlapviz {figure} · {Path(dataset).name}", look=look, driver=driver)
+            except ValueError as exc:
+                skipped.append((figure, run_ids, str(exc).removeprefix(f"{dataset}: ")))
+                continue
+            written.append((figure, run_ids, out))
+    if not written:
+        raise ValueError(f"{dataset}: no figure applies ({'; '.join(s[2] for s in skipped[:3])})")
+    esc = html_mod.escape
+    rows = []
+    for figure, run_ids, out in written:
+        shown = (f'<a href="{esc(out.name)}"><img src="{esc(out.name)}" alt="{esc(figure)}" loading="lazy"></a>' if fmt in ("png", "svg")
+                 else f'<a href="{esc(out.name)}">{esc(out.name)}</a>')  # fmt: skip
+        rows.append(f"<section><h2>{esc(figure)}{' · ' + esc(' vs '.join(run_ids)) if run_ids else ''}</h2>"
+                    f"<p>{esc(FIGURES[figure].summary)}</p>{shown}</section>")  # fmt: skip
+    notes = "".join(f"<li>{esc(f)}{' · ' + esc(' vs '.join(r)) if r else ''}: {esc(why)}</li>" for f, r, why in skipped)
+    index = folder / "index.html"
+    index.write_text(_INDEX.format(name=esc(Path(dataset).name), n=len(written), rows="\n".join(rows),
+                                   skipped=f"<h2>Not drawn</h2><ul>{notes}</ul>" if notes else ""), encoding="utf-8")  # fmt: skip
+    return [out for _, _, out in written] + [index]
+
+
+_INDEX = """<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>overlapviz figures · {name}</title>
+<style>body {{ font-family: sans-serif; margin: 2em; max-width: 1200px; }} img {{ max-width: 100%; border: 1px solid #ddd; }}
+section {{ margin-bottom: 2em; }} h2 {{ font-size: 1.1em; margin-bottom: 0.2em; }} p {{ margin-top: 0; color: #444; }}</style>
+</head><body><h1>{n} figures of {name}</h1>
+{rows}
+{skipped}
+</body></html>
+"""
+
+
+__all__ = ["DatasetSource", "FIGURES", "FORMATS", "Look", "all_figures", "build_figure", "export_all", "file_stem", "chromium", "export_dataset_figure", "export_figure",
            "find_chromium"]  # fmt: skip
