@@ -129,24 +129,26 @@ def _static_model(obj, look: Look):
 
 
 def _resize(model, plots: list, look: Look) -> None:
-    """Scale the panels so that the whole figure is ``look.width`` x ``look.height`` CSS px (each unset: unchanged)."""
+    """Scale the panels so that the whole figure is ``look.width`` x ``look.height`` CSS px (each unset: unchanged).
+
+    Each row of panels fills the width (a row of one half-width panel under a full-width one too: scaled by the
+    figure's factor it was 170 px wide in a 3.5 in column, its ticks over each other); heights scale by one factor."""
     from bokeh.models import GridPlot
 
     if not plots or (look.width is None and look.height is None):
         return
     grids = list(model.select({"type": GridPlot}))
-    if grids:  # rows and columns of the (one) grid: the figure's size is the widest row by the tallest column
+    if grids:  # rows and columns of the (one) grid: the figure's height is its tallest column
         cells = [(c[0], c[1], c[2]) for c in grids[0].children]
-        rows = {r for _, r, _ in cells}
-        cols = {c for _, _, c in cells}
-        total_w = max(sum(p.width for p, r, _ in cells if r == row) for row in rows)
-        total_h = max(sum(p.height for p, _, c in cells if c == col) for col in cols)
+        row_w = {row: sum(p.width for p, r, _ in cells if r == row) for _, row, _ in cells}
+        total_h = max(sum(p.height for p, _, c in cells if c == col) for _, _, col in cells)
+        rows = {id(p): r for p, r, _ in cells}
     else:
-        total_w, total_h = plots[0].width, plots[0].height
-    fx = 1.0 if look.width is None else look.width / total_w
+        row_w, total_h, rows = {0: plots[0].width}, plots[0].height, {id(plots[0]): 0}
     # no height given: a narrower figure keeps the rows its text needs (their height goes with the font, ~10 pt before)
     fy = look.height / total_h if look.height is not None else (look.font_pt / 10.0 if look.font_pt and look.width else 1.0)
     for plot in plots:
+        fx = 1.0 if look.width is None else look.width / row_w[rows.get(id(plot), next(iter(row_w)))]
         plot.width, plot.height = max(60, round(plot.width * fx)), max(60, round(plot.height * fy))
 
 
@@ -300,7 +302,7 @@ def draw_static(model, driver, formats: Sequence[str], *, dpi: int = 96) -> dict
 
     item = json.dumps(json_item(model, theme=curstate().document.theme))  # the theme Bokeh's export page applies
     with _offline_layout_html():
-        _load_page(driver)
+        _load_page(driver, _has_widgets(model))
         scale = max(0.25, dpi / 96.0)
         driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {"width": 1400, "height": 1000, "deviceScaleFactor": scale,
                                                                       "mobile": False})  # fmt: skip
@@ -351,22 +353,34 @@ def _compose_svg(layout: dict) -> str:
     return "\n".join(parts)
 
 
-def _load_page(driver) -> None:
+def _load_page(driver, widgets: bool) -> None:
     """Load the export page (BokehJS inline) unless this driver has it loaded and has drawn fewer than ``_PNG_PAGE_USES``
-    figures in it: each figure then sends only its JSON (loading Bokeh's 2 MB page was 0.7-1.1 s of each export)."""
-    uses = _PNG_USES.get(id(driver), 0)
-    if uses == 0 or uses >= _PNG_PAGE_USES or not driver.execute_script("return !!window.Bokeh && !!document.getElementById('overlapviz-export')"):
+    figures in it: each figure then sends only its JSON (loading Bokeh's 2 MB page was 0.7-1.1 s of each export).
+
+    The page holds bokeh.min.js, and the widgets and tables bundles only where ``widgets`` (a figure with a table):
+    never bokeh-mathjax (1.8 MB of the 3.9 MB; no figure has math text) nor bokeh-gl (static plots draw on canvas),
+    which the browser parsed for every export."""
+    uses, loaded = _PNG_USES.get(id(driver), (0, None))
+    if (uses == 0 or uses >= _PNG_PAGE_USES or loaded != widgets
+            or not driver.execute_script("return !!window.Bokeh && !!document.getElementById('overlapviz-export')")):  # fmt: skip
         from bokeh.resources import INLINE
 
-        page = _png_page_file()
+        page = _png_page_file(widgets)
         if not page.exists():
-            scripts = "".join(f"<script>{js}</script>" for js in INLINE.js_raw)
+            keep = ("bokeh.min.js", "bokeh-widgets.min.js", "bokeh-tables.min.js") if widgets else ("bokeh.min.js",)
+            scripts = "".join(f"<script>{js}</script>" for js in INLINE.js_raw if any(f"BEGIN {k} " in js[:60] for k in keep))
             tmp = page.with_suffix(f".{os.getpid()}.tmp")
             tmp.write_text(_PNG_PAGE.replace("{scripts}", scripts), encoding="utf-8")
             os.replace(tmp, page)
         driver.get(page.as_uri())
         uses = 0
-    _PNG_USES[id(driver)] = uses + 1
+    _PNG_USES[id(driver)] = (uses + 1, widgets)
+
+
+def _has_widgets(model) -> bool:
+    from bokeh.models import Widget
+
+    return any(isinstance(m, Widget) for m in model.references())
 
 
 def _png(model, out: Path, driver) -> None:
@@ -376,10 +390,10 @@ def _png(model, out: Path, driver) -> None:
     Path(out).write_bytes(draw_static(model, driver, ("png",))["png"])
 
 
-_PNG_USES: dict = {}  # id(driver) -> figures drawn in its current load of the export page
+_PNG_USES: dict = {}  # id(driver) -> (figures drawn in its current load of the export page, whether it has the widgets)
 
 
-def _png_page_file() -> Path:
+def _png_page_file(widgets: bool) -> Path:
     """The export page of this Bokeh version (written once, in a private temporary directory of this process)."""
     import bokeh
     import tempfile
@@ -388,7 +402,7 @@ def _png_page_file() -> Path:
     if folder is None:
         folder = _PNG_DIR["dir"] = Path(tempfile.mkdtemp(prefix="overlapviz-export-"))
         atexit.register(shutil.rmtree, folder, True)
-    return folder / f"bokeh-{bokeh.__version__}.html"
+    return folder / f"bokeh-{bokeh.__version__}{'-widgets' if widgets else ''}.html"
 
 
 _PNG_DIR: dict = {}
@@ -493,7 +507,9 @@ class DatasetSource:
     def budget(self, record: dict, what_if: dict | None = None):
         return budget.kernel_budget(self.path, record, what_if=what_if, device=self.device)
 
-    def timeline(self, run_id: str, ranks=None) -> figures_timeline.TimelineData:
+    def timeline(self, run_id: str, ranks=None, *, hover: bool = True) -> figures_timeline.TimelineData:
+        """The run's ``TimelineData``; ``hover=False`` (a static file: nothing to hover) leaves out the kernels'
+        residency, which only the hover shows (2.8 of a 1M-kernel timeline export's 9 s)."""
         import pyarrow.compute as pc
 
         filt = pc.field("rank").isin([int(r) for r in ranks]) if ranks else None
@@ -501,10 +517,12 @@ class DatasetSource:
                                       filter=filt).to_pandas()  # fmt: skip
         if not len(kernels):
             raise ValueError(f"{self.path}: run {run_id!r} has no kernels" + (f" on ranks {list(ranks)}" if ranks else ""))
-        try:
-            residency = by_rank(self.kernel_residency(), self.path, self.device)
-        except ValueError:  # the hover's residency is optional: a timeline without it beats no timeline
-            residency = None
+        residency = None
+        if hover:
+            try:
+                residency = by_rank(self.kernel_residency(), self.path, self.device)
+            except ValueError:  # the hover's residency is optional: a timeline without it beats no timeline
+                pass
         try:
             why = self.explained(run_id)
             if ranks:
@@ -544,6 +562,7 @@ def build_figure(
     what_if: dict | None = None,
     source=None,
     device: str | None = None,
+    static: bool = False,
 ):
     """The static HoloViews figure ``figure`` of a dataset (what ``overlapviz export`` writes).
 
@@ -570,6 +589,8 @@ def build_figure(
     device
         The GPU the traces ran on, for ranks whose trace does not say (``residency.device_table``; the
         ``DatasetSource``'s: a DataStore has its own).
+    static
+        For a PNG, SVG or PDF: what only a hover shows is not computed (a ``DatasetSource``'s timeline residency).
 
     Raises
     ------
@@ -581,6 +602,7 @@ def build_figure(
     if figure not in FIGURES:
         raise ValueError(f"figure {figure!r} is not one of {', '.join(FIGURES)}")
     src = DatasetSource(dataset, device) if source is None else source
+    tl = {"hover": False} if static and isinstance(src, DatasetSource) else {}
     if figure in ("heatmap", "speedup"):
         table = src.config_table()
         if runs:
@@ -597,12 +619,12 @@ def build_figure(
             m = src.metrics()
             deltas = metric_deltas(m.loc[m["run_id"].isin([a, b])], a, b)
         labels = (figures._title(f"A: {a}", src.is_stand_in(a)), figures._title(f"B: {b}", src.is_stand_in(b)))
-        return figures_timeline.compare(src.timeline(a, list(ranks or [])), src.timeline(b, list(ranks or [])), deltas, labels=labels, x_range=window_ms,
+        return figures_timeline.compare(src.timeline(a, list(ranks or []), **tl), src.timeline(b, list(ranks or []), **tl), deltas, labels=labels, x_range=window_ms,
                                         width=width)  # fmt: skip
     (run_id,) = _pick_runs(src, dataset, runs, 1)
     if figure == "timeline":
         title = figures._title(f"Timeline of {run_id}", src.is_stand_in(run_id))
-        return figures_timeline.timeline(src.timeline(run_id, list(ranks or [])), x_range=window_ms, steps=src.steps(run_id), width=width,
+        return figures_timeline.timeline(src.timeline(run_id, list(ranks or []), **tl), x_range=window_ms, steps=src.steps(run_id), width=width,
                                          title=title)  # fmt: skip
     if figure == "residency":
         table = src.kernel_residency()
@@ -642,7 +664,8 @@ def build_figure(
 def export_dataset_figure(dataset: str | os.PathLike, figure: str, out: str | os.PathLike, fmt: str | None = None, *,
                           reuse_browser: bool = False, look: Look | None = None, **selection) -> Path:  # fmt: skip
     """``build_figure(dataset, figure, **selection)`` written by ``export_figure`` (the CLI's and the dashboard's export)."""
-    obj = build_figure(dataset, figure, **selection)
+    static = (fmt or Path(out).suffix.lstrip(".")).lower() != "html"
+    obj = build_figure(dataset, figure, static=static, **selection)
     return export_figure(obj, out, fmt, title=f"overlapviz {figure} · {Path(dataset).name}", reuse_browser=reuse_browser, look=look)
 
 
@@ -710,7 +733,7 @@ def export_all(dataset: str | os.PathLike, folder: str | os.PathLike, fmt: str =
         for figure, run_ids in all_figures(dataset, runs, src):
             out = folder / f"{file_stem(figure, run_ids)}.{fmt}"
             try:
-                obj = build_figure(dataset, figure, runs=run_ids or runs, source=src, device=device, **selection)
+                obj = build_figure(dataset, figure, runs=run_ids or runs, source=src, device=device, static=fmt != "html", **selection)
                 export_figure(obj, out, fmt, title=f"overlapviz {figure} · {Path(dataset).name}", look=look, driver=driver)
             except ValueError as exc:
                 skipped.append((figure, run_ids, str(exc).removeprefix(f"{dataset}: ")))

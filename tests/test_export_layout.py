@@ -85,9 +85,13 @@ def _dark_tiles(img: np.ndarray, tile: int = 12) -> np.ndarray:
 
 def _agreement(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
     """(share of ``a``'s ink tiles that ``b`` has ink at or next to, and the other way round)."""
-    from scipy.ndimage import binary_dilation
+    return (a & _grown(b)).sum() / max(a.sum(), 1), (b & _grown(a)).sum() / max(b.sum(), 1)
 
-    return (a & binary_dilation(b)).sum() / max(a.sum(), 1), (b & binary_dilation(a)).sum() / max(b.sum(), 1)
+
+def _grown(m: np.ndarray) -> np.ndarray:
+    """``m`` with every tile next to a set one set too (a 3x3 dilation)."""
+    p = np.pad(m, 1)
+    return np.logical_or.reduce([p[1 + dy : p.shape[0] - 1 + dy, 1 + dx : p.shape[1] - 1 + dx] for dy in (-1, 0, 1) for dx in (-1, 0, 1)])
 
 
 def _overlaps(boxes: list) -> list:
@@ -147,3 +151,33 @@ def test_all_writes_an_index_linking_every_file(exports):
             for f in folder.iterdir():
                 if f.name != "index.html":
                     assert f'href="{f.name}"' in index, (folder, f.name)
+
+
+def test_paper_column_size(tmp_path):
+    """``--size column``: 3.5 in wide (a 252 pt PDF page, a 1050 px PNG at 300 dpi that says so), 8 pt text, no title;
+    at that size too no text leaves the picture or lies over another, in every format."""
+    import re
+
+    from PIL import Image
+
+    from overlapviz.ingest import ingest
+
+    ds = ingest([ROOT / "tests" / "data" / "kineto_real" / "param_dlrm_8rank"], tmp_path / "ds", progress=False)
+    for figure in ("why", "ranks", "collectives"):  # (collectives: a half-width panel under full-width ones)
+        files = {}
+        for fmt in ("png", "svg", "pdf"):
+            files[fmt] = tmp_path / f"{figure}.{fmt}"
+            extra = ["--dpi", "96"] if fmt == "png" else []  # (compared at one pixel per CSS pixel)
+            result = CliRunner().invoke(main, ["export", str(ds), "--figure", figure, "--size", "column", "-o", str(files[fmt]), *extra])
+            assert result.exit_code == 0, result.output
+        with chromium() as driver:
+            assert not layout_problems(figure, files, driver, tmp_path)
+        box = re.search(rb"/MediaBox\s*\[\s*0 0 ([\d.]+) ([\d.]+)", files["pdf"].read_bytes())
+        assert abs(float(box.group(1)) - 252) < 1, box.group(0)
+        svg = files["svg"].read_text()
+        assert {"7pt", "8pt"} >= set(re.findall(r'font-size="([^"]+)"', svg)), figure  # ticks 7 pt, labels 8 pt
+        assert "Late-start time" not in svg and "Communication per rank" not in svg  # no titles on paper
+    out = tmp_path / "why300.png"
+    assert CliRunner().invoke(main, ["export", str(ds), "--figure", "why", "--size", "column", "-o", str(out)]).exit_code == 0
+    img = Image.open(out)
+    assert abs(img.width - 1050) <= 3 and round(img.info["dpi"][0]) == 300, (img.size, img.info)
