@@ -10,7 +10,7 @@ trace of one million kernels over 8 ranks (``bench_dashboard.big_dataset``, kept
 The other checkout is a source tree, e.g. today's code before issue 33::
 
     git archive 0ed1792 overlapviz | tar -x -C /tmp/ovz-old   # (copy the built overlapviz/ingest/*.so beside it)
-    .venv/bin/python benchmarks/bench_export.py --old /tmp/ovz-old [--repeat 3] [--work /tmp/ovz-bench] [--no-big]
+    .venv/bin/python benchmarks/bench_export.py --old /tmp/ovz-old [--repeat 3] [--work /tmp/ovz-bench] [--no-big] [--quick]
 """
 
 from __future__ import annotations
@@ -32,30 +32,40 @@ CASES = {  # dataset -> (figure, extra options)
     "h200_paper_grid": [("heatmap", []), ("speedup", []), ("timeline", [])],
     "param_dlrm_8rank": [("timeline", []), ("why", []), ("collectives", []), ("ranks", []), ("residency", []), ("budget", [])],
 }  # fmt: skip
+QUICK = {"h200_standin_sweep": {"why", "timeline", "heatmap", "budget"}, "h200_paper_grid": {"heatmap", "speedup"},
+         "param_dlrm_8rank": {"timeline", "collectives"}}  # --quick: one of each kind of figure
 SOURCES = {"h200_standin_sweep": ROOT / "sample_traces" / "h200_standin_sweep", "h200_paper_grid": ROOT / "sample_traces" / "h200_paper_grid",
            "param_dlrm_8rank": ROOT / "tests" / "data" / "kineto_real" / "param_dlrm_8rank"}  # fmt: skip
 
 
-def command_time(pythonpath: str | None, args: list[str]) -> float:
-    """Wall seconds of ``python -m overlapviz ARGS`` with ``pythonpath`` first on the path (None: this checkout)."""
+def command_time(pythonpath: str | None, args: list[str]) -> tuple[float, float]:
+    """(wall seconds, CPU seconds) of ``python -m overlapviz ARGS`` with ``pythonpath`` first on the path (None: this
+    checkout). CPU is user + system of the command and everything it waited for (chromedriver, chromium): on a machine
+    whose other work varies it moves much less than the wall time."""
+    import resource
+
     env = dict(os.environ)
     if pythonpath:
         env["PYTHONPATH"] = pythonpath
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "overlapviz", *args], env=env, capture_output=True, text=True, timeout=600)
     took = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
         raise RuntimeError(f"{pythonpath or 'this checkout'}: overlapviz {' '.join(args)}: {proc.stderr.strip()[-400:]}")
-    return took
+    return took, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
-def side_by_side(old: str, args_of, repeat: int) -> tuple[float, float]:
-    """Medians (old, new) of ``repeat`` alternating runs; ``args_of(who)`` gives each run's arguments."""
+def side_by_side(old: str, args_of, repeat: int) -> tuple[float, float, float, float]:
+    """Medians (old wall, new wall, old CPU, new CPU) of ``repeat`` alternating runs; ``args_of(who)`` gives each
+    run's arguments."""
     times: dict = {"old": [], "new": []}
     for i in range(repeat):
         for who in (("old", "new") if i % 2 == 0 else ("new", "old")):
             times[who].append(command_time(old if who == "old" else None, args_of(who)))
-    return statistics.median(times["old"]), statistics.median(times["new"])
+    med = {w: [statistics.median(t[k] for t in times[w]) for k in (0, 1)] for w in times}
+    return med["old"][0], med["new"][0], med["old"][1], med["new"][1]
 
 
 def main() -> None:
@@ -66,14 +76,14 @@ def main() -> None:
     ap.add_argument("--formats", default="png,svg,pdf")
     ap.add_argument("--no-big", action="store_true", help="leave out the one-million-kernel timeline")
     ap.add_argument("--only", help="one dataset of CASES")
+    ap.add_argument("--quick", action="store_true", help="the figures of QUICK only")
     a = ap.parse_args()
     from overlapviz.ingest import ingest
 
     a.work.mkdir(parents=True, exist_ok=True)
     out = Path(tempfile.mkdtemp(prefix="ovz-bench-export-"))
     rows = []
-    old_help, new_help = side_by_side(a.old, lambda who: ["export", "--help"], a.repeat)
-    rows.append(("—", "export --help", "—", old_help, new_help))
+    rows.append(("—", "export --help", "—", *side_by_side(a.old, lambda who: ["export", "--help"], a.repeat)))
     for name, cases in CASES.items():
         if a.only and name != a.only:
             continue
@@ -81,27 +91,30 @@ def main() -> None:
         if not (ds / "dataset.json").exists():
             ingest([str(SOURCES[name])], ds, progress=False, overwrite=True)
         for figure, extra in cases:
+            if a.quick and figure not in QUICK[name]:
+                continue
             for fmt in a.formats.split(","):
                 args = lambda who: ["export", str(ds), "--figure", figure, "-o", str(out / f"{who}-{figure}.{fmt}"), *extra]  # noqa: E731
                 try:
-                    o, n = side_by_side(a.old, args, a.repeat)
+                    t = side_by_side(a.old, args, a.repeat)
                 except RuntimeError as exc:
                     print(f"skipped {name} {figure} {fmt}: {exc}", file=sys.stderr)
                     continue
-                rows.append((name, figure, fmt, o, n))
-                print(f"{name} {figure} {fmt}: {o:.2f} s -> {n:.2f} s", file=sys.stderr)
+                rows.append((name, figure, fmt, *t))
+                print(f"{name} {figure} {fmt}: wall {t[0]:.2f} -> {t[1]:.2f} s, CPU {t[2]:.2f} -> {t[3]:.2f} s", file=sys.stderr)
     if not a.no_big:
         sys.path.insert(0, str(ROOT / "benchmarks"))
         from bench_dashboard import big_dataset
 
         big = big_dataset(a.work, 1_000_000, 8)
         for fmt in ("png", "pdf"):
-            o, n = side_by_side(a.old, lambda who: ["export", str(big), "--figure", "timeline", "-o", str(out / f"{who}-big.{fmt}")], a.repeat)
-            rows.append(("1M kernels, 8 ranks", "timeline", fmt, o, n))
-            print(f"1M timeline {fmt}: {o:.2f} s -> {n:.2f} s", file=sys.stderr)
-    print(f"| dataset | figure | format | old (s) | new (s) | old / new |\n|---|---|---|---|---|---|")
-    for name, figure, fmt, o, n in rows:
-        print(f"| {name} | {figure} | {fmt} | {o:.2f} | {n:.2f} | {o / n:.2f} |")
+            t = side_by_side(a.old, lambda who: ["export", str(big), "--figure", "timeline", "-o", str(out / f"{who}-big.{fmt}")], a.repeat)
+            rows.append(("1M kernels, 8 ranks", "timeline", fmt, *t))
+            print(f"1M timeline {fmt}: wall {t[0]:.2f} -> {t[1]:.2f} s, CPU {t[2]:.2f} -> {t[3]:.2f} s", file=sys.stderr)
+    print("| dataset | figure | format | wall old (s) | wall new (s) | old / new | CPU old (s) | CPU new (s) | old / new |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for name, figure, fmt, wo, wn, co, cn in rows:
+        print(f"| {name} | {figure} | {fmt} | {wo:.2f} | {wn:.2f} | {wo / wn:.2f} | {co:.2f} | {cn:.2f} | {co / cn:.2f} |")
     print(f"\n{os.cpu_count()} cores; load average at the end {os.getloadavg()[0]:.1f}; medians of {a.repeat} alternating runs")
 
 

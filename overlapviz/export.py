@@ -125,6 +125,8 @@ def _static_model(obj, look: Look):
     _resize(model, plots, look)
     if look.font_pt:
         _fonts(plots, look.font_pt)
+    if look.width is not None:
+        _narrow(plots, look.font_pt or 10.0)
     return model
 
 
@@ -150,6 +152,27 @@ def _resize(model, plots: list, look: Look) -> None:
     for plot in plots:
         fx = 1.0 if look.width is None else look.width / row_w[rows.get(id(plot), next(iter(row_w)))]
         plot.width, plot.height = max(60, round(plot.width * fx)), max(60, round(plot.height * fy))
+
+
+def _narrow(plots: list, font_pt: float) -> None:
+    """Fit a narrowed figure's horizontal texts: a legend above or below the plot in two columns, the labels of a
+    categorical x axis at 45 degrees where they would not fit side by side (about 0.55 em per character)."""
+    from bokeh.models import FactorRange, Legend
+
+    for plot in plots:
+        for legend in [*plot.above, *plot.below]:
+            if isinstance(legend, Legend) and plot.width < 640 and (not isinstance(legend.ncols, int) or legend.ncols > 2):
+                legend.ncols = 2
+        if isinstance(plot.x_range, FactorRange) and plot.x_range.factors:
+            em = font_pt * 96 / 72
+            text = [f if isinstance(f, str) else " ".join(map(str, f)) for f in plot.x_range.factors]
+            need = sum(len(t) + 2 for t in text) * 0.55 * em
+            # the frame is what the y labels (and a colour bar) leave of the plot's width
+            ylabels = plot.y_range.factors if isinstance(plot.y_range, FactorRange) else []
+            frame = plot.width - max((len(str(f)) for f in ylabels), default=6) * 0.55 * em - 80
+            if need > frame:
+                for axis in plot.xaxis:
+                    axis.major_label_orientation = 0.785
 
 
 def _fonts(plots: list, size_pt: float) -> None:
@@ -304,7 +327,11 @@ def draw_static(model, driver, formats: Sequence[str], *, dpi: int = 96) -> dict
     with _offline_layout_html():
         _load_page(driver, _has_widgets(model))
         scale = max(0.25, dpi / 96.0)
-        driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {"width": 1400, "height": 1000, "deviceScaleFactor": scale,
+        # a viewport that holds the whole figure (the panels' sizes summed: an upper bound): Chromium paints nothing
+        # below the viewport even with captureBeyondViewport (a 2,316 px heatmap was cut at 1,000 px)
+        plots = _plots(model)
+        view_w, view_h = max(1400, sum(p.width or 0 for p in plots) + 100), max(1000, sum(p.height or 0 for p in plots) + 100)
+        driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {"width": view_w, "height": view_h, "deviceScaleFactor": scale,
                                                                       "mobile": False})  # fmt: skip
         try:
             driver.set_script_timeout(30)
@@ -320,9 +347,27 @@ def draw_static(model, driver, formats: Sequence[str], *, dpi: int = 96) -> dict
                 out["png"] = _png_with_dpi(base64.b64decode(shot["data"]), dpi)
         finally:
             driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+    _check_room(layout)
     if any(f in ("svg", "pdf") for f in formats):
         out["svg"] = _compose_svg(layout)
     return out
+
+
+def _check_room(layout: dict) -> None:
+    """Refuse a layout whose labels leave a panel's plot too little room (long configuration or kernel names in a
+    paper column): BokehJS then shrinks the plot to a sliver and the labels run off the picture.
+
+    Raises
+    ------
+    ValueError
+        Saying how wide the figure is and what to give instead.
+    """
+    for p in layout["panels"]:
+        left, _, width, _ = p["frame"]
+        if width < max(60.0, 0.2 * p["width"]) or left < 0:
+            w = layout["width"]
+            raise ValueError(f"at {w} px ({w / 96:.2f} in) wide, this figure's labels leave its plot {max(width, 0):.0f} px: give a "
+                             f"larger --width (or --size page), or fewer runs or ranks")  # fmt: skip
 
 
 def _png_with_dpi(data: bytes, dpi: int) -> bytes:
@@ -568,9 +613,8 @@ def build_figure(
 
     Parameters
     ----------
-    figure : {"timeline", "heatmap", "speedup", "compare", "residency", "ranks", "why", "budget", "collectives"}
-        ``why``: late-start time by cause per rank and the top blockers; ``budget``: one SM's
-        budget for one collective; ``collectives``: instances across ranks.
+    figure
+        A name of ``overlapviz.catalog.FIGURES`` (``export --help`` lists them with what each shows).
     runs
         Run ids: the run of timeline/residency/ranks/why/budget/collectives (first), the compare pair
         (two); the first runs of the dataset when None.
@@ -634,7 +678,12 @@ def build_figure(
             raise ValueError(f"{dataset}: run {run_id!r} has no kernel residency ({why or 'device limits unknown'})")
         return figures.residency(table, width=width)
     if figure == "breakdown":
-        return figures.breakdown(src.breakdown(run_id), src.findings(run_id), width=width)
+        if not hasattr(src, "breakdown"):  # (a dashboard store of a version without it)
+            raise ValueError(f"{dataset}: this source has no breakdown table")
+        table = src.breakdown(run_id)
+        if not len(table) or not (pd.to_numeric(table["comm_ns"], errors="coerce") > 0).any():
+            raise ValueError(f"{dataset}: run {run_id!r} has no communication time")
+        return figures.breakdown(table, src.findings(run_id) if hasattr(src, "findings") else None, width=width)
     if figure == "ranks":
         m = src.metrics()
         m = m.loc[m["run_id"] == run_id]
@@ -681,13 +730,11 @@ def file_stem(figure: str, run_ids: Sequence[str] = ()) -> str:
 def all_figures(dataset: str | os.PathLike, runs: Sequence[str] | None = None, source=None) -> list[tuple[str, list[str]]]:
     """(figure, run ids) of every figure ``export --all`` tries: each dataset-wide figure once, each per-run figure for
     every run that did not fail (or ``runs``), compare for the pair when ``runs`` names exactly two."""
-    from overlapviz.catalog import FIGURES as registry
-
     src = source or DatasetSource(str(dataset))
     table = src.runs()
     run_ids = list(runs) if runs else table.loc[table["status"].fillna("ok") != "failed", "run_id"].tolist()
     jobs: list[tuple[str, list[str]]] = []
-    for f in registry.values():
+    for f in FIGURES.values():
         if f.scope == "dataset":
             jobs.append((f.name, []))
         elif f.scope == "pair":
@@ -765,5 +812,5 @@ section {{ margin-bottom: 2em; }} h2 {{ font-size: 1.1em; margin-bottom: 0.2em; 
 """
 
 
-__all__ = ["DatasetSource", "FIGURES", "FORMATS", "Look", "all_figures", "build_figure", "export_all", "file_stem", "chromium", "export_dataset_figure", "export_figure",
-           "find_chromium"]  # fmt: skip
+__all__ = ["DatasetSource", "FIGURES", "FORMATS", "Look", "all_figures", "build_figure", "chromium", "draw_static", "export_all",
+           "export_dataset_figure", "export_figure", "file_stem", "find_chromium", "write_static"]  # fmt: skip

@@ -181,3 +181,31 @@ def test_paper_column_size(tmp_path):
     assert CliRunner().invoke(main, ["export", str(ds), "--figure", "why", "--size", "column", "-o", str(out)]).exit_code == 0
     img = Image.open(out)
     assert abs(img.width - 1050) <= 3 and round(img.info["dpi"][0]) == 300, (img.size, img.info)
+
+
+def test_a_figure_taller_than_the_window(tmp_path):
+    """The paper grid's heatmap is 2,316 px tall: the PNG has all of it (Chromium paints nothing below its viewport, even
+    for a screenshot beyond it: the first CDP capture was cut at 1,000 px), as the SVG and the PDF."""
+    from overlapviz.ingest import ingest
+
+    ds = ingest([ROOT / "sample_traces" / "h200_paper_grid"], tmp_path / "ds", progress=False)
+    files = {fmt: tmp_path / f"heatmap.{fmt}" for fmt in ("png", "svg", "pdf")}
+    for out in files.values():
+        result = CliRunner().invoke(main, ["export", str(ds), "--figure", "heatmap", "-o", str(out)])
+        assert result.exit_code == 0, result.output
+    png = _rgb(files["png"].read_bytes())
+    assert png.shape[0] > 2000
+    rows = np.nonzero((png < 200).any(axis=2).any(axis=1))[0]
+    assert rows[-1] > png.shape[0] - 60, rows[-1]  # the axis title at the bottom is in the picture
+    with chromium() as driver:
+        assert not layout_problems("grid/heatmap", files, driver, tmp_path)
+
+
+def test_a_paper_column_too_narrow_for_the_labels_is_refused(tmp_path):
+    """Configuration labels leave a 3.5 in heatmap no plot at all: one line saying what to give, no file."""
+    from overlapviz.ingest import ingest
+
+    ds = ingest([ROOT / "sample_traces" / "h200_paper_grid"], tmp_path / "ds", progress=False)
+    result = CliRunner().invoke(main, ["export", str(ds), "--figure", "heatmap", "--size", "column", "-o", str(tmp_path / "h.pdf")])
+    assert result.exit_code == 1 and "--width" in result.output and "(3.50 in)" in result.output, result.output
+    assert result.output.count("\n") == 1 and not (tmp_path / "h.pdf").exists()
