@@ -140,6 +140,10 @@ def _resize(model, plots: list, look: Look) -> None:
     if not plots or (look.width is None and look.height is None):
         return
     grids = list(model.select({"type": GridPlot}))
+    if grids and look.width is not None and look.width < 480 and len({c[2] for c in grids[0].children}) > 1:
+        # a paper column: panels side by side would each get a sliver (ranks' two: 37 px plots), so one under another
+        order = sorted(grids[0].children, key=lambda c: (c[1], c[2]))
+        grids[0].children = [(c[0], i, 0) for i, c in enumerate(order)]
     if grids:  # rows and columns of the (one) grid: the figure's height is its tallest column
         cells = [(c[0], c[1], c[2]) for c in grids[0].children]
         row_w = {row: sum(p.width for p, r, _ in cells if r == row) for _, row, _ in cells}
