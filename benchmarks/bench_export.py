@@ -49,7 +49,10 @@ def command_time(pythonpath: str | None, args: list[str]) -> tuple[float, float]
         env["PYTHONPATH"] = pythonpath
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "overlapviz", *args], env=env, capture_output=True, text=True, timeout=600)
+    # run outside any checkout: `python -m` puts the working directory first on sys.path, before PYTHONPATH (run from
+    # this checkout, the "old" runs imported this checkout's code)
+    proc = subprocess.run([sys.executable, "-m", "overlapviz", *args], env=env, capture_output=True, text=True, timeout=600,
+                          cwd=tempfile.gettempdir())  # fmt: skip
     took = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
