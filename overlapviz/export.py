@@ -1,22 +1,22 @@
 """Paper-ready figure export to PNG, SVG, PDF and self-contained HTML, fully offline.
 
-PNG and SVG are rendered by Bokeh's own export in Debian's headless chromium (driven by
-Selenium through the system chromedriver; no browser is ever downloaded). SVG is true vector
-output: every plot is switched to Bokeh's SVG backend before export. PDF is that SVG converted
-by cairosvg, so SVG and PDF are the same drawing; cairosvg was chosen over svglib+reportlab
-because it needs only small pure-Python packages over the system cairo (which chromium
-already depends on) and follows SVG transforms, clipping and text closely. HTML embeds
-BokehJS inline, so the file opens with no network.
+PNG, SVG and PDF come from one drawing of the figure in Debian's headless chromium (``overlapviz.browser``): BokehJS
+lays the figure out once with its canvas text measures, then paints that layout to pixels (a screenshot at the
+asked resolution) and to SVG (each panel's ``PlotView.export("svg")``, placed as in the layout). PDF is that SVG
+converted by cairosvg, so SVG and PDF are the same drawing as the PNG. HTML embeds BokehJS inline, so the file opens
+with no network.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import re
 import shutil
 import threading
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
 
@@ -24,66 +24,14 @@ import holoviews as hv
 import pandas as pd
 
 from overlapviz import figures, figures_timeline, figures_why, schema
+from overlapviz.catalog import FIGURES, FORMATS
 from overlapviz.analysis import budget, explain, peers
 from overlapviz.analysis.metrics import analyze
 from overlapviz.analysis.ranks import metric_deltas
 from overlapviz.analysis.residency import by_rank, kernel_residency
 from overlapviz.analysis.speedup import compare as compare_runs, config_table
-
-FIGURES = ("timeline", "heatmap", "speedup", "compare", "residency", "ranks", "why", "budget", "collectives")
-FORMATS = ("png", "svg", "pdf", "html")
-CHROMIUM_CANDIDATES = ("/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome")
-CHROMEDRIVER_CANDIDATES = ("/usr/bin/chromedriver",)
-
-
-def find_chromium() -> tuple[str, str] | None:
-    """Paths of the system chromium and chromedriver (``OVERLAPVIZ_CHROMIUM`` / ``OVERLAPVIZ_CHROMEDRIVER``
-    override), or None when either is missing."""
-    browser = os.environ.get("OVERLAPVIZ_CHROMIUM") or next((p for p in CHROMIUM_CANDIDATES if os.path.exists(p)), None)
-    driver = os.environ.get("OVERLAPVIZ_CHROMEDRIVER") or next(
-        (p for p in CHROMEDRIVER_CANDIDATES if os.path.exists(p)), shutil.which("chromedriver")
-    )
-    if not browser or not driver:
-        return None
-    return browser, driver
-
-
-def chromium_options(browser: str, *, width: int = 1400, height: int = 1000):
-    from selenium import webdriver
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = browser
-    for arg in ("--headless=new", "--disable-gpu", "--hide-scrollbars", "--disable-dev-shm-usage",
-                "--disable-extensions", "--no-first-run", "--force-device-scale-factor=1",
-                f"--window-size={width},{height}"):  # fmt: skip
-        options.add_argument(arg)
-    if hasattr(os, "geteuid") and os.geteuid() == 0:
-        options.add_argument("--no-sandbox")  # chromium refuses to run as root with its sandbox
-    return options
-
-
-@contextmanager
-def chromium(**kwargs) -> Iterator:
-    """A headless Selenium driver on the system chromium, quit on exit.
-
-    Raises
-    ------
-    ValueError
-        If chromium or chromedriver is not installed (``apt-get install chromium chromium-driver``).
-    """
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    found = find_chromium()
-    if found is None:
-        raise ValueError("PNG/SVG/PDF export needs chromium and chromedriver (Debian: apt-get install chromium chromium-driver)")
-    browser, driver_path = found
-    driver = webdriver.Chrome(service=Service(executable_path=driver_path), options=chromium_options(browser, **kwargs))
-    try:
-        yield driver
-    finally:
-        _PNG_USES.pop(id(driver), None)
-        driver.quit()
+from overlapviz.browser import CHROMEDRIVER_CANDIDATES, CHROMIUM_CANDIDATES, chromium, chromium_options, find_chromium  # noqa: F401
+from overlapviz.browser import shared_chromium as _shared_chromium
 
 
 @contextmanager
@@ -107,47 +55,38 @@ def _offline_layout_html() -> Iterator:
 
 
 _EXPORT_LOCK = threading.RLock()
-_SHARED: dict = {}
-_SHARED_LOCK = threading.Lock()
 
 
-@contextmanager
-def _shared_chromium() -> Iterator:
-    """The process's one headless chromium (started on first use, quit at exit), one export at a time."""
-    with _SHARED_LOCK:
-        driver = _SHARED.get("driver")
-        if driver is not None:
-            try:
-                driver.execute_script("return 1")
-            except Exception:  # noqa: BLE001  (a dead browser is replaced)
-                driver = None
-        if driver is None:
-            cm = chromium()
-            driver = cm.__enter__()
-            _SHARED.update(driver=driver, cm=cm)
-            atexit.register(_quit_shared)
-        yield driver
+@dataclass(frozen=True)
+class Look:
+    """How a static figure (PNG, SVG, PDF) is laid out.
+
+    Attributes
+    ----------
+    width, height
+        The whole figure in CSS pixels (96 to the inch; ``catalog.parse_length``); None keeps the builder's size. A
+        figure of several panels is scaled panel by panel. With a width and a font size but no height, the height is
+        scaled by ``font_pt / 10``: the rows keep the room their text needs.
+    font_pt
+        The axis labels', legends' and cell labels' size in points (ticks one point less, the title one more); None
+        keeps the builder's fonts.
+    dpi
+        PNG resolution: the figure is laid out at 96 px per inch and drawn at ``dpi / 96`` device pixels per CSS pixel,
+        so a 3.5 in wide figure is 1050 px wide at 300 dpi with the same layout. SVG and PDF are vector (PDF at
+        0.75 pt per CSS pixel: 3.5 in stays 3.5 in).
+    title
+        Keep the panels' titles (a paper usually says it in the caption).
+    """
+
+    width: int | None = None
+    height: int | None = None
+    font_pt: float | None = None
+    dpi: int = 96
+    title: bool = True
 
 
-def _quit_shared() -> None:
-    cm = _SHARED.pop("cm", None)
-    _SHARED.pop("driver", None)
-    if cm is not None:
-        try:
-            cm.__exit__(None, None, None)
-        except Exception:  # noqa: BLE001  (at exit: nothing left to report to)
-            pass
-
-
-def _legends_to_the_right(plot) -> None:
-    """Move a legend laid out above the plot to its right: BokehJS's SVG backend measures a legend above the
-    frame far too tall and pushes the frame out of the picture (Bokeh 3.9); at the right it lays out as on canvas."""
-    from bokeh.models import Legend
-
-    for legend in [r for r in plot.above if isinstance(r, Legend)]:
-        plot.above.remove(legend)
-        legend.orientation, legend.ncols = "vertical", 1
-        plot.add_layout(legend, "right")
+# hints that only make sense in a browser, taken out of titles of static files
+_BROWSER_HINTS = (re.compile(r"; wheel: zoom instances"), re.compile(r": zoom in for single kernels, their waits and arrows"))
 
 
 def _bokeh_model(obj, *, toolbar: bool):
@@ -162,8 +101,113 @@ def _bokeh_model(obj, *, toolbar: bool):
     return model
 
 
-def export_figure(obj, out: str | os.PathLike, fmt: str | None = None, *, title: str = "overlapviz", reuse_browser: bool = False) -> Path:
+def _plots(model) -> list:
+    from bokeh.models import Plot
+
+    return list(model.select({"type": Plot}))
+
+
+def _static_model(obj, look: Look):
+    """The Bokeh model of a static export: no toolbar, canvas backend, no browser hints in titles, ``look`` applied."""
+    from bokeh.models import DataTable, Div, Column, GridPlot
+
+    model = _bokeh_model(obj, toolbar=False)
+    for grid in model.select({"type": GridPlot}):  # a table (compare's deltas) cannot be drawn as vector: HTML only
+        grid.children = [c for c in grid.children if not isinstance(c[0], (Column, DataTable, Div))]
+    plots = _plots(model)
+    for plot in plots:
+        plot.output_backend = "canvas"  # headless chromium has no GPU: WebGL would fall back to software
+        if plot.title is not None:
+            text = plot.title.text or ""
+            for hint in _BROWSER_HINTS:
+                text = hint.sub("", text)
+            plot.title.text = text if look.title else ""
+    _resize(model, plots, look)
+    if look.font_pt:
+        _fonts(plots, look.font_pt)
+    if look.width is not None:
+        _narrow(plots, look.font_pt or 10.0)
+    return model
+
+
+def _resize(model, plots: list, look: Look) -> None:
+    """Scale the panels so that the whole figure is ``look.width`` x ``look.height`` CSS px (each unset: unchanged).
+
+    Each row of panels fills the width (a row of one half-width panel under a full-width one too: scaled by the
+    figure's factor it was 170 px wide in a 3.5 in column, its ticks over each other); heights scale by one factor."""
+    from bokeh.models import GridPlot
+
+    if not plots or (look.width is None and look.height is None):
+        return
+    grids = list(model.select({"type": GridPlot}))
+    if grids and look.width is not None and look.width < 480 and len({c[2] for c in grids[0].children}) > 1:
+        # a paper column: panels side by side would each get a sliver (ranks' two: 37 px plots), so one under another
+        order = sorted(grids[0].children, key=lambda c: (c[1], c[2]))
+        grids[0].children = [(c[0], i, 0) for i, c in enumerate(order)]
+    if grids:  # rows and columns of the (one) grid: the figure's height is its tallest column
+        cells = [(c[0], c[1], c[2]) for c in grids[0].children]
+        row_w = {row: sum(p.width for p, r, _ in cells if r == row) for _, row, _ in cells}
+        total_h = max(sum(p.height for p, _, c in cells if c == col) for _, _, col in cells)
+        rows = {id(p): r for p, r, _ in cells}
+    else:
+        row_w, total_h, rows = {0: plots[0].width}, plots[0].height, {id(plots[0]): 0}
+    # no height given: a narrower figure keeps the rows its text needs (their height goes with the font, ~10 pt before)
+    fy = look.height / total_h if look.height is not None else (look.font_pt / 10.0 if look.font_pt and look.width else 1.0)
+    for plot in plots:
+        fx = 1.0 if look.width is None else look.width / row_w[rows.get(id(plot), next(iter(row_w)))]
+        plot.width, plot.height = max(60, round(plot.width * fx)), max(60, round(plot.height * fy))
+
+
+def _narrow(plots: list, font_pt: float) -> None:
+    """Fit a narrowed figure's horizontal texts: a legend above or below the plot in two columns, the labels of a
+    categorical x axis at 45 degrees where they would not fit side by side (about 0.55 em per character)."""
+    from bokeh.models import FactorRange, Legend
+
+    for plot in plots:
+        for legend in [*plot.above, *plot.below]:
+            if isinstance(legend, Legend) and plot.width < 640 and (not isinstance(legend.ncols, int) or legend.ncols > 2):
+                legend.ncols = 2
+        if isinstance(plot.x_range, FactorRange) and plot.x_range.factors:
+            em = font_pt * 96 / 72
+            text = [f if isinstance(f, str) else " ".join(map(str, f)) for f in plot.x_range.factors]
+            need = sum(len(t) + 2 for t in text) * 0.55 * em
+            # the frame is what the y labels (and a colour bar) leave of the plot's width
+            ylabels = plot.y_range.factors if isinstance(plot.y_range, FactorRange) else []
+            frame = plot.width - max((len(str(f)) for f in ylabels), default=6) * 0.55 * em - 80
+            if need > frame:
+                for axis in plot.xaxis:
+                    axis.major_label_orientation = 0.785
+
+
+def _fonts(plots: list, size_pt: float) -> None:
+    """Every text of the panels in ``size_pt`` points: labels and legends at it, ticks one point less, titles one more."""
+    from bokeh.models import ColorBar, GlyphRenderer, Legend, Text
+
+    pt = lambda v: f"{v:g}pt"  # noqa: E731
+    for plot in plots:
+        if plot.title is not None:
+            plot.title.text_font_size = pt(size_pt + 1)
+        for axis in [*plot.xaxis, *plot.yaxis]:
+            axis.axis_label_text_font_size, axis.major_label_text_font_size = pt(size_pt), pt(size_pt - 1)
+            axis.axis_label_standoff = 4
+        for legend in plot.select({"type": Legend}):
+            legend.label_text_font_size, legend.title_text_font_size = pt(size_pt - 1), pt(size_pt - 1)
+            legend.glyph_height = legend.glyph_width = legend.label_height = round(size_pt * 1.6)
+            legend.padding, legend.spacing, legend.margin = 3, 1, 4
+        for bar in plot.select({"type": ColorBar}):
+            bar.major_label_text_font_size, bar.title_text_font_size = pt(size_pt - 1), pt(size_pt - 1)
+        for r in plot.select({"type": GlyphRenderer}):
+            if isinstance(r.glyph, Text):
+                r.glyph.text_font_size = pt(size_pt - 1)
+
+
+def export_figure(obj, out: str | os.PathLike, fmt: str | None = None, *, title: str = "overlapviz", reuse_browser: bool = False,
+                  look: Look | None = None, driver=None) -> Path:  # fmt: skip
     """Write a HoloViews figure to ``out`` as PNG, SVG, PDF or self-contained HTML.
+
+    PNG, SVG and PDF come from one drawing in the browser: the figure is laid out once (as on screen) and that layout
+    is painted to pixels (PNG) and to vector paths and text (SVG; PDF is that SVG converted by cairosvg), so every
+    static format has the plot frames, axes, labels and legends at the same places.
 
     Parameters
     ----------
@@ -175,6 +219,10 @@ def export_figure(obj, out: str | os.PathLike, fmt: str | None = None, *, title:
     reuse_browser
         Keep one headless chromium for every export of this process (the dashboard's: saves its
         start, about a second); otherwise each export starts and quits its own.
+    look
+        Size, fonts, resolution and titles of a static format (``Look``); the builder's when None.
+    driver
+        A started browser (``chromium()``) to draw in: ``export --all`` draws every figure in one.
 
     Raises
     ------
@@ -194,33 +242,30 @@ def export_figure(obj, out: str | os.PathLike, fmt: str | None = None, *, title:
         html = file_html(_bokeh_model(obj, toolbar=True), resources=INLINE, title=title)
         out.write_text(_drop_external_scripts(html), encoding="utf-8")
         return out
-    from bokeh.io.export import get_svgs
-    from bokeh.models import Plot
-
-    model = _bokeh_model(obj, toolbar=False)
-    for item in model.select({"type": Plot}):
-        item.output_backend = "canvas"  # headless chromium has no GPU: WebGL would fall back to software
-    with (_shared_chromium() if reuse_browser else chromium()) as driver, _offline_layout_html():
-        if fmt == "png":
-            _png(model, out, driver)
-            return out
-        for item in model.select({"type": Plot}):
-            item.output_backend = "svg"
-            _legends_to_the_right(item)
-        svgs = get_svgs(model, driver=driver, timeout=30)
-    if not svgs:
-        raise ValueError(f"{out}: the browser produced no SVG")
-    svg = svgs[0]
-    if fmt == "svg":
-        out.write_text(svg, encoding="utf-8")
+    look = look or Look()
+    model = _static_model(obj, look)
+    if driver is not None:
+        data = draw_static(model, driver, (fmt,), dpi=look.dpi)
     else:
-        import cairosvg
-
-        cairosvg.svg2pdf(bytestring=svg.encode("utf-8"), write_to=str(out))
+        with (_shared_chromium() if reuse_browser else chromium()) as d:
+            data = draw_static(model, d, (fmt,), dpi=look.dpi)
+    write_static(data, fmt, out, dpi=look.dpi)
     return out
 
 
-# the page PNG exports are drawn in: every BokehJS bundle inline (nothing is requested), the body laid out as in
+def write_static(data: dict, fmt: str, out: Path, *, dpi: int = 96) -> None:
+    """Write ``draw_static``'s ``fmt`` to ``out`` (PDF: its SVG through cairosvg, 0.75 pt per CSS pixel)."""
+    if fmt == "png":
+        out.write_bytes(data["png"])
+    elif fmt == "svg":
+        out.write_text(data["svg"], encoding="utf-8")
+    else:
+        import cairosvg
+
+        cairosvg.svg2pdf(bytestring=data["svg"].encode("utf-8"), write_to=str(out))
+
+
+# the page figures are drawn in: every BokehJS bundle inline (nothing is requested), the body laid out as in
 # Bokeh's own export page (bokeh.io.export.get_layout_html), and one element the figure is drawn into
 _PNG_PAGE = """<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>overlapviz export</title>
 <style>html, body { box-sizing: border-box; width: 100%; height: 100%; margin: 0; border: 0; padding: 0; overflow: hidden; }</style>
@@ -242,49 +287,162 @@ _SIZE_JS = """const r = Bokeh.index.roots[0].el.getBoundingClientRect();
 return [Math.round(r.width), Math.round(r.height), window.devicePixelRatio,
         Math.max(0, window.outerWidth - window.innerWidth), Math.max(0, window.outerHeight - window.innerHeight)];"""
 
+# each panel of the drawn figure: where it is (CSS px from the figure's corner), its plot frame, and (svg=true) the
+# panel painted again with the same layout into BokehJS's SVG context (PlotView.export("svg")). Setting the plots'
+# output_backend to "svg" instead lays them out with the SVG context's text measures: Bokeh 3.9 then drew the why
+# figure's frame 43 px wide in a 600 px canvas and the ticks over each other (issue 33)
+_PANELS_JS = """
+const want_svg = arguments[0];
+const {LayoutDOMView} = Bokeh.require("models/layouts/layout_dom");
+const {PlotView} = Bokeh.require("models/plots/plot");
+const root = Bokeh.index.roots[0];
+const r0 = root.el.getBoundingClientRect();
+const panels = [];
+function walk(view) {
+  if (view instanceof PlotView) {
+    const r = view.el.getBoundingClientRect();
+    const f = view.frame.bbox;
+    panels.push({x: r.left - r0.left, y: r.top - r0.top, width: r.width, height: r.height,
+                 frame: [f.left, f.top, f.width, f.height],
+                 svg: want_svg ? view.export("svg").ctx.get_serialized_svg(true) : null});
+  }
+  if (view instanceof LayoutDOMView) for (const child of view.child_views) walk(child);
+}
+walk(root);
+return {width: Math.round(r0.width), height: Math.round(r0.height), panels};
+"""
 
-def _png(model, out: Path, driver) -> None:
-    """``model`` as a PNG, drawn as Bokeh's ``export_png`` draws it (window maximized, the figure laid out, the window set
-    to its size, the screenshot cropped to it) but in a page that keeps BokehJS loaded: each export sends only the
-    figure's JSON. Loading Bokeh's 2 MB export page was 0.7-1.1 s of each export (the samples' compare: 2.0 → 0.7 s
-    for the browser's part). The page is loaded again after ``_PNG_PAGE_USES`` figures."""
-    import io
+
+def draw_static(model, driver, formats: Sequence[str], *, dpi: int = 96) -> dict:
+    """Draw ``model`` once in ``driver``'s page and return what ``formats`` need from that one layout.
+
+    Returns
+    -------
+    dict with ``width``, ``height`` (CSS px), ``panels`` (each panel's position and plot frame, CSS px), and ``png``
+    (bytes, at ``dpi``) and/or ``svg`` (text: the panels' SVGs placed as in the layout) as asked.
+    """
+    import base64
     import json
 
     from bokeh.embed import json_item
     from bokeh.io.state import curstate
-    from PIL import Image
 
     item = json.dumps(json_item(model, theme=curstate().document.theme))  # the theme Bokeh's export page applies
-    uses = _PNG_USES.get(id(driver), 0)
-    if uses == 0 or uses >= _PNG_PAGE_USES or not driver.execute_script("return !!window.Bokeh && !!document.getElementById('overlapviz-export')"):
+    with _offline_layout_html():
+        _load_page(driver, _has_widgets(model))
+        scale = max(0.25, dpi / 96.0)
+        # a viewport that holds the whole figure (the panels' sizes summed: an upper bound): Chromium paints nothing
+        # below the viewport even with captureBeyondViewport (a 2,316 px heatmap was cut at 1,000 px)
+        plots = _plots(model)
+        view_w, view_h = max(1400, sum(p.width or 0 for p in plots) + 100), max(1000, sum(p.height or 0 for p in plots) + 100)
+        driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {"width": view_w, "height": view_h, "deviceScaleFactor": scale,
+                                                                      "mobile": False})  # fmt: skip
+        try:
+            driver.set_script_timeout(30)
+            error = driver.execute_async_script(_DRAW_JS, item)
+            if error:
+                raise ValueError(f"the browser could not draw the figure ({error})")
+            layout = driver.execute_script(_PANELS_JS, any(f in ("svg", "pdf") for f in formats))
+            out = {"width": layout["width"], "height": layout["height"], "panels": layout["panels"]}
+            if "png" in formats:
+                shot = driver.execute_cdp_cmd("Page.captureScreenshot", {
+                    "format": "png", "captureBeyondViewport": True,
+                    "clip": {"x": 0, "y": 0, "width": layout["width"], "height": layout["height"], "scale": 1}})  # fmt: skip
+                out["png"] = _png_with_dpi(base64.b64decode(shot["data"]), dpi)
+        finally:
+            driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+    _check_room(layout)
+    if any(f in ("svg", "pdf") for f in formats):
+        out["svg"] = _compose_svg(layout)
+    return out
+
+
+def _check_room(layout: dict) -> None:
+    """Refuse a layout whose labels leave a panel's plot too little room (long configuration or kernel names in a
+    paper column): BokehJS then shrinks the plot to a sliver and the labels run off the picture.
+
+    Raises
+    ------
+    ValueError
+        Saying how wide the figure is and what to give instead.
+    """
+    for p in layout["panels"]:
+        left, _, width, _ = p["frame"]
+        if width < max(60.0, 0.2 * p["width"]) or left < 0:
+            w = layout["width"]
+            raise ValueError(f"at {w} px ({w / 96:.2f} in) wide, this figure's labels leave its plot {max(width, 0):.0f} px: give a "
+                             f"larger --width (or --size page), or fewer runs or ranks")  # fmt: skip
+
+
+def _png_with_dpi(data: bytes, dpi: int) -> bytes:
+    """The PNG with its resolution recorded (a word processor then places it at its size in inches)."""
+    import io
+
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.open(io.BytesIO(data)).convert("RGBA").save(buf, format="PNG", dpi=(dpi, dpi))
+    return buf.getvalue()
+
+
+_SVG_ROOT = re.compile(r"<svg\b")
+# BokehJS paints each text a second time as an outline with stroke-opacity 0 (its text_outline_color, unset): nothing
+# shows, but a PDF reader's search and copy found every label twice
+_HIDDEN_TEXT = re.compile(r'<text fill="none"[^>]*\bstroke-opacity="0"[^>]*>[^<]*</text>')
+
+
+def _compose_svg(layout: dict) -> str:
+    """One SVG of the figure: a white page of its size with each panel's SVG placed where the layout put it."""
+    w, h = layout["width"], layout["height"]
+    parts = [f'<svg version="1.1" xmlns="http://www.w3.org/2000/svg" xmlns:xlink="http://www.w3.org/1999/xlink" width="{w}" '
+             f'height="{h}" viewBox="0 0 {w} {h}">', f'<rect x="0" y="0" width="{w}" height="{h}" fill="#ffffff"/>']  # fmt: skip
+    for p in layout["panels"]:
+        parts.append(_SVG_ROOT.sub(f'<svg x="{p["x"]:g}" y="{p["y"]:g}"', _HIDDEN_TEXT.sub("", p["svg"]), count=1))
+    parts.append("</svg>")
+    return "\n".join(parts)
+
+
+def _load_page(driver, widgets: bool) -> None:
+    """Load the export page (BokehJS inline) unless this driver has it loaded and has drawn fewer than ``_PNG_PAGE_USES``
+    figures in it: each figure then sends only its JSON (loading Bokeh's 2 MB page was 0.7-1.1 s of each export).
+
+    The page holds bokeh.min.js, and the widgets and tables bundles only where ``widgets`` (a figure with a table):
+    never bokeh-mathjax (1.8 MB of the 3.9 MB; no figure has math text) nor bokeh-gl (static plots draw on canvas),
+    which the browser parsed for every export."""
+    uses, loaded = _PNG_USES.get(id(driver), (0, None))
+    if (uses == 0 or uses >= _PNG_PAGE_USES or loaded != widgets
+            or not driver.execute_script("return !!window.Bokeh && !!document.getElementById('overlapviz-export')")):  # fmt: skip
         from bokeh.resources import INLINE
 
-        page = _png_page_file()
+        page = _png_page_file(widgets)
         if not page.exists():
-            scripts = "".join(f"<script>{js}</script>" for js in INLINE.js_raw)
+            keep = ("bokeh.min.js", "bokeh-widgets.min.js", "bokeh-tables.min.js") if widgets else ("bokeh.min.js",)
+            scripts = "".join(f"<script>{js}</script>" for js in INLINE.js_raw if any(f"BEGIN {k} " in js[:60] for k in keep))
             tmp = page.with_suffix(f".{os.getpid()}.tmp")
             tmp.write_text(_PNG_PAGE.replace("{scripts}", scripts), encoding="utf-8")
             os.replace(tmp, page)
         driver.get(page.as_uri())
         uses = 0
-    _PNG_USES[id(driver)] = uses + 1
-    driver.maximize_window()  # (the last export set the window to its figure's size)
-    driver.set_script_timeout(30)
-    error = driver.execute_async_script(_DRAW_JS, item)
-    if error:
-        raise ValueError(f"{out}: the browser could not draw the figure ({error})")
-    width, height, dpr, extra_w, extra_h = driver.execute_script(_SIZE_JS)
-    eps = 100  # as Bokeh: a window manager may not set the size exactly; the screenshot is cropped to the figure
-    driver.set_window_size(round(extra_w + width * dpr) + eps, round(extra_h + height * dpr) + eps)
-    png = Image.open(io.BytesIO(driver.get_screenshot_as_png())).convert("RGBA").crop((0, 0, width * dpr, height * dpr))
-    png.save(out)
+    _PNG_USES[id(driver)] = (uses + 1, widgets)
 
 
-_PNG_USES: dict = {}  # id(driver) -> figures drawn in its current load of the export page
+def _has_widgets(model) -> bool:
+    from bokeh.models import Widget
+
+    return any(isinstance(m, Widget) for m in model.references())
 
 
-def _png_page_file() -> Path:
+def _png(model, out: Path, driver) -> None:
+    """``model`` as a PNG at 96 dpi, drawn as ``export_figure`` draws it (kept for the test against Bokeh's own ``export_png``)."""
+    for plot in _plots(model):
+        plot.output_backend = "canvas"
+    Path(out).write_bytes(draw_static(model, driver, ("png",))["png"])
+
+
+_PNG_USES: dict = {}  # id(driver) -> (figures drawn in its current load of the export page, whether it has the widgets)
+
+
+def _png_page_file(widgets: bool) -> Path:
     """The export page of this Bokeh version (written once, in a private temporary directory of this process)."""
     import bokeh
     import tempfile
@@ -293,7 +451,7 @@ def _png_page_file() -> Path:
     if folder is None:
         folder = _PNG_DIR["dir"] = Path(tempfile.mkdtemp(prefix="overlapviz-export-"))
         atexit.register(shutil.rmtree, folder, True)
-    return folder / f"bokeh-{bokeh.__version__}.html"
+    return folder / f"bokeh-{bokeh.__version__}{'-widgets' if widgets else ''}.html"
 
 
 _PNG_DIR: dict = {}
@@ -381,10 +539,26 @@ class DatasetSource:
     def instance_cells(self, run_id: str):
         return budget.instance_ranks(self.explained(run_id), self.instances(run_id))
 
+    def breakdown(self, run_id: str):
+        try:
+            from overlapviz.analysis.breakdown import breakdown
+        except ImportError:
+            raise ValueError(f"{self.path}: the breakdown figure needs overlapviz.analysis.breakdown, not in this version") from None
+        return self._once(("breakdown", run_id), lambda: breakdown(self.path, run_ids=[run_id]))
+
+    def findings(self, run_id: str):
+        try:
+            from overlapviz.analysis.findings import findings
+        except ImportError:
+            return None  # the figure goes without its subtitle
+        return self._once(("findings", run_id), lambda: findings(self.path, run_ids=[run_id], device=self.device))
+
     def budget(self, record: dict, what_if: dict | None = None):
         return budget.kernel_budget(self.path, record, what_if=what_if, device=self.device)
 
-    def timeline(self, run_id: str, ranks=None) -> figures_timeline.TimelineData:
+    def timeline(self, run_id: str, ranks=None, *, hover: bool = True) -> figures_timeline.TimelineData:
+        """The run's ``TimelineData``; ``hover=False`` (a static file: nothing to hover) leaves out the kernels'
+        residency, which only the hover shows (2.8 of a 1M-kernel timeline export's 9 s)."""
         import pyarrow.compute as pc
 
         filt = pc.field("rank").isin([int(r) for r in ranks]) if ranks else None
@@ -392,10 +566,12 @@ class DatasetSource:
                                       filter=filt).to_pandas()  # fmt: skip
         if not len(kernels):
             raise ValueError(f"{self.path}: run {run_id!r} has no kernels" + (f" on ranks {list(ranks)}" if ranks else ""))
-        try:
-            residency = by_rank(self.kernel_residency(), self.path, self.device)
-        except ValueError:  # the hover's residency is optional: a timeline without it beats no timeline
-            residency = None
+        residency = None
+        if hover:
+            try:
+                residency = by_rank(self.kernel_residency(), self.path, self.device)
+            except ValueError:  # the hover's residency is optional: a timeline without it beats no timeline
+                pass
         try:
             why = self.explained(run_id)
             if ranks:
@@ -435,14 +611,14 @@ def build_figure(
     what_if: dict | None = None,
     source=None,
     device: str | None = None,
+    static: bool = False,
 ):
     """The static HoloViews figure ``figure`` of a dataset (what ``overlapviz export`` writes).
 
     Parameters
     ----------
-    figure : {"timeline", "heatmap", "speedup", "compare", "residency", "ranks", "why", "budget", "collectives"}
-        ``why``: late-start time by cause per rank and the top blockers; ``budget``: one SM's
-        budget for one collective; ``collectives``: instances across ranks.
+    figure
+        A name of ``overlapviz.catalog.FIGURES`` (``export --help`` lists them with what each shows).
     runs
         Run ids: the run of timeline/residency/ranks/why/budget/collectives (first), the compare pair
         (two); the first runs of the dataset when None.
@@ -461,6 +637,8 @@ def build_figure(
     device
         The GPU the traces ran on, for ranks whose trace does not say (``residency.device_table``; the
         ``DatasetSource``'s: a DataStore has its own).
+    static
+        For a PNG, SVG or PDF: what only a hover shows is not computed (a ``DatasetSource``'s timeline residency).
 
     Raises
     ------
@@ -472,6 +650,7 @@ def build_figure(
     if figure not in FIGURES:
         raise ValueError(f"figure {figure!r} is not one of {', '.join(FIGURES)}")
     src = DatasetSource(dataset, device) if source is None else source
+    tl = {"hover": False} if static and isinstance(src, DatasetSource) else {}
     if figure in ("heatmap", "speedup"):
         table = src.config_table()
         if runs:
@@ -488,12 +667,12 @@ def build_figure(
             m = src.metrics()
             deltas = metric_deltas(m.loc[m["run_id"].isin([a, b])], a, b)
         labels = (figures._title(f"A: {a}", src.is_stand_in(a)), figures._title(f"B: {b}", src.is_stand_in(b)))
-        return figures_timeline.compare(src.timeline(a, list(ranks or [])), src.timeline(b, list(ranks or [])), deltas, labels=labels, x_range=window_ms,
+        return figures_timeline.compare(src.timeline(a, list(ranks or []), **tl), src.timeline(b, list(ranks or []), **tl), deltas, labels=labels, x_range=window_ms,
                                         width=width)  # fmt: skip
     (run_id,) = _pick_runs(src, dataset, runs, 1)
     if figure == "timeline":
         title = figures._title(f"Timeline of {run_id}", src.is_stand_in(run_id))
-        return figures_timeline.timeline(src.timeline(run_id, list(ranks or [])), x_range=window_ms, steps=src.steps(run_id), width=width,
+        return figures_timeline.timeline(src.timeline(run_id, list(ranks or []), **tl), x_range=window_ms, steps=src.steps(run_id), width=width,
                                          title=title)  # fmt: skip
     if figure == "residency":
         table = src.kernel_residency()
@@ -502,6 +681,13 @@ def build_figure(
             why = "; ".join(map(str, table["residency_note"].dropna().unique()[:2])) if len(table) else "no launch shapes"
             raise ValueError(f"{dataset}: run {run_id!r} has no kernel residency ({why or 'device limits unknown'})")
         return figures.residency(table, width=width)
+    if figure == "breakdown":
+        if not hasattr(src, "breakdown"):  # (a dashboard store of a version without it)
+            raise ValueError(f"{dataset}: this source has no breakdown table")
+        table = src.breakdown(run_id)
+        if not len(table) or not (pd.to_numeric(table["comm_ns"], errors="coerce") > 0).any():
+            raise ValueError(f"{dataset}: run {run_id!r} has no communication time")
+        return figures.breakdown(table, src.findings(run_id) if hasattr(src, "findings") else None, width=width)
     if figure == "ranks":
         m = src.metrics()
         m = m.loc[m["run_id"] == run_id]
@@ -529,11 +715,106 @@ def build_figure(
 
 
 def export_dataset_figure(dataset: str | os.PathLike, figure: str, out: str | os.PathLike, fmt: str | None = None, *,
-                          reuse_browser: bool = False, **selection) -> Path:  # fmt: skip
+                          reuse_browser: bool = False, look: Look | None = None, **selection) -> Path:  # fmt: skip
     """``build_figure(dataset, figure, **selection)`` written by ``export_figure`` (the CLI's and the dashboard's export)."""
-    obj = build_figure(dataset, figure, **selection)
-    return export_figure(obj, out, fmt, title=f"overlapviz {figure} · {Path(dataset).name}", reuse_browser=reuse_browser)
+    static = (fmt or Path(out).suffix.lstrip(".")).lower() != "html"
+    obj = build_figure(dataset, figure, static=static, **selection)
+    return export_figure(obj, out, fmt, title=f"overlapviz {figure} · {Path(dataset).name}", reuse_browser=reuse_browser, look=look)
 
 
-__all__ = ["DatasetSource", "FIGURES", "FORMATS", "build_figure", "chromium", "export_dataset_figure", "export_figure",
-           "find_chromium"]  # fmt: skip
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def file_stem(figure: str, run_ids: Sequence[str] = ()) -> str:
+    """The file name (no suffix) ``export --all`` gives a figure: ``heatmap``, ``timeline-<run>``, ``compare-<a>-vs-<b>``;
+    characters other than letters, digits, ``.``, ``_`` and ``-`` in a run id become ``_``."""
+    return "-".join([figure, "-vs-".join(_UNSAFE.sub("_", r).strip("_") or "run" for r in run_ids)]) if run_ids else figure
+
+
+def all_figures(dataset: str | os.PathLike, runs: Sequence[str] | None = None, source=None) -> list[tuple[str, list[str]]]:
+    """(figure, run ids) of every figure ``export --all`` tries: each dataset-wide figure once, each per-run figure for
+    every run that did not fail (or ``runs``), compare for the pair when ``runs`` names exactly two."""
+    src = source or DatasetSource(str(dataset))
+    table = src.runs()
+    run_ids = list(runs) if runs else table.loc[table["status"].fillna("ok") != "failed", "run_id"].tolist()
+    jobs: list[tuple[str, list[str]]] = []
+    for f in FIGURES.values():
+        if f.scope == "dataset":
+            jobs.append((f.name, []))
+        elif f.scope == "pair":
+            if runs and len(runs) == 2:
+                jobs.append((f.name, list(runs)))
+        else:
+            jobs += [(f.name, [r]) for r in run_ids]
+    return jobs
+
+
+def export_all(dataset: str | os.PathLike, folder: str | os.PathLike, fmt: str = "png", *, runs: Sequence[str] | None = None,
+               look: Look | None = None, device: str | None = None, **selection) -> list[Path]:  # fmt: skip
+    """Every figure that applies to ``dataset`` (``all_figures``) as ``fmt`` into ``folder`` (created), named by
+    ``file_stem``, with an ``index.html`` linking them and saying why each other figure was not drawn.
+
+    Every static figure is drawn in one browser. A figure that does not apply (a run without collectives has no why
+    figure; imported traces have no heatmap) is listed in the index with the reason, not written.
+
+    Returns
+    -------
+    The files written, index.html last (none when no figure applies).
+
+    Raises
+    ------
+    ValueError
+        The dataset is unreadable, ``folder`` is a file, or no figure applies.
+    """
+    import html as html_mod
+
+    dataset = str(dataset)
+    schema.read_metadata(dataset)
+    folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise ValueError(f"{folder}: is a file; --all writes into a folder")
+    folder.mkdir(parents=True, exist_ok=True)
+    src = DatasetSource(dataset, device)
+    if runs:
+        _pick_runs(src, dataset, runs, len(set(runs)))  # an unknown run: one line, before anything is drawn
+    look = look or Look()
+    written, skipped = [], []
+    with contextlib.ExitStack() as stack:
+        driver = stack.enter_context(_shared_chromium()) if fmt != "html" else None
+        for figure, run_ids in all_figures(dataset, runs, src):
+            out = folder / f"{file_stem(figure, run_ids)}.{fmt}"
+            try:
+                obj = build_figure(dataset, figure, runs=run_ids or runs, source=src, device=device, static=fmt != "html", **selection)
+                export_figure(obj, out, fmt, title=f"overlapviz {figure} · {Path(dataset).name}", look=look, driver=driver)
+            except ValueError as exc:
+                skipped.append((figure, run_ids, str(exc).removeprefix(f"{dataset}: ")))
+                continue
+            written.append((figure, run_ids, out))
+    if not written:
+        raise ValueError(f"{dataset}: no figure applies ({'; '.join(s[2] for s in skipped[:3])})")
+    esc = html_mod.escape
+    rows = []
+    for figure, run_ids, out in written:
+        shown = (f'<a href="{esc(out.name)}"><img src="{esc(out.name)}" alt="{esc(figure)}" loading="lazy"></a>' if fmt in ("png", "svg")
+                 else f'<a href="{esc(out.name)}">{esc(out.name)}</a>')  # fmt: skip
+        rows.append(f"<section><h2>{esc(figure)}{' · ' + esc(' vs '.join(run_ids)) if run_ids else ''}</h2>"
+                    f"<p>{esc(FIGURES[figure].summary)}</p>{shown}</section>")  # fmt: skip
+    notes = "".join(f"<li>{esc(f)}{' · ' + esc(' vs '.join(r)) if r else ''}: {esc(why)}</li>" for f, r, why in skipped)
+    index = folder / "index.html"
+    index.write_text(_INDEX.format(name=esc(Path(dataset).name), n=len(written), rows="\n".join(rows),
+                                   skipped=f"<h2>Not drawn</h2><ul>{notes}</ul>" if notes else ""), encoding="utf-8")  # fmt: skip
+    return [out for _, _, out in written] + [index]
+
+
+_INDEX = """<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>overlapviz figures · {name}</title>
+<style>body {{ font-family: sans-serif; margin: 2em; max-width: 1200px; }} img {{ max-width: 100%; border: 1px solid #ddd; }}
+section {{ margin-bottom: 2em; }} h2 {{ font-size: 1.1em; margin-bottom: 0.2em; }} p {{ margin-top: 0; color: #444; }}</style>
+</head><body><h1>{n} figures of {name}</h1>
+{rows}
+{skipped}
+</body></html>
+"""
+
+
+__all__ = ["DatasetSource", "FIGURES", "FORMATS", "Look", "all_figures", "build_figure", "chromium", "draw_static", "export_all",
+           "export_dataset_figure", "export_figure", "file_stem", "find_chromium", "write_static"]  # fmt: skip

@@ -21,11 +21,20 @@ hv.Store.set_current_backend("bokeh")
 
 # Okabe-Ito colours: distinguishable with the common colour-vision deficiencies and in greyscale print
 KIND_COLORS = {"compute": "#0072B2", "comm": "#D55E00", "memory": "#009E73", "other": "#999999"}
-# why a collective waited (overlapviz.analysis.explain's causes): the rest of the Okabe-Ito set, then greys
+# why a collective waited (overlapviz.analysis.explain's causes). Picked so that in greyscale print their lightness
+# (CIE L*) is 0, 22, 54, 71 and 88, at least 15 apart, and under simulated deuteranopia, protanopia and tritanopia
+# any two stay > 30 CIELAB units apart (tests/test_figures.py checks both). Okabe-Ito's sky blue and orange were 1 L*
+# apart: stream order and SM resources read alike in greyscale (issue 33)
 CAUSE_COLORS = {
-    "stream_order": "#56B4E9", "dependency": "#CC79A7", "sm_resources": "#E69F00", "launch_latency": "#C9C9C9",
-    "unknown": "#4D4D4D", "none": "#FFFFFF",
+    "stream_order": "#EE3377", "dependency": "#332288", "sm_resources": "#E69F00", "launch_latency": "#DDDDDD",
+    "unknown": "#000000", "none": "#FFFFFF",
 }  # fmt: skip
+# where communication time went (overlapviz.analysis.breakdown's parts): Paul Tol's high-contrast scheme (made for
+# greyscale and colour-blind readers: L* 29, 50, 72, black, light grey)
+BREAKDOWN_COLORS = {"overlapped": "#004488", "peer wait": "#BB5566", "dependent": "#DDAA33", "host idle": "#000000",
+                    "other exposed": "#DDDDDD"}  # fmt: skip
+BREAKDOWN_PARTS = {"overlapped": "overlapped_ns", "peer wait": "peer_wait_ns", "dependent": "dependent_ns", "host idle": "host_idle_ns",
+                   "other exposed": "exposed_other_ns"}  # fmt: skip
 CAUSE_LABELS = {
     "stream_order": "stream order", "dependency": "event dependency", "sm_resources": "SM resources",
     "launch_latency": "launch latency", "unknown": "unknown", "none": "no delay",
@@ -546,3 +555,77 @@ def delta_display(deltas: pd.DataFrame) -> pd.DataFrame:
     if "ratio" in deltas:
         out["B / A"] = col("ratio", fmt_ratio)
     return pd.DataFrame(out).astype(object)
+
+
+# --- where communication time went -------------------------------------------------------------
+
+
+def breakdown(table: pd.DataFrame, findings: pd.DataFrame | None = None, *, width: int = 900, bar_height: int = 26) -> hv.Overlay:
+    """Per rank, its communication time as one horizontal bar: overlapped, then the exposed part split into peer wait,
+    dependent, host idle and other (``overlapviz.analysis.breakdown``'s parts, which add up to the exposed time).
+
+    Parameters
+    ----------
+    table
+        ``breakdown(..., per="rank")`` rows of one run: ``rank``, ``comm_ns``, ``overlapped_ns``, ``peer_wait_ns``,
+        ``dependent_ns``, ``host_idle_ns``, ``exposed_other_ns`` (int64 ns; summed over steps when ``step`` is there).
+        Not modified.
+    findings
+        ``overlapviz.analysis.findings.findings`` rows of the run (or None): the largest one's ``text`` is the
+        subtitle.
+    width, bar_height
+        Pixels.
+
+    Returns
+    -------
+    hv.Overlay: the segments (``hv.Rectangles``, µs on x, one row per rank) and their legend.
+    """
+    missing = [c for c in ["rank", *BREAKDOWN_PARTS.values()] if c not in table]
+    if missing:
+        raise ValueError(f"breakdown table has no column {missing[0]!r}")
+    per_rank = table.groupby("rank", sort=True)[list(BREAKDOWN_PARTS.values())].sum()
+    values = per_rank.to_numpy(np.float64) / 1e3  # µs
+    n = len(per_rank)
+    y = np.arange(n)[::-1].astype(float)
+    ends = np.cumsum(values, axis=1)
+    starts = ends - values
+    rows = []
+    for j, part in enumerate(BREAKDOWN_PARTS):
+        keep = values[:, j] > 0
+        total = values[keep].sum(axis=1)
+        rows.append(pd.DataFrame({"x0": starts[keep, j], "y0": y[keep] - 0.36, "x1": ends[keep, j], "y1": y[keep] + 0.36, "part": part,
+                                  "rank": per_rank.index.to_numpy()[keep].astype(int), "time": [fmt_us(v) + " µs" for v in values[keep, j]],
+                                  "share": [f"{v / t:.0%}" if t > 0 else "—" for v, t in zip(values[keep, j], total)]}))  # fmt: skip
+    rect = pd.concat(rows, ignore_index=True)
+    present = [p for j, p in enumerate(BREAKDOWN_PARTS) if values[:, j].sum() > 0] or ["overlapped"]
+    bars = hv.Rectangles(rect, kdims=[hv.Dimension("x0", label="Communication time per rank (µs)"), "y0", "x1", "y1"],
+                         vdims=["part", "rank", "time", "share"]).opts(
+        color=hv.dim("part").categorize(BREAKDOWN_COLORS), line_color="white", line_width=0.5, tools=["hover"], default_tools=["save"],
+        hover_tooltips=[("rank", "@{rank}"), ("part", "@{part}"), ("time", "@{time}"), ("share of the rank's", "@{share}")])  # fmt: skip
+    from overlapviz.figures_why import _legend
+
+    top = float(ends[:, -1].max()) if n else 0.0
+    title = "Where communication time went, per rank"
+    if findings is not None and len(findings):
+        first = findings.sort_values("time_ns", ascending=False, kind="stable").iloc[0]
+        title += "\n" + _wrap(str(first["text"]), max(40, width // 7))
+    ticks = [(float(v), f"rank {int(r)}") for v, r in zip(y, per_rank.index)]
+    return (bars * _legend({p: BREAKDOWN_COLORS[p] for p in present})).opts(
+        hv.opts.Overlay(title=hv_title(title), width=width, height=max(180, bar_height * n + 150), yticks=ticks, ylim=(-0.6, n - 0.4),
+                        xlim=(0, max(top, 1e-9) * 1.02), legend_position="top", legend_cols=len(present) if width >= 640 else 3, ylabel="",
+                        fontsize={"title": TITLE_FONT}, show_grid=False, toolbar="right", xformatter=_thousands(),
+                        legend_opts={"label_text_font_size": "9pt", "padding": 2, "spacing": 2}),
+    )  # fmt: skip
+
+
+def _thousands():
+    from bokeh.models import NumeralTickFormatter
+
+    return NumeralTickFormatter(format="0,0.[0]")
+
+
+def _wrap(text: str, n: int) -> str:
+    """``text`` broken at spaces into lines of at most ``n`` characters (a subtitle under a figure's title)."""
+    import textwrap
+
+    return "\n".join(textwrap.wrap(text, n)) or text

@@ -175,7 +175,7 @@ def test_exports_and_serve_get_print_nothing_on_stderr(standin, tmp_path):
 def test_a_png_is_the_picture_bokeh_s_own_export_draws(dataset, tmp_path):
     """PNG exports are drawn in a page that keeps BokehJS loaded (``export._png``); the picture must be Bokeh's
     ``export_png``'s, pixel for pixel, for figures of every kind (a timeline, a heatmap with its colour bar, two
-    panels over a table), also for the figures drawn after the page has been reused and loaded again."""
+    panels), also for the figures drawn after the page has been reused and loaded again."""
     from bokeh.io.export import export_png
     from PIL import Image, ImageChops
 
@@ -185,7 +185,8 @@ def test_a_png_is_the_picture_bokeh_s_own_export_draws(dataset, tmp_path):
              ("compare", {"runs": ["cb-ar-baseline-pad0-prio0", "cb-ar-optimized-pad16384-prio-1"]})]  # fmt: skip
     with export.chromium() as driver, export._offline_layout_html():
         for round_ in range(2):
-            models = {figure: export._bokeh_model(export.build_figure(dataset, figure, **options), toolbar=False)
+            # as a static export draws them (export._static_model: compare's deltas table is HTML only since issue 33)
+            models = {figure: export._static_model(export.build_figure(dataset, figure, **options), export.Look())
                       for figure, options in cases}  # fmt: skip
             for figure, model in models.items():  # one after the other in the same page
                 export._png(model, tmp_path / f"{figure}-ours.png", driver)
@@ -196,3 +197,58 @@ def test_a_png_is_the_picture_bokeh_s_own_export_draws(dataset, tmp_path):
                 assert a.size == b.size, (figure, a.size, b.size)
                 assert ImageChops.difference(a, b).getbbox() is None, figure  # the same pixels
                 assert len(a.getcolors(maxcolors=1 << 20)) > 20, figure  # a figure, not a blank page
+
+
+# --- issue 33: the registry, the options, --help without plotting imports -----------------------------------------
+
+
+def test_export_help_lists_every_figure_and_imports_no_plotting_library():
+    import subprocess
+    import sys
+
+    from overlapviz.catalog import FIGURES
+
+    code = ("import sys; from click.testing import CliRunner; from overlapviz.cli import main; "
+            "r = CliRunner().invoke(main, ['export', '--help']); print(r.output); "
+            "print('HEAVY', sorted(m for m in ('holoviews', 'bokeh', 'panel', 'pandas') if m in sys.modules))")  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True).stdout
+    assert out.rstrip().endswith("HEAVY []"), out[-300:]
+    for name, fig in FIGURES.items():
+        assert f"{name}: {fig.summary}"[:40] in " ".join(out.split()), name
+
+
+def test_the_readme_figure_list_is_the_registry_s():
+    from pathlib import Path
+
+    from overlapviz.catalog import figure_list_markdown
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    assert figure_list_markdown() in readme  # regenerate: python -c "from overlapviz.catalog import *; print(figure_list_markdown())"
+
+
+@pytest.mark.parametrize(("text", "px", "physical"), [("800", 800, False), ("800px", 800, False), ("3.5in", 336, True),
+                                                       ("8.89cm", 336, True), ("252pt", 336, True)])  # fmt: skip
+def test_lengths(text, px, physical):
+    from overlapviz.catalog import parse_length
+
+    assert parse_length(text) == (px, physical)
+
+
+def test_bad_sizes_are_one_line(dataset, tmp_path):
+    for args, message in ((["--width", "3.5 furlongs"], "not a length"), (["--width", "-3in"], "not a length"),
+                          (["--dpi", "5"], "--dpi"), (["--size", "poster"], "--size")):  # fmt: skip
+        result = run(dataset, "--figure", "ranks", "-o", tmp_path / "x.png", *args)
+        assert result.exit_code == 2 and message in result.output, result.output
+    assert not (tmp_path / "x.png").exists()
+    result = run(dataset, "--all", "--figure", "ranks", "-o", tmp_path / "d")
+    assert result.exit_code == 2 and "--all" in result.output
+    result = run(dataset, "--all", "-o", tmp_path / "d", "--run", "nope")
+    assert result.exit_code == 1 and "no run 'nope'" in result.output and result.output.count("\n") == 1
+
+
+def test_file_stems_are_safe_and_predictable():
+    from overlapviz.export import file_stem
+
+    assert file_stem("heatmap") == "heatmap"
+    assert file_stem("timeline", ["cb-ar_baseline_p0"]) == "timeline-cb-ar_baseline_p0"
+    assert file_stem("compare", ["a/b c", "d"]) == "compare-a_b_c-vs-d"

@@ -416,3 +416,66 @@ def test_the_time_axis_has_the_decimals_its_ticks_need():
     data = ftl.TimelineData(kernels())
     fmt = {span: ftl.view_labels(data, (8.0, 8.0 + span), title="t")[1] for span in (40.0, 4.0, 0.4, 0.04, 0.004)}
     assert fmt == {40.0: "%.1f", 4.0: "%.1f", 0.4: "%.2f", 0.04: "%.3f", 0.004: "%.4f"}
+
+
+# --- colours for greyscale print and colour-blind readers (issue 33) ----------------------------------------------
+
+# Machado, Oliveira & Fernandes (2009), severity 1.0, on linear RGB
+_CVD = {
+    "deuteranopia": np.array([[0.367322, 0.860646, -0.227968], [0.280085, 0.672501, 0.047413], [-0.011820, 0.042940, 0.968881]]),
+    "protanopia": np.array([[0.152286, 1.052583, -0.204868], [0.114503, 0.786281, 0.099216], [-0.003882, -0.048116, 1.051998]]),
+    "tritanopia": np.array([[1.255528, -0.076749, -0.178779], [-0.078411, 0.930809, 0.147602], [0.004733, 0.691367, 0.303900]]),
+}
+
+
+def _linear(hex_colour: str) -> np.ndarray:
+    c = np.array([int(hex_colour[i : i + 2], 16) / 255 for i in (1, 3, 5)])
+    return np.where(c <= 0.04045, c / 12.92, ((c + 0.055) / 1.055) ** 2.4)
+
+
+def _lab(linear_rgb: np.ndarray) -> np.ndarray:
+    xyz = np.array([[0.4124, 0.3576, 0.1805], [0.2126, 0.7152, 0.0722], [0.0193, 0.1192, 0.9505]]) @ np.clip(linear_rgb, 0, 1)
+    f = xyz / np.array([0.95047, 1.0, 1.08883])
+    f = np.where(f > 0.008856, np.cbrt(f), 7.787 * f + 16 / 116)
+    return np.array([116 * f[1] - 16, 500 * (f[0] - f[1]), 200 * (f[1] - f[2])])
+
+
+@pytest.mark.parametrize("palette", ["CAUSE_COLORS", "BREAKDOWN_COLORS"])
+def test_the_why_and_breakdown_colours_read_in_greyscale_and_for_colour_blind_readers(palette):
+    """Greyscale: the lightness (CIE L*) of any two parts at least 12 apart; deuteranopia, protanopia, tritanopia (and
+    normal vision): any two at least 25 CIELAB units apart. Fails on the old causes: stream order #56B4E9 (L* 70) and
+    SM resources #E69F00 (L* 71) printed as the same grey."""
+    colours = {k: v for k, v in getattr(figures, palette).items() if k != "none"}  # (no delay: never drawn)
+    names = list(colours)
+    light = {k: _lab(_linear(c))[0] for k, c in colours.items()}
+    for i, a in enumerate(names):
+        for b in names[i + 1 :]:
+            assert abs(light[a] - light[b]) >= 12, (palette, a, b, light[a], light[b])
+            for vision, m in {"normal": np.eye(3), **_CVD}.items():
+                d = np.linalg.norm(_lab(m @ _linear(colours[a])) - _lab(m @ _linear(colours[b])))
+                assert d >= 25, (palette, vision, a, b, d)
+
+
+def _breakdown_frame() -> pd.DataFrame:
+    parts = {"overlapped_ns": [400_000, 0, 90_000], "peer_wait_ns": [100_000, 0, 0], "dependent_ns": [50_000, 0, 10_000],
+             "host_idle_ns": [0, 0, 25_000], "exposed_other_ns": [7_000, 3_000, 0]}  # fmt: skip
+    t = pd.DataFrame({"run_id": "r", "rank": [0, 1, 2], **parts}).astype({k: "int64" for k in parts})
+    exposed = t[["peer_wait_ns", "dependent_ns", "host_idle_ns", "exposed_other_ns"]].sum(axis=1)
+    return t.assign(exposed_ns=exposed, comm_ns=exposed + t["overlapped_ns"])
+
+
+def test_breakdown_stacks_each_rank_s_parts_in_order_in_microseconds():
+    findings = pd.DataFrame({"run_id": ["r", "r"], "kind": ["host_idle", "straggler"], "time_ns": [25_000, 100_000],
+                             "ranks": [[2], [1]], "evidence": ["", ""], "action": ["", ""],
+                             "text": ["Rank 2 idled.", "Rank 1 started 1 of 1 all-reduce instances last; rank 0 waited 100.0 µs."]})  # fmt: skip
+    fig = figures.breakdown(_breakdown_frame(), findings)
+    rects = fig.get(0).data
+    r0 = rects.loc[rects["rank"] == 0]
+    assert list(r0["part"]) == ["overlapped", "peer wait", "dependent", "other exposed"]  # zero parts are not drawn
+    assert r0["x0"].tolist() == [0.0, 400.0, 500.0, 550.0] and r0["x1"].tolist() == [400.0, 500.0, 550.0, 557.0]  # µs
+    assert rects.loc[rects["rank"] == 1, "part"].tolist() == ["other exposed"]
+    title = fig.opts.get().kwargs["title"]
+    assert title.startswith("Where communication time went, per rank\n") and "Rank 1 started 1 of 1" in title  # the largest finding
+    assert "Rank 2 idled" not in title
+    with pytest.raises(ValueError, match="host_idle_ns"):
+        figures.breakdown(_breakdown_frame().drop(columns="host_idle_ns"))

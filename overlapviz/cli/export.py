@@ -1,29 +1,57 @@
-"""``overlapviz export``: one paper-ready figure of a dataset as PNG, SVG, PDF or self-contained HTML, or a run as a Perfetto trace."""
+"""``overlapviz export``: paper-ready figures of a dataset as PNG, SVG, PDF or self-contained HTML (one, or ``--all`` of
+them into a folder), or a run as a Perfetto trace."""
 
 from __future__ import annotations
 
 import click
 
+from overlapviz.catalog import FIGURES, FORMATS, PAPER_SIZES, help_lines
 from overlapviz.cli._dataset import DATASET, check_output
-from overlapviz.export import FIGURES, FORMATS
 
 ALL_FORMATS = (*FORMATS, "perfetto")
 
 
-@click.command()
+class _Length(click.ParamType):
+    """``800``, ``800px``, ``3.5in``, ``8.9cm``: (CSS px, given in a physical unit)."""
+
+    name = "LENGTH"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, tuple):
+            return value
+        from overlapviz.catalog import parse_length
+
+        try:
+            return parse_length(value)
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+@click.command(epilog="\b\nFigures:\n" + help_lines())
 @click.argument("dataset", type=DATASET)
-@click.option("--figure", "figure", type=click.Choice(FIGURES), help="Which figure (not with --format perfetto).")
+@click.option("--figure", "figure", type=click.Choice(list(FIGURES)), help="Which figure (below; not with --all or --format perfetto).")
+@click.option("--all", "all_figures", is_flag=True, help="Every figure that applies to the dataset, one file per figure and run, "
+              "into the folder -o, with an index.html that links them.")
 @click.option("--format", "fmt", type=click.Choice(ALL_FORMATS),
-              help="Output format (default: from the file suffix). perfetto: the run's timeline with the findings as a trace "
-                   "Perfetto opens (.json or .json.gz).")
-@click.option("-o", "--output", "output", required=True, type=click.Path(dir_okay=False, path_type=str), help="Output file.")
+              help="Output format (default: from the file suffix; png with --all). perfetto: the run's timeline with the findings "
+                   "as a trace Perfetto opens (.json or .json.gz).")
+@click.option("-o", "--output", "output", required=True, type=click.Path(path_type=str), help="Output file (a folder with --all).")
 @click.option("--run", "runs", multiple=True, metavar="RUN_ID", help="Run(s) to draw; compare takes two (repeat the option).")
 @click.option("--rank", "ranks", multiple=True, type=int, metavar="N", help="Ranks on the timeline (repeatable; default all).")
 @click.option("--start-ms", type=float, help="Timeline/compare window start, ms since the first GPU activity.")
 @click.option("--end-ms", type=float, help="Timeline/compare window end, ms since the first GPU activity.")
 @click.option("--value", default="time_ratio", show_default=True,
               type=click.Choice(["time_ratio", "speedup", "overlap_fraction"]), help="Heatmap metric.")  # fmt: skip
-@click.option("--width", default=1100, show_default=True, type=click.IntRange(300, 6000), help="Timeline width in pixels.")
+@click.option("--size", "size", type=click.Choice(list(PAPER_SIZES)), help="A paper preset: column (3.5 in wide, 8 pt) or page "
+              "(7.16 in, 9 pt), 300 dpi, no titles (the caption says it); --width, --height, --font-size, --dpi, --title override.")
+@click.option("--width", type=_Length(), help="Figure width: pixels (800, 800px) or a length (3.5in, 8.9cm, 89mm, 252pt; 96 px to the "
+              "inch). Default: the figure's own (1100 px for most).")
+@click.option("--height", type=_Length(), help="Figure height, as --width (default: the figure's own, scaled with the font size).")
+@click.option("--font-size", "font_pt", type=click.FloatRange(4, 40), metavar="PT", help="Text size in points (ticks 1 pt less, "
+              "titles 1 pt more).")
+@click.option("--dpi", type=click.IntRange(48, 1200), help="PNG resolution (default 96, or 300 with --size or a width in inches/cm/mm/pt); "
+              "SVG and PDF are vector.")
+@click.option("--title/--no-title", "title", default=None, help="Keep the figure's titles (default: yes, no with --size).")
 @click.option("--kernel", metavar="RANK:START_NS", help="Budget: the communication kernel (the kernel column of "
               "`overlapviz explain`; default: the run's longest wait for SM resources).")
 @click.option("--what-if", "what_if", metavar="SETTING", help="Budget: apply this option of `overlapviz advise` to the "
@@ -31,11 +59,12 @@ ALL_FORMATS = (*FORMATS, "perfetto")
 @click.option("--device-name", "--arch", "device_name", metavar="GPU", help="The GPU the traces ran on, for traces that do not "
               "say (a product name such as 'NVIDIA A100-SXM4-80GB', or an architecture such as sm_80 or gfx942): residency, "
               "fit and SM budget as `overlapviz explain --device-name` computes them.")
-def export(dataset, figure, fmt, output, runs, ranks, start_ms, end_ms, value, width, kernel, what_if, device_name) -> None:
+def export(dataset, figure, all_figures, fmt, output, runs, ranks, start_ms, end_ms, value, size, width, height, font_pt, dpi, title,
+           kernel, what_if, device_name) -> None:  # fmt: skip
     """Write FIGURE of DATASET to a file, fully offline.
 
-    PNG and SVG are rendered in the system's headless chromium (Debian: chromium,
-    chromium-driver); SVG and PDF are vector; HTML embeds BokehJS inline.
+    PNG, SVG and PDF are one drawing in the system's headless chromium (Debian: chromium,
+    chromium-driver): the same layout in each; SVG and PDF are vector; HTML embeds BokehJS inline.
     """
     check_output(output, dataset)
     if fmt == "perfetto":
@@ -49,11 +78,11 @@ def export(dataset, figure, fmt, output, runs, ranks, start_ms, end_ms, value, w
         except ValueError as exc:
             raise click.ClickException(str(exc)) from None
         return
-    if figure is None:
-        raise click.UsageError("--figure is required (except with --format perfetto)")
-    from overlapviz import export as export_mod
-
-    if fmt is None and not output.lower().endswith(tuple(f".{f}" for f in FORMATS)):
+    if figure is None and not all_figures:
+        raise click.UsageError("give --figure NAME or --all (except with --format perfetto)")
+    if figure is not None and all_figures:
+        raise click.UsageError("--figure and --all go apart: --all writes every figure")
+    if not all_figures and fmt is None and not output.lower().endswith(tuple(f".{f}" for f in FORMATS)):
         raise click.ClickException(f"{output}: give --format or a .png/.svg/.pdf/.html file name")
     if (start_ms is None) != (end_ms is None):
         raise click.ClickException("--start-ms and --end-ms go together")
@@ -62,18 +91,44 @@ def export(dataset, figure, fmt, output, runs, ranks, start_ms, end_ms, value, w
     window = None if start_ms is None else (start_ms, end_ms)
     if (kernel or what_if) and figure != "budget":
         raise click.UsageError("--kernel and --what-if choose the budget figure's collective: give --figure budget")
+    if (fmt or output.rsplit(".", 1)[-1].lower()) != "html" or all_figures:
+        from overlapviz.browser import prestart
+
+        prestart()  # the browser starts while HoloViews is imported and the tables are read
+    look, builder_width = _look(size, width, height, font_pt, dpi, title)
+    from overlapviz import export as export_mod
+
     try:
+        if all_figures:
+            written = export_mod.export_all(dataset, output, fmt or "png", runs=list(runs) or None, ranks=list(ranks) or None,
+                                            window_ms=window, value=value, width=builder_width, device=device_name, look=look)  # fmt: skip
+            click.echo(f"{len(written)} figures and {written and 'index.html' or 'no index'} in {output}")
+            return
         extra = {}
         if figure == "budget" and (kernel or what_if):
             run_id = runs[0] if runs else _first_run(dataset)
             extra = budget_selection(dataset, run_id, kernel, what_if, device_name)
         path = export_mod.export_dataset_figure(
             dataset, figure, output, fmt, runs=list(runs) or None, ranks=list(ranks) or None, window_ms=window,
-            value=value, width=width, device=device_name, **extra,
+            value=value, width=builder_width, device=device_name, look=look, reuse_browser=True, **extra,
         )  # fmt: skip
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(str(path))
+
+
+def _look(size, width, height, font_pt, dpi, title):
+    """(the ``export.Look`` of the options, the width the figure builder lays its panels out for)."""
+    from overlapviz.export import Look
+
+    preset = PAPER_SIZES.get(size) if size else None
+    w = width[0] if width else (round(preset.width_in * 96) if preset else None)
+    h = height[0] if height else None
+    font = font_pt or (preset.font_pt if preset else None)
+    physical = bool(preset) or bool(width and width[1]) or bool(height and height[1])
+    dpi = dpi or (preset.dpi if preset else 300 if physical else 96)
+    look = Look(width=w, height=h, font_pt=font, dpi=dpi, title=(preset is None) if title is None else title)
+    return look, (w or 1100)
 
 
 def budget_selection(dataset: str, run_id: str, kernel: str | None, what_if: str | None, device: str | None = None) -> dict:
