@@ -35,7 +35,7 @@ _FIGURES = (
     Figure("breakdown", "per rank, where communication time went: overlapped, peer wait, dependent, host idle, other"),
     Figure("why", "late-start time of the collectives by cause per rank, and the computation kernels that blocked them"),
     Figure("collectives", "collective instances across ranks: arrival per rank, arrival skew, peer wait"),
-    Figure("ranks", "communication overlapped vs exposed and GPU span per rank, stragglers marked"),
+    Figure("ranks", "communication overlapped vs exposed and GPU span per rank, spans over the median marked"),
     Figure("residency", "resident computation blocks per SM of the busiest launch shapes, by limiting resource"),
     Figure("budget", "one SM's resources for one collective: what the resident computation holds, what a comm block needs"),
     Figure("heatmap", "TimeRatio, speedup or overlap over the configuration grid (shaping x setup)", "dataset"),

@@ -27,7 +27,7 @@ KIND_COLORS = {"compute": "#0072B2", "comm": "#D55E00", "memory": "#009E73", "ot
 # apart: stream order and SM resources read alike in greyscale (issue 33)
 CAUSE_COLORS = {
     "stream_order": "#EE3377", "dependency": "#332288", "sm_resources": "#E69F00", "launch_latency": "#DDDDDD",
-    "unknown": "#000000", "none": "#FFFFFF",
+    "unknown": "#000000", "none": "#FFFFFF", "launch_call": "#7A5A00",
 }  # fmt: skip
 # where communication time went (overlapviz.analysis.breakdown's parts): Paul Tol's high-contrast scheme (made for
 # greyscale and colour-blind readers: L* 29, 50, 72, black, light grey)
@@ -37,7 +37,7 @@ BREAKDOWN_PARTS = {"overlapped": "overlapped_ns", "peer wait": "peer_wait_ns", "
                    "other exposed": "exposed_other_ns"}  # fmt: skip
 CAUSE_LABELS = {
     "stream_order": "stream order", "dependency": "event dependency", "sm_resources": "SM resources",
-    "launch_latency": "launch latency", "unknown": "unknown", "none": "no delay",
+    "launch_latency": "launch latency", "unknown": "unknown", "none": "no delay", "launch_call": "long launch call",
 }  # fmt: skip
 STAND_IN_NOTE = "single-GPU stand-in collective, not real NCCL/RCCL"
 TITLE_FONT = "11pt"
@@ -410,7 +410,8 @@ def _ci_columns(table: pd.DataFrame, value: str) -> tuple[str | None, str | None
 
 
 def ranks(metrics: pd.DataFrame, *, width: int = 560, height: int = 320, tolerance: float = 0.05) -> hv.Layout:
-    """Per-rank overlapped vs exposed communication and busy span, stragglers highlighted.
+    """Per-rank overlapped vs exposed communication and busy span, spans longer than the median's highlighted
+    (not stragglers: the ranks that waited for one have the longest spans).
 
     Parameters
     ----------
@@ -420,7 +421,7 @@ def ranks(metrics: pd.DataFrame, *, width: int = 560, height: int = 320, toleran
     width, height
         Per panel, pixels.
     tolerance
-        Straggler threshold over the run's median span (:func:`overlapviz.analysis.ranks.straggler_ranks`).
+        Threshold over the run's median span (:func:`overlapviz.analysis.ranks.long_span_ranks`).
     """
     rank = metrics["rank"].astype(int).astype(str)
     top = float(pd.to_numeric(metrics["comm_us"], errors="coerce").max()) if "comm_us" in metrics else 0.0
@@ -437,15 +438,15 @@ def ranks(metrics: pd.DataFrame, *, width: int = 560, height: int = 320, toleran
         stacked=True, cmap={"overlapped": "#009E73", "exposed": "#D55E00"}, tools=["hover"], width=width, default_tools=["save"],
         height=height, title="Communication per rank: overlapped vs exposed", legend_position="right", fontsize={"title": TITLE_FONT},
         yformatter="%.1f", padding=(0, (0, 0.05)))  # fmt: skip
-    strag = ranks_analysis.straggler_ranks(metrics, tolerance=tolerance)
+    strag = ranks_analysis.long_span_ranks(metrics, tolerance=tolerance)
     spans = pd.DataFrame(
         {"rank": rank, "span_ms": pd.to_numeric(metrics["span_us"]) / 1e3,
-         "status": np.where(strag, f"straggler (> median + {tolerance:.0%})", "normal")}
+         "status": np.where(strag, f"span > median + {tolerance:.0%}", "normal")}
     )  # fmt: skip
     span = hv.Bars(_plain(spans), kdims=[hv.Dimension("rank", label="Rank")],
                    vdims=[hv.Dimension("span_ms", label="GPU span (ms)"), "status"]).opts(
         color=hv.dim("status").categorize({"normal": "#0072B2"}, default="#CC79A7"), tools=["hover"], default_tools=["save"],
-        width=width, height=height, title="GPU span per rank (stragglers in pink)", fontsize={"title": TITLE_FONT},
+        width=width, height=height, title=f"GPU span per rank (pink: > median + {tolerance:.0%})", fontsize={"title": TITLE_FONT},
         yformatter="%.2f", padding=(0, (0, 0.05)))  # fmt: skip
     return (comm + span).opts(shared_axes=False)
 
@@ -608,7 +609,7 @@ def breakdown(table: pd.DataFrame, findings: pd.DataFrame | None = None, *, widt
     title = "Where communication time went, per rank"
     if findings is not None and len(findings):
         first = findings.sort_values("time_ns", ascending=False, kind="stable").iloc[0]
-        title += "\n" + _wrap(str(first["text"]), max(40, width // 7))
+        title += "\n" + _wrap(str(first["text"]), max(40, width // 9))  # a bold 12-13 px title: ~8.5 px a character
     ticks = [(float(v), f"rank {int(r)}") for v, r in zip(y, per_rank.index)]
     return (bars * _legend({p: BREAKDOWN_COLORS[p] for p in present})).opts(
         hv.opts.Overlay(title=hv_title(title), width=width, height=max(180, bar_height * n + 150), yticks=ticks, ylim=(-0.6, n - 0.4),

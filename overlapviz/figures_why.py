@@ -9,7 +9,7 @@ from bokeh.models import NumeralTickFormatter
 
 from overlapviz.figures import CAUSE_COLORS, CAUSE_LABELS, KIND_COLORS, TITLE_FONT, fmt_bytes, fmt_us, hv_title, int_text, short_name, time_unit
 
-WAIT_CAUSES = ("stream_order", "dependency", "sm_resources", "launch_latency", "unknown")
+WAIT_CAUSES = ("stream_order", "dependency", "launch_call", "sm_resources", "launch_latency", "unknown")
 RESOURCE_LABELS = {
     "block_slots": "block slots", "warps": "warps (threads / 32)", "registers": "registers", "shared_memory": "shared memory",
 }  # fmt: skip

@@ -237,7 +237,7 @@ def test_speedup_forest_plot_has_a_vertical_line_at_one():
 def test_ranks_marks_stragglers():
     m = pd.DataFrame({"run_id": "r", "rank": [0, 1, 2, 3], "overlap_us": [5.0, 5, 5, 5], "exposed_comm_us": [1.0, 1, 1, 9],
                       "span_us": [100.0, 101, 99, 130], "comm_us": [6.0, 6, 6, 14]})  # fmt: skip
-    assert ranks_analysis.straggler_ranks(m).tolist() == [False, False, False, True]
+    assert ranks_analysis.long_span_ranks(m).tolist() == [False, False, False, True]
     layout = figures.ranks(m)
     comm, span = layout
     assert comm.opts.get().kwargs["stacked"] is True

@@ -1,13 +1,17 @@
-"""Per-rank readings of the overlap metrics: straggler ranks, and two runs' means over ranks side by side."""
+"""Per-rank readings of the overlap metrics: ranks whose GPU span is longer than the run's median, and two runs' means over ranks side by side.
+
+A long span is not a straggler: a straggler is the rank that started a collective instance last
+(:mod:`overlapviz.analysis.findings`); the ranks that waited for it have the longest spans.
+"""
 
 from __future__ import annotations
 
 import pandas as pd
 
-__all__ = ["metric_deltas", "straggler_ranks"]
+__all__ = ["long_span_ranks", "metric_deltas"]
 
 
-def straggler_ranks(metrics: pd.DataFrame, *, tolerance: float = 0.05) -> pd.Series:
+def long_span_ranks(metrics: pd.DataFrame, *, tolerance: float = 0.05) -> pd.Series:
     """Boolean per row: the rank's span exceeds its run's median span by more than ``tolerance``."""
     span = pd.to_numeric(metrics["span_us"], errors="coerce")
     median = span.groupby(metrics["run_id"]).transform("median")

@@ -39,8 +39,9 @@ _READS_TRACES = ("ingest", "analyze", "explain", "residency", "compare", "advise
 def _completed(cmd: click.Command) -> click.Command:
     """The shared parts of a subcommand, added once: the trace formats in its help, and
     ``--list-devices`` beside a ``--device-name``."""
-    if cmd.name in _READS_TRACES and not (cmd.epilog or "").startswith(TRACE_FORMATS[:40]):
-        cmd.epilog = TRACE_FORMATS
+    if cmd.name in _READS_TRACES and TRACE_FORMATS not in (cmd.epilog or ""):
+        # after the command's own epilog (export's list of figures), not instead of it
+        cmd.epilog = f"{cmd.epilog}\n\n{TRACE_FORMATS}" if cmd.epilog else TRACE_FORMATS
     names = {p.name for p in cmd.params}
     if "device_name" in names and "list_devices" not in names:
         cmd.params.append(click.Option(["--list-devices"], is_flag=True, expose_value=False, is_eager=True,
