@@ -14,7 +14,14 @@ The Chrome trace-event JSON format, which Perfetto imports natively:
   producer of the event its stream waited on (cause ``dependency``) or the computation kernel that
   held the SMs (cause ``sm_resources``);
 * per rank counters ``overlap_fraction`` and ``exposed_comm_us``, one value per step (the whole
-  trace where the run has no steps).
+  trace where the run has no steps);
+* the answer: a ``findings`` process whose ``finding N`` threads hold one slice each, the run's
+  findings largest first (``kind``, ``time_us``, ``text``, ``action``, ``evidence``), spanning the
+  instants they account for; and per rank an ``exposed: where it went`` thread whose slices are
+  the rank's exposed communication by part (``peer wait``, ``dependent``, ``host idle``,
+  ``other``, :mod:`overlapviz.analysis.breakdown`), with flow arrows from each instance's
+  straggler (its kernel of the instance) to the waiting rank's peer-wait slice, and from the
+  communication kernel a dependent computation waited on to that computation kernel.
 
 Times are written as exact decimal µs text relative to the run's first activity (``ns // 1000``
 "." ``ns % 1000``), never through a float, with ``displayTimeUnit: "ns"``; the absolute start
@@ -38,6 +45,8 @@ from overlapviz.analysis.metrics import analyze
 __all__ = ["perfetto_events", "write_perfetto"]
 
 WHY_TID = 1 << 40  # thread ids of the "why" lanes, far from any stream id
+EXPOSED_TID = (1 << 40) - 1  # the "exposed: where it went" lane of each rank
+FINDINGS_PID = 1 << 30  # the findings process, far from any rank
 _COLUMNS = ["rank", "device", "stream", "correlation", "name", "kind", "start_ns", "end_ns", "grid_x", "grid_y", "grid_z",
             "block_x", "block_y", "block_z", "regs_per_thread", "shared_mem_bytes", "step"]  # fmt: skip
 
@@ -124,6 +133,7 @@ def perfetto_events(dataset_path: str | os.PathLike, run_id: str, *, device: str
             slice_at[(int(r.rank), int(r.correlation), int(r.start_ns))] = (tid, int(r.start_ns), int(r.end_ns))
     events += _why_events(why, kern, base, slice_at)
     events += _counters(dataset_path, run_id, kern, base)
+    events += _answer_events(dataset_path, run_id, why, kern, base, device)
     return {"traceEvents": events, "displayTimeUnit": "ns",
             "otherData": {"producer": "overlapviz", "run_id": run_id, "base_ns": str(base),
                           "dataset": str(dataset_path)}}  # fmt: skip
@@ -184,6 +194,106 @@ def _why_events(why: pd.DataFrame, kern: pd.DataFrame, base: int, slice_at: dict
                             "ts": _Us(max(at, source[1]) - base)})  # fmt: skip
                 out.append({"ph": "f", "bp": "e", "id": flow, "name": f"why: {r.cause}", "cat": "why", "pid": int(rank),
                             "tid": target[0], "ts": _Us(target[1] - base)})  # fmt: skip
+    return out
+
+
+def _answer_events(dataset_path, run_id: str, why: pd.DataFrame, kern: pd.DataFrame, base: int, device) -> list[dict]:
+    """The findings process and each rank's exposed-time lane, with the evidence linked by flows."""
+    from overlapviz.analysis import breakdown as bd
+    from overlapviz.analysis import intervals
+    from overlapviz.analysis.findings import findings
+
+    timelines = list(bd.rank_timelines(dataset_path, run_ids=[run_id]))
+    found = findings(dataset_path, run_ids=[run_id], device=device, explained=why, timelines=timelines)
+    out: list[dict] = [{"ph": "M", "name": "process_name", "pid": FINDINGS_PID, "tid": 0, "args": {"name": "findings"}},
+                       {"ph": "M", "name": "process_sort_index", "pid": FINDINGS_PID, "tid": 0, "args": {"sort_index": -1}}]  # fmt: skip
+    kind_time = {}
+    for tl in timelines:
+        if not len(tl.exposed):
+            continue
+        for label, name in zip(bd.LABELS, ("peer wait", "dependent", "host idle", "other")):
+            got = intervals.intersect(tl.label_set(label), tl.exposed)
+            kind_time.setdefault(label, []).extend(zip(got.start.tolist(), got.end.tolist()))
+        out.append({"ph": "M", "name": "thread_name", "pid": tl.rank, "tid": EXPOSED_TID, "args": {"name": "exposed: where it went"}})
+        out.append({"ph": "M", "name": "thread_sort_index", "pid": tl.rank, "tid": EXPOSED_TID, "args": {"sort_index": -1}})
+    where = {"straggler": "peer_wait", "dependent": "dependent", "host_idle": "host_idle", "exposed_other": "other"}
+    lo_all = int(kern["start_ns"].min())
+    for i, f in enumerate(found.itertuples(index=False), 1):
+        spans = kind_time.get(where.get(f.kind, ""), [])
+        lo = min((a for a, _ in spans), default=lo_all)
+        hi = max((b for _, b in spans), default=lo + 1)
+        args = {"kind": f.kind, "time_us": _Us(int(f.time_ns)), "ranks": list(f.ranks), "text": f.text, "action": f.action,
+                "evidence": json.loads(json.dumps(f.evidence, default=_clean))}  # fmt: skip
+        out.append({"ph": "M", "name": "thread_name", "pid": FINDINGS_PID, "tid": i, "args": {"name": f"finding {i}: {f.kind}"}})
+        out.append({"ph": "M", "name": "thread_sort_index", "pid": FINDINGS_PID, "tid": i, "args": {"sort_index": i}})
+        out.append({"ph": "X", "name": f"{i}. {f.kind}: {f.text[:80]}", "cat": "finding", "pid": FINDINGS_PID, "tid": i,
+                    "ts": _Us(lo - base), "dur": _Us(max(hi - lo, 1)), "args": args})  # fmt: skip
+    out += _exposed_slices(timelines, kern, base)
+    out += _straggler_flows(why, base)
+    return out
+
+
+def _straggler_flows(why: pd.DataFrame, base: int) -> list[dict]:
+    """An arrow from each waiting rank's kernel of an instance to the straggler's (the rank that started it last)."""
+    out: list[dict] = []
+    if not len(why) or "instance" not in why:
+        return out
+    w = why.loc[why["instance"].notna() & why["peer_wait_us"].notna()]
+    flow = 1 << 21
+    for _, g in w.groupby(["instance"], sort=False):
+        first = g.sort_values("start_ns").groupby("rank", sort=True).head(1)
+        if first["rank"].nunique() < 2:
+            continue
+        last = first.loc[first["start_ns"] == first["start_ns"].max()].sort_values("rank").iloc[0]
+        for r in first.itertuples(index=False):
+            if int(r.rank) == int(last["rank"]) or int(r.start_ns) >= int(last["start_ns"]):
+                continue
+            flow += 1
+            name = f"waited for rank {int(last['rank'])}"
+            out.append({"ph": "s", "id": flow, "name": name, "cat": "exposed", "pid": int(r.rank),
+                        "tid": -1 if pd.isna(r.stream) else int(r.stream), "ts": _Us(int(r.start_ns) - base)})  # fmt: skip
+            out.append({"ph": "f", "bp": "e", "id": flow, "name": name, "cat": "exposed", "pid": int(last["rank"]),
+                        "tid": -1 if pd.isna(last["stream"]) else int(last["stream"]), "ts": _Us(int(last["start_ns"]) - base)})  # fmt: skip
+    return out
+
+
+def _exposed_slices(timelines: list, kern: pd.DataFrame, base: int) -> list[dict]:
+    """Each rank's exposed communication by part, with the flows that name what it waited for."""
+    from overlapviz.analysis import breakdown as bd
+    from overlapviz.analysis import intervals
+
+    out: list[dict] = []
+    at = {(int(r.rank), int(r.start_ns), r.name): (-1 if pd.isna(r.stream) else int(r.stream), int(r.start_ns), int(r.end_ns))
+          for r in kern.itertuples(index=False)}  # fmt: skip
+    flow = 1 << 20  # above the why lanes' flow ids
+    names = dict(zip(bd.LABELS, ("peer wait", "dependent", "host idle", "other")))
+    for tl in timelines:
+        if not len(tl.exposed):
+            continue
+        z = np.zeros(len(tl.seg_start), np.int64)
+        inside = intervals.covered(tl.exposed, z, tl.seg_start, tl.seg_end)
+        for j in np.flatnonzero(inside > 0).tolist():
+            a, b = int(tl.seg_start[j]), int(tl.seg_end[j])
+            label = bd.LABELS[int(tl.label[j])]
+            piece = intervals.intersect(intervals.IntervalSet(np.zeros(1, np.int64), np.array([a]), np.array([b])), tl.exposed)
+            for lo, hi in zip(piece.start.tolist(), piece.end.tolist()):
+                args = {"part": names[label]}
+                if tl.next_kernel[j] >= 0:
+                    args["next_computation"] = tl.names[tl.next_kernel[j]]
+                if tl.gate[j] >= 0:
+                    args["waited_on"] = tl.names[tl.gate[j]]
+                out.append({"ph": "X", "name": names[label], "cat": "exposed", "pid": tl.rank, "tid": EXPOSED_TID,
+                            "ts": _Us(lo - base), "dur": _Us(hi - lo), "args": args})  # fmt: skip
+            if label == "dependent" and tl.gate[j] >= 0 and tl.next_kernel[j] >= 0:  # the collective -> the computation it held
+                g, n = int(tl.gate[j]), int(tl.next_kernel[j])
+                src = at.get((tl.rank, int(tl.start[g]), tl.names[g]))
+                dst = at.get((tl.rank, int(tl.start[n]), tl.names[n]))
+                if src is not None and dst is not None and (j == 0 or tl.gate[j - 1] != g or tl.next_kernel[j - 1] != n):
+                    flow += 1
+                    out.append({"ph": "s", "id": flow, "name": "dependent", "cat": "exposed", "pid": tl.rank, "tid": src[0],
+                                "ts": _Us(max(src[2] - 1, src[1]) - base)})  # fmt: skip
+                    out.append({"ph": "f", "bp": "e", "id": flow, "name": "dependent", "cat": "exposed", "pid": tl.rank,
+                                "tid": dst[0], "ts": _Us(dst[1] - base)})  # fmt: skip
     return out
 
 

@@ -44,7 +44,7 @@ def test_export_holds_every_kernel_exactly_and_the_why(tmp_path):
     base = int(doc["otherData"]["base_ns"])
     ev = doc["traceEvents"]
     k = schema.read_frame(ds, "kernels")
-    slices = [e for e in ev if e["ph"] == "X" and e["cat"] != "why"]
+    slices = [e for e in ev if e["ph"] == "X" and e["cat"] not in ("why", "finding", "exposed")]
     assert len(slices) == len(k)
     got = sorted((e["name"], _ns(e["ts"]) + base, _ns(e["ts"]) + _ns(e["dur"]) + base) for e in slices)
     assert got == sorted(zip(k["name"], k["start_ns"].astype(int), k["end_ns"].astype(int)))  # exact, no float
@@ -58,7 +58,7 @@ def test_export_holds_every_kernel_exactly_and_the_why(tmp_path):
     # one arrow per dependency or SM block: from the producer / blocker to the collective
     flows = defaultdict(dict)
     for e in ev:
-        if e["ph"] in ("s", "f"):
+        if e["ph"] in ("s", "f") and e["cat"] == "why":
             flows[e["id"]][e["ph"]] = e
     assert len(flows) == 2 and all(set(f) == {"s", "f"} for f in flows.values())
     ends = sorted(_ns(f["f"]["ts"]) + base for f in flows.values())
@@ -85,3 +85,33 @@ def test_export_perfetto_refuses_what_it_cannot_do(tmp_path):
     assert bad.exit_code == 1 and "no run 'nope'" in bad.output and not (tmp_path / "x.json").exists()
     two = runner.invoke(main, ["export", str(ds), "--format", "perfetto", "--run", "r", "--run", "r", "-o", str(tmp_path / "y.json")])
     assert two.exit_code == 1 and "one run" in two.output
+
+
+def test_the_answer_is_in_the_trace_with_its_evidence_linked(tmp_path):
+    """DLRM's 8 ranks: a findings process with the findings in order, each rank's exposed communication by part
+    summing exactly to the breakdown's, and an arrow from each waiting rank's kernel to the straggler's."""
+    from pathlib import Path
+
+    from overlapviz.analysis.breakdown import breakdown
+    from overlapviz.analysis.findings import findings
+    from overlapviz.ingest import ingest
+
+    ds = ingest([Path(__file__).parent / "data" / "kineto_real" / "param_dlrm_8rank"], tmp_path / "ds", progress=False)
+    out = tmp_path / "run.json.gz"
+    res = CliRunner().invoke(main, ["export", str(ds), "--format", "perfetto", "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    ev = _read(out)["traceEvents"]
+    found = findings(ds)
+    slices = [e for e in ev if e.get("cat") == "finding"]
+    assert [s["args"]["kind"] for s in slices] == list(found["kind"])
+    assert [s["args"]["text"] for s in slices] == list(found["text"]) and _ns(slices[0]["args"]["time_us"]) == found["time_ns"][0]
+    parts = defaultdict(int)
+    names = {"peer wait": "peer_wait_ns", "dependent": "dependent_ns", "host idle": "host_idle_ns", "other": "exposed_other_ns"}
+    for e in ev:
+        if e.get("cat") == "exposed" and e["ph"] == "X":
+            parts[(int(e["pid"]), names[e["name"]])] += _ns(e["dur"])
+    for row in breakdown(ds).to_dict("records"):
+        for col in names.values():
+            assert parts[(row["rank"], col)] == row[col], (row["rank"], col)
+    waited = [e for e in ev if e.get("name", "").startswith("waited for") and e["ph"] == "f"]
+    assert len(waited) == 8 * 7 and sum(e["name"] == "waited for rank 7" for e in waited) == 5 * 7
