@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Ready", "stream_ready", "dependency_ready"]
+__all__ = ["Ready", "stream_previous", "stream_ready", "dependency_ready"]
 
 UNKNOWN = -1
 
@@ -55,8 +55,9 @@ class Ready:
     rejected_waits: int = 0
 
 
-def stream_ready(stream: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
-    """End of the latest-ending earlier activity on the same stream, -1 for a stream's first."""
+def stream_previous(stream: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Per activity, the row of the latest-ending earlier activity on the same stream (in start order;
+    the last such row on a tie), -1 for a stream's first: the activity whose end is its stream ready."""
     n = len(start)
     out = np.full(n, UNKNOWN, np.int64)
     if not n:
@@ -65,14 +66,23 @@ def stream_ready(stream: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.n
     s, e = stream[order], end[order]
     first = np.ones(n, bool)
     first[1:] = s[1:] != s[:-1]
-    cm = np.empty(n, np.int64)  # running max of end within each stream
+    best = np.empty(n, np.int64)  # running argmax of end within each stream (position in order)
+    idx = np.arange(n)
     for g_lo, g_hi in _runs(first):
-        cm[g_lo:g_hi] = np.maximum.accumulate(e[g_lo:g_hi])
+        reach = np.maximum.accumulate(e[g_lo:g_hi])
+        best[g_lo:g_hi] = g_lo + np.maximum.accumulate(np.where(e[g_lo:g_hi] == reach, idx[: g_hi - g_lo], 0))
     prev = np.full(n, UNKNOWN, np.int64)
-    prev[1:] = cm[:-1]
+    prev[1:] = order[best[:-1]]
     prev[first] = UNKNOWN
     out[order] = prev
     return out
+
+
+def stream_ready(stream: np.ndarray, start: np.ndarray, end: np.ndarray, previous: np.ndarray | None = None) -> np.ndarray:
+    """End of the latest-ending earlier activity on the same stream, -1 for a stream's first
+    (``previous``: :func:`stream_previous` of the same arrays, when already computed)."""
+    prev = stream_previous(stream, start, end) if previous is None else previous
+    return np.where(prev >= 0, end[np.maximum(prev, 0)], UNKNOWN) if len(prev) else np.full(0, UNKNOWN, np.int64)
 
 
 def _runs(first: np.ndarray):

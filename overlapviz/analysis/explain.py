@@ -36,7 +36,7 @@ import pyarrow.compute as pc
 
 from overlapviz import schema
 from overlapviz.analysis import clocks, peers
-from overlapviz.analysis.dependencies import UNKNOWN, dependency_ready, stream_ready
+from overlapviz.analysis.dependencies import UNKNOWN, dependency_ready, stream_previous, stream_ready
 from overlapviz.analysis.occupancy import blocks_fit, capacity, kernel_occupancy, limits_for
 from overlapviz.analysis.residency import device_table, run_carveouts
 
@@ -186,6 +186,7 @@ class Links:
     dependency_source: np.ndarray
     producer: np.ndarray  # row of the producing activity, -1 none
     syncs: dict
+    previous: np.ndarray  # row of the activity whose end is stream_ready, -1 none
 
 
 def rank_links(k: pa.Table, syncs: pa.Table | None) -> Links:
@@ -198,7 +199,8 @@ def rank_links(k: pa.Table, syncs: pa.Table | None) -> Links:
     launch, launch_tid = _ints(k, "launch_ns"), _ints(k, "launch_tid")
     # a stream is a (device, stream) pair; host activities (CPU-only traces) run on their thread
     lane = _lanes(device, stream, host)
-    s_ready = stream_ready(lane, start, end)
+    previous = stream_previous(lane, start, end)
+    s_ready = stream_ready(lane, start, end, previous)
     sync_cols = {}
     if syncs is not None and syncs.num_rows:
         sync_cols = {c: _ints(syncs, c) for c in _SYNC_INTS}
@@ -220,7 +222,7 @@ def rank_links(k: pa.Table, syncs: pa.Table | None) -> Links:
     dep[g], dep_src[g] = ready.dependency_ready_ns, ready.source
     prod[g] = np.where(ready.producer >= 0, g[np.maximum(ready.producer, 0)], UNKNOWN)
 
-    return Links(host, lane, stream, device, start, end, launch, launch_tid, s_ready, dep, dep_src, prod, sync_cols)
+    return Links(host, lane, stream, device, start, end, launch, launch_tid, s_ready, dep, dep_src, prod, sync_cols, previous)
 
 
 def _explain_rank(k: pa.Table, syncs: pa.Table | None, dev_limits: dict, carveouts: dict, kinds=("comm",),
@@ -270,7 +272,7 @@ def _explain_rank(k: pa.Table, syncs: pa.Table | None, dev_limits: dict, carveou
             room[key] = np.asarray(room[key]).copy()
             room[key][raced[0][blocked]] = np.asarray(again[key])[blocked]
     fit = room["fit"]
-    prev_row = _previous_on_lane(lane, start, end)[c]
+    prev_row = links.previous[c]
     ready_part = np.where(
         ~np.isnan(fit) & (fit == 0), "sm_resources",
         np.where(np.maximum(after_call, 0) <= LAUNCH_LATENCY_NS, "launch_latency", "unknown"),
@@ -368,32 +370,6 @@ def _raced(c, ready_ns, start, host, kind, device, fit) -> tuple[np.ndarray, np.
                 break
             j += 1
     return np.asarray(keep, np.int64), np.asarray(at, np.int64)
-
-
-def _previous_on_lane(lane: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
-    """Per activity, the row of the latest-ending earlier activity on its lane (whose end is its
-    ``stream_ready_ns``), -1 for a lane's first."""
-    n = len(start)
-    out = np.full(n, UNKNOWN, np.int64)
-    if not n:
-        return out
-    order = np.lexsort((end, start, lane))
-    ln, e = lane[order], end[order]
-    idx = np.arange(n)
-    new = np.ones(n, bool)
-    new[1:] = ln[1:] != ln[:-1]
-    # running argmax of end within each lane: restart at each lane's first row
-    best = np.empty(n, np.int64)
-    lo = np.flatnonzero(new)
-    hi = np.append(lo[1:], n)
-    for a, b in zip(lo.tolist(), hi.tolist()):
-        reach = np.maximum.accumulate(e[a:b])
-        best[a:b] = a + np.maximum.accumulate(np.where(e[a:b] == reach, idx[: b - a], 0))
-    prev = np.full(n, UNKNOWN, np.int64)
-    prev[1:] = order[best[:-1]]
-    prev[new] = UNKNOWN
-    out[order] = prev
-    return out
 
 
 def _host_waits(c: np.ndarray, launch: np.ndarray, launch_tid: np.ndarray, syncs: dict) -> tuple[np.ndarray, np.ndarray]:
