@@ -43,6 +43,13 @@ STAND_IN_NOTE = "single-GPU stand-in collective, not real NCCL/RCCL"
 TITLE_FONT = "11pt"
 
 
+def legend_points(items: dict) -> hv.Points:
+    """One element of zero-size points whose colours carry a legend (``{entry: colour}``)."""
+    frame = pd.DataFrame({"x": np.full(len(items), np.nan), "y": np.full(len(items), np.nan), "entry": list(items)})
+    return hv.Points(frame, kdims=["x", "y"], vdims=["entry"]).opts(
+        color="entry", cmap=items, marker="square", size=10, show_legend=True, default_tools=[])
+
+
 def _plain(frame: pd.DataFrame) -> pd.DataFrame:
     """NumPy-backed columns for HoloViews, which reshapes and flattens them (pandas extension arrays refuse).
 
@@ -603,7 +610,6 @@ def breakdown(table: pd.DataFrame, findings: pd.DataFrame | None = None, *, widt
                          vdims=["part", "rank", "time", "share"]).opts(
         color=hv.dim("part").categorize(BREAKDOWN_COLORS), line_color="white", line_width=0.5, tools=["hover"], default_tools=["save"],
         hover_tooltips=[("rank", "@{rank}"), ("part", "@{part}"), ("time", "@{time}"), ("share of the rank's", "@{share}")])  # fmt: skip
-    from overlapviz.figures_why import _legend
 
     top = float(ends[:, -1].max()) if n else 0.0
     title = "Where communication time went, per rank"
@@ -611,7 +617,7 @@ def breakdown(table: pd.DataFrame, findings: pd.DataFrame | None = None, *, widt
         first = findings.sort_values("time_ns", ascending=False, kind="stable").iloc[0]
         title += "\n" + _wrap(str(first["text"]), max(40, width // 9))  # a bold 12-13 px title: ~8.5 px a character
     ticks = [(float(v), f"rank {int(r)}") for v, r in zip(y, per_rank.index)]
-    return (bars * _legend({p: BREAKDOWN_COLORS[p] for p in present})).opts(
+    return (bars * legend_points({p: BREAKDOWN_COLORS[p] for p in present})).opts(
         hv.opts.Overlay(title=hv_title(title), width=width, height=max(180, bar_height * n + 150), yticks=ticks, ylim=(-0.6, n - 0.4),
                         xlim=(0, max(top, 1e-9) * 1.02), legend_position="top", legend_cols=len(present) if width >= 640 else 3, ylabel="",
                         fontsize={"title": TITLE_FONT}, show_grid=False, toolbar="right", xformatter=_thousands(),

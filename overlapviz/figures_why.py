@@ -8,18 +8,12 @@ import pandas as pd
 from bokeh.models import NumeralTickFormatter
 
 from overlapviz.figures import CAUSE_COLORS, CAUSE_LABELS, KIND_COLORS, TITLE_FONT, fmt_bytes, fmt_us, hv_title, int_text, short_name, time_unit
+from overlapviz.figures import legend_points as _legend
 
 WAIT_CAUSES = ("stream_order", "dependency", "launch_call", "sm_resources", "launch_latency", "unknown")
 RESOURCE_LABELS = {
     "block_slots": "block slots", "warps": "warps (threads / 32)", "registers": "registers", "shared_memory": "shared memory",
 }  # fmt: skip
-
-
-def _legend(items: dict) -> hv.Points:
-    """One element of zero-size points whose colours carry a legend."""
-    frame = pd.DataFrame({"x": np.full(len(items), np.nan), "y": np.full(len(items), np.nan), "entry": list(items)})
-    return hv.Points(frame, kdims=["x", "y"], vdims=["entry"]).opts(
-        color="entry", cmap=items, marker="square", size=10, show_legend=True, default_tools=[])
 
 
 def resource_labels(table: pd.DataFrame) -> dict:

@@ -509,7 +509,7 @@ def test_sdma_rccl_cu_overlap_hid_the_late_starts(datasets):
     the GEMMs run on stream 6, so only a sliver of their 55 ms is exposed (computed here: the raw
     union of the RCCL kernels minus the union of the GEMMs). The top finding is a start delay whose
     text must say the overlap hid it (the exposed time is under a twentieth of it)."""
-    path = SDMA_DATA / "ag_gemm_llama70b_ffn_down_cu_rank0.json.gz"
+    path = SDMA_DATA / "ag_gemm_llama70b_ffn_down_cu_rank0.json"
     acts = activities(load_trace(path))
     comm = [(a["start"], a["end"]) for a in acts if is_nccl(a["name"])]
     gemm = [(a["start"], a["end"]) for a in acts if a["name"].startswith("Cijk_")]
@@ -527,7 +527,7 @@ def test_sdma_copy_engine_collectives_are_communication(datasets):
     it is 18 kernels on stream 2 that carry "Collective name"/"Seq". DESIGN.md makes such activities
     communication; so the dataset must hold 18 comm activities with ``comm_ns`` the union of their
     raw intervals, and the answer must be about them."""
-    path = SDMA_DATA / "ag_gemm_llama70b_ffn_down_sdma_rank0.json.gz"
+    path = SDMA_DATA / "ag_gemm_llama70b_ffn_down_sdma_rank0.json"
     acts = activities(load_trace(path))
     coll = [a for a in acts if "Collective name" in a["args"]]
     assert len(coll) == 18 and {a["stream"] for a in coll} == {2}

@@ -30,7 +30,7 @@ import pyarrow.compute as pc
 
 from overlapviz.ingest import chrome_columns
 from overlapviz.ingest.base import RankTrace
-from overlapviz.ingest.files import gunzip_bounded
+from overlapviz.ingest.files import read_bytes
 from overlapviz.ingest.text import REPAIRED_KEY, needs_repair, repair_json_text
 from overlapviz.ingest.chrome_events import (
     _BUCKET_TYPES,
@@ -139,25 +139,6 @@ def _document(raw: bytes, path: Path) -> dict:
     if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
         raise ValueError(f"{path}: not a Chrome trace (no traceEvents list)")
     return doc
-
-
-def read_bytes(path: Path) -> bytes:
-    """The bytes of a trace file, gunzipped when it is gzip (detected by content).
-
-    Raises
-    ------
-    ValueError
-        Naming ``path``: unreadable, truncated or corrupt gzip, empty.
-    """
-    try:
-        raw = Path(path).read_bytes()
-    except OSError as exc:
-        raise ValueError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    if raw[:2] == b"\x1f\x8b":
-        raw = gunzip_bounded(raw, path)
-    if not raw[:256].strip() and not raw.strip():  # the head first: no copy of a whole trace
-        raise ValueError(f"{path}: empty file, not a trace")
-    return raw
 
 
 def _dims(lists: pa.ChunkedArray | pa.Array, path: Path, label: str) -> list[pa.Array]:

@@ -66,7 +66,7 @@ def peek(path: Path, reader: str, worker: str, stamp: int, folder_rank: int | No
     Reads the whole file (gunzipped) once more than the ingest itself does: step ranges lie
     anywhere in the document.
     """
-    from overlapviz.ingest.chrome import read_bytes
+    from overlapviz.ingest.files import read_bytes
 
     raw = read_bytes(path)
     m = _DIST_RANK.search(raw)

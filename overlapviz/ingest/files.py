@@ -191,3 +191,22 @@ def gunzip_bounded(data: bytes, path: Path, limit: int | None = None) -> bytes:
             return parts[0] if len(parts) == 1 else b"".join(parts)
         if data[:2] != b"\x1f\x8b":
             raise ValueError(f"{display(path)}: corrupt gzip data: trailing garbage after the compressed data")
+
+
+def read_bytes(path: Path) -> bytes:
+    """The bytes of a trace file, gunzipped when it is gzip (detected by content).
+
+    Raises
+    ------
+    ValueError
+        Naming ``path``: unreadable, truncated or corrupt gzip, empty.
+    """
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    if raw[:2] == b"\x1f\x8b":
+        raw = gunzip_bounded(raw, path)
+    if not raw[:256].strip() and not raw.strip():  # the head first: no copy of a whole trace
+        raise ValueError(f"{path}: empty file, not a trace")
+    return raw
