@@ -24,6 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_explain import build  # noqa: E402
+from bench_explain import timed as _timed  # noqa: E402
 
 PREVIOUS = "0ed1792"  # the last commit before the breakdown and findings
 ROOT = Path(__file__).resolve().parent.parent
@@ -48,12 +49,7 @@ def command(tree: Path, *args: str) -> float:
 
 
 def timed(fn, repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    return _timed(fn, repeat)[0]  # bench_explain's median, without the last result
 
 
 def main() -> None:

@@ -28,6 +28,8 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections import defaultdict
 
+from overlapviz.testing import union as _union  # plain Python, independent of overlapviz.analysis
+
 PARTS = ("peer_wait_ns", "dependent_ns", "host_idle_ns", "exposed_other_ns")
 
 
@@ -233,16 +235,6 @@ def rank_breakdown(kernels: list[dict], syncs: list[dict], peer_windows: list[tu
         if not covered:
             res[label] += b - a
     return res
-
-
-def _union(iv):
-    out: list[list[int]] = []
-    for s, e in sorted(x for x in iv if x[1] > x[0]):
-        if out and s <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], e)
-        else:
-            out.append([s, e])
-    return out
 
 
 def _covers(merged, starts, a, b) -> bool:

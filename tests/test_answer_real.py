@@ -23,6 +23,7 @@ import pytest
 from overlapviz.analysis.breakdown import breakdown
 from overlapviz.analysis.findings import findings as _findings
 from overlapviz.testing import ingest_cli
+from overlapviz.testing import union as reference_union
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data"
@@ -58,13 +59,8 @@ def launches(doc: dict) -> dict:
 
 
 def union(iv) -> list[tuple[int, int]]:
-    out: list[list[int]] = []
-    for s, e in sorted(x for x in iv if x[1] > x[0]):
-        if out and s <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], e)
-        else:
-            out.append([s, e])
-    return [tuple(x) for x in out]
+    """Sorted, merged intervals (overlapviz.testing's plain-Python reference union), as tuples."""
+    return [tuple(x) for x in reference_union(iv)]
 
 
 def measure(iv) -> int:
