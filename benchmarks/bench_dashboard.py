@@ -107,7 +107,7 @@ class Session:
         from selenium import webdriver
         from selenium.webdriver.chrome.service import Service
 
-        from overlapviz.export import chromium_options, find_chromium
+        from overlapviz.export.render import chromium_options, find_chromium
 
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
@@ -316,7 +316,7 @@ def bench_interleaved(dataset: Path, page: str, other: Path, rounds: int, visits
 
 def bench_exports(dataset: Path) -> dict:
     """Every page's export (PNG), as the dashboard's button makes it: from the warm store, one chromium kept."""
-    from overlapviz import export
+    from overlapviz.export import render as export
     from overlapviz.dashboards.store import DataStore
 
     try:
@@ -353,7 +353,7 @@ def bench_exports(dataset: Path) -> dict:
 def bench_server_side(dataset: Path) -> dict:
     """The tables the store keeps, computed once per dataset (what the warm-up does; the table cache off), read back
     from the table cache (what a restarted server does), and timeline frames."""
-    from overlapviz import figures_timeline as ftl
+    from overlapviz.figures import timeline as ftl
     from overlapviz.dashboards import store as st
 
     out = {}
@@ -412,7 +412,7 @@ def main() -> None:
     args.work.mkdir(parents=True, exist_ok=True)
     import overlapviz
     import overlapviz.dashboards
-    from overlapviz import samples
+    from overlapviz.ingest import samples
 
     # the dashboards live outside the package in a checkout (pyproject maps them in): with PYTHONPATH=OTHER_CHECKOUT the
     # editable install would still serve THIS checkout's dashboards unless OTHER_CHECKOUT/overlapviz/dashboards exists

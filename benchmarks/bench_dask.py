@@ -81,7 +81,7 @@ def child(side: str, source: str, out: str, workers: int) -> None:
     """Run one side over ``source``; print its phase times as JSON (the last line)."""
     import pyarrow.parquet as pq
 
-    from overlapviz import schema
+    from overlapviz.dataset import schema
 
     phases: dict = {}
     extra: dict = {}

@@ -28,7 +28,7 @@ H200 = {"device": 0, "name": "NVIDIA H200", "arch": "sm_90", "num_sms": 132}
 
 
 def build(out: Path, n_kernels: int, n_ranks: int) -> Path:
-    from overlapviz import schema
+    from overlapviz.dataset import schema
 
     if (out / "dataset.json").exists():
         return out

@@ -215,7 +215,7 @@ def worker(out: str, workers: int, files: list[str]) -> None:
     import pyarrow.compute as pc
 
     from overlapviz.ingest import ingest
-    from overlapviz.schema import read_kernels
+    from overlapviz.dataset.schema import read_kernels
 
     t1 = time.perf_counter()
     ds = ingest(files, out, run_id="bench", workers=workers, progress=False)

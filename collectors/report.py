@@ -84,7 +84,7 @@ def _config_frame(runs: pd.DataFrame) -> pd.DataFrame:
 
 def failures(dataset_path) -> pd.DataFrame:
     """The failed runs: ``run_id, workload, setup, gemm, controls, error``."""
-    from overlapviz import schema
+    from overlapviz.dataset import schema
 
     runs = schema.read_frame(dataset_path, "runs")
     bad = runs[runs["status"].fillna("ok") != "ok"]
@@ -106,7 +106,7 @@ def sweep_table(dataset_path) -> pd.DataFrame:
     launch order). TimeRatio and speedup are config_table's (references: the same workload's
     unshaped sequential / baseline run; ``sequential_run_id``, ``baseline_run_id``).
     """
-    from overlapviz import schema
+    from overlapviz.dataset import schema
     from overlapviz.analysis.speedup import config_table
 
     runs = schema.read_frame(dataset_path, "runs")
@@ -251,7 +251,7 @@ def best_markdown(best: pd.DataFrame) -> str:
 
 
 def _stand_in_note(dataset_path) -> str | None:
-    from overlapviz import schema
+    from overlapviz.dataset import schema
 
     runs = schema.read_frame(dataset_path, "runs")
     if "stand_in" in runs and runs["stand_in"].fillna(False).astype(bool).any():

@@ -24,7 +24,7 @@ from bokeh.util.token import generate_secret_key
 from panel.io.state import set_curdoc
 from panel.viewable import Viewer
 
-from overlapviz import figures
+from overlapviz.figures import charts as figures
 from overlapviz.dashboards import references, security, serialization
 from overlapviz.dashboards.pages import CollectivesPage, ComparePage, OverviewPage, ResidencyPage, TimelinePage, WhyPage
 from overlapviz.dashboards.store import DataStore, drawing
@@ -158,7 +158,7 @@ def build_app(dataset: str | os.PathLike) -> Dashboard:
 
 
 def _n_kernels(path: str) -> int:
-    from overlapviz import schema
+    from overlapviz.dataset import schema
 
     return int(schema.read_metadata(path).get("n_kernels", 0))
 

@@ -250,7 +250,7 @@ def export_buttons(store: DataStore, *items, extra=()) -> pn.Column:
     for figure, options, label in items:
 
         def _make(figure=figure, options=options):
-            from overlapviz import export
+            from overlapviz.export import render as export
 
             with tempfile.TemporaryDirectory(prefix="ovz-export-") as tmp, RENDER_LOCK:  # (HoloViews draws it: see static_plot)
                 out = Path(tmp) / f"{figure}.{fmt.value}"
@@ -274,7 +274,7 @@ def export_buttons(store: DataStore, *items, extra=()) -> pn.Column:
 
 def perfetto_button(store: DataStore) -> pn.Column:
     """Download the shown run's trace for Perfetto (``<run>.perfetto.json.gz``): exactly what
-    ``overlapviz export DATASET --format perfetto --run RUN`` writes (``overlapviz.perfetto.write_perfetto``: kernels per
+    ``overlapviz export DATASET --format perfetto --run RUN`` writes (``overlapviz.export.perfetto.write_perfetto``: kernels per
     rank and stream, each collective's wait with its cause, blocker and fit, flow arrows, overlap counters)."""
     message = pn.pane.Alert("", alert_type="danger", visible=False, width=460, margin=(0, 5))  # not stretched: the group keeps its width in a wrapping row
 

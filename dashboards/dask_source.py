@@ -29,7 +29,7 @@ from collections.abc import Iterator
 import numpy as np
 import pandas as pd
 
-from overlapviz import figures_timeline as ftl
+from overlapviz.figures import timeline as ftl
 from overlapviz.analysis import budget, metrics, speedup
 from overlapviz.analysis.residency import by_rank
 from overlapviz.dashboards import store

@@ -17,8 +17,8 @@ from holoviews.plotting.bokeh.callbacks import RangeXCallback
 from holoviews.plotting.plot import Plot as HvPlot
 from panel.io.state import set_curdoc
 
-from overlapviz import figures
-from overlapviz import figures_timeline as ftl
+from overlapviz.figures import charts as figures
+from overlapviz.figures import timeline as ftl
 from overlapviz.analysis import ranks as ranks_analysis
 from overlapviz.dashboards.common import (PLOT_WIDTH, Page, controls_row, export_button, export_buttons, hidden, notice, perfetto_button, plot,
                                           StaticTable, static_plot, table, unavailable)  # fmt: skip

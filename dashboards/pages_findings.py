@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import panel as pn
 
-from overlapviz import figures
+from overlapviz.figures import charts as figures
 from overlapviz.analysis.findings import changes_by_kind, format_ns
 from overlapviz.dashboards.common import StaticTable, notice, static_plot, unavailable
 from overlapviz.dashboards.store import DataStore, Unavailable

@@ -14,7 +14,8 @@ import panel as pn
 import param
 from bokeh.models import NumberFormatter
 
-from overlapviz import figures, figures_why
+from overlapviz.figures import charts as figures
+from overlapviz.figures import why as figures_why
 from overlapviz.analysis import budget, explain as explain_lib
 from overlapviz.analysis.findings import format_ns
 from overlapviz.analysis.residency import ANY_RANK

@@ -23,11 +23,12 @@ import pandas as pd
 import param
 import pyarrow as pa
 
-from overlapviz import figures, schema
+from overlapviz.figures import charts as figures
+from overlapviz.dataset import schema
 from overlapviz.analysis import breakdown, budget, explain, findings, metrics, peers, residency, speedup
 from overlapviz.dashboards.table_cache import TABLE_CACHE_ENV, disk_file as _disk_file, figure_stamp as _figure_stamp
 from overlapviz.dashboards.table_cache import on_disk as _on_disk, private as _private, storable as _storable
-from overlapviz.figures_timeline import RESIDENCY_PENDING, TIMELINE_COLUMNS, TimelineData
+from overlapviz.figures.timeline import RESIDENCY_PENDING, TIMELINE_COLUMNS, TimelineData
 
 
 class Unavailable(ValueError):
@@ -341,11 +342,11 @@ _FILES = _Memo(4)  # files a button downloads, per (path, stamp, kind, run): a 1
 
 
 def perfetto_trace(path: str, stamp: str, run_id: str) -> bytes:
-    """The run's Perfetto trace (``overlapviz.perfetto.write_perfetto``, gzip'd JSON), written once per run and
+    """The run's Perfetto trace (``overlapviz.export.perfetto.write_perfetto``, gzip'd JSON), written once per run and
     dataset state: kept in memory and in the table cache (keyed by the writer's code too), not rewritten per click."""
     import tempfile
 
-    from overlapviz import perfetto
+    from overlapviz.export import perfetto
 
     code = Path(perfetto.__file__).stat()
 

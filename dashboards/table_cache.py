@@ -29,7 +29,8 @@ def disk_dir(path: str, stamp: str) -> Path | None:
     ``tables/<hash of the dataset's path and stamp and of the analysis code>``; None when turned off."""
     if os.environ.get(TABLE_CACHE_ENV, "1") == "0":
         return None
-    from overlapviz import __version__, samples
+    from overlapviz import __version__
+    from overlapviz.ingest import samples
 
     key = hashlib.sha256(f"{path}\0{stamp}\0{__version__}\0{code_stamp()}".encode()).hexdigest()[:24]
     return samples.cache_dir() / "tables" / key

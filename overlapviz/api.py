@@ -24,14 +24,14 @@ __all__ = ["Dataset", "open"]
 
 def open(path: str | os.PathLike, *, cache: str | os.PathLike | None = None) -> Dataset:  # noqa: A001 (as tarfile.open)
     """The dataset at ``path``, or the dataset of the raw traces at ``path`` (ingested into
-    ``cache``, default ``overlapviz.samples.cache_dir()``, once per content).
+    ``cache``, default ``overlapviz.ingest.samples.cache_dir()``, once per content).
 
     Raises
     ------
     ValueError
         One line naming the path and the problem.
     """
-    from overlapviz import samples
+    from overlapviz.ingest import samples
 
     p = Path(path)
     if not p.exists():
@@ -45,7 +45,7 @@ class Dataset:
     """One overlapviz dataset: its tables (pandas) and figures (HoloViews)."""
 
     def __init__(self, path: str | os.PathLike, *, source: str | os.PathLike | None = None):
-        from overlapviz import schema
+        from overlapviz.dataset import schema
 
         self.path = Path(path)
         self.source = None if source is None else Path(source)
@@ -59,7 +59,7 @@ class Dataset:
 
     def table(self, name: str):
         """A dataset table by name: ``kernels``, ``runs``, ``ranks``, ``devices``, ``steps``, ``iterations``, ``syncs``."""
-        from overlapviz import schema
+        from overlapviz.dataset import schema
 
         return schema.read_frame(self.path, name)
 
@@ -119,9 +119,9 @@ class Dataset:
 
     def figure(self, name: str, **selection):
         """The figure ``overlapviz export --figure NAME`` writes (timeline, heatmap, speedup, compare,
-        residency, ranks), as a HoloViews object; ``selection`` as ``overlapviz.export.build_figure``."""
+        residency, ranks), as a HoloViews object; ``selection`` as ``overlapviz.export.render.build_figure``."""
         _notebook_extension()
-        from overlapviz.export import build_figure
+        from overlapviz.export.render import build_figure
 
         return build_figure(self.path, name, **selection)
 
@@ -136,7 +136,7 @@ class Dataset:
 
     def perfetto(self, out: str | os.PathLike, run: str | None = None) -> Path:
         """Write the run as a Perfetto trace with the findings (``overlapviz export --format perfetto``)."""
-        from overlapviz.perfetto import write_perfetto
+        from overlapviz.export.perfetto import write_perfetto
 
         return write_perfetto(self.path, run or self.runs[0], out)
 

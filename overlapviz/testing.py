@@ -302,7 +302,7 @@ def write_grid_dataset(out, *, pads=(0, 16384), priorities=(0, -1), ranks=2, ite
 
     import pandas as pd
 
-    from overlapviz import schema
+    from overlapviz.dataset import schema
 
     rng = np.random.default_rng(seed)
     configs = [("sequential", 0, 0), ("baseline", 0, 0)] + [("optimized", p, q) for p in pads for q in priorities]
@@ -489,7 +489,7 @@ def write_rows_dataset(path, kernels: list[dict], syncs=(), *, ranks=(0,), devic
     pandas: a column with nulls stays int64 (pandas would round epoch-scale ns in float64)."""
     import pyarrow as pa
 
-    from overlapviz import schema
+    from overlapviz.dataset import schema
 
     def table(rows, name_schema):
         # every row with every key: from_pylist takes its columns from the first row alone

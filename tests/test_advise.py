@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from overlapviz.analysis.advise import Footprint, advise, footprints_from_dataset
 from overlapviz.cli import main
-from overlapviz.devices import amd_arch, device_limits
+from overlapviz.domain.devices import amd_arch, device_limits
 from overlapviz.analysis.occupancy import occupancy
 
 DATA = Path(__file__).parent / "data"

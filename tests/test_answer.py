@@ -14,7 +14,8 @@ import pyarrow as pa
 import pytest
 from click.testing import CliRunner
 
-from overlapviz import schema, testing
+from overlapviz import testing
+from overlapviz.dataset import schema
 from overlapviz.analysis import breakdown as bd
 from overlapviz.analysis.findings import KINDS, findings
 from overlapviz.analysis.metrics import analyze

@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from _independent_breakdown import PARTS, instance_starts, run_breakdown
-from overlapviz import schema
+from overlapviz.dataset import schema
 from overlapviz.analysis.breakdown import breakdown
 from overlapviz.analysis.metrics import analyze
 from overlapviz.testing import H200_ROW, ingest_cli, kernel_row

@@ -22,7 +22,7 @@ from urllib.parse import urlparse
 
 import pytest
 
-from overlapviz.export import chromium_options, find_chromium
+from overlapviz.export.render import chromium_options, find_chromium
 from overlapviz.testing import write_grid_dataset
 
 pytestmark = [
@@ -758,10 +758,10 @@ def test_every_export_button_downloads_its_file(loaded, downloads, server_log):
 
 def test_forest_plot_reference_line_is_vertical(dataset, browser, tmp_path):
     # was: the "no change" line at speedup 1 was drawn horizontally between two configuration rows
-    from overlapviz.export import export_dataset_figure
+    from overlapviz.export.render import export_dataset_figure
 
     if dataset is None:
-        from overlapviz import samples
+        from overlapviz.ingest import samples
 
         dataset = samples.sample_dataset(progress=None)
     out = export_dataset_figure(dataset, "speedup", tmp_path / "speedup.html")
@@ -774,10 +774,10 @@ def test_forest_plot_reference_line_is_vertical(dataset, browser, tmp_path):
 
 
 def test_exported_html_opens_offline(dataset, browser, tmp_path):
-    from overlapviz.export import export_dataset_figure
+    from overlapviz.export.render import export_dataset_figure
 
     if dataset is None:
-        from overlapviz import samples
+        from overlapviz.ingest import samples
 
         dataset = samples.sample_dataset(progress=None)
     out = export_dataset_figure(dataset, "heatmap", tmp_path / "heatmap.html")
@@ -912,7 +912,7 @@ def controls_dataset(tmp_path_factory):
     setups, with the SM-partitioning controls (carve-out, green context, work queues, launch order) in the manifests."""
     import pandas as pd
 
-    from overlapviz import schema
+    from overlapviz.dataset import schema
 
     base = dict(source="collected", workload="cb-ar", compute_impl="vendor", gemm_m=8192, gemm_n=8192, gemm_k=8192,
                 smem_pad_bytes=0, comm_priority=-3, comm_priority_effective=-3, collective="all_reduce", message_bytes=64 << 20,

@@ -13,7 +13,7 @@ import pytest
 from test_browser import TITLES_JS, _serve, browser, downloads, idle, page_text, set_model, wait_for  # noqa: F401 (fixtures)
 
 from overlapviz.analysis.findings import format_ns, headline
-from overlapviz.export import find_chromium
+from overlapviz.export.render import find_chromium
 
 pytestmark = [
     pytest.mark.browser,

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from overlapviz.analysis import budget, explain, peers
-from overlapviz.devices import nvidia_arch
+from overlapviz.domain.devices import nvidia_arch
 from overlapviz.analysis.occupancy import blocks_fit, capacity
 from overlapviz.testing import write_grid_dataset
 
@@ -50,7 +50,7 @@ def test_the_segments_add_up_to_start_minus_launch(grid):
 
 
 def test_blocker_positions_find_the_resident_kernel(grid):
-    from overlapviz import schema
+    from overlapviz.dataset import schema
 
     e = explain.explain(grid)
     blocked = e.loc[e["cause"] == "sm_resources"]
@@ -156,7 +156,7 @@ def _instances_by_loop(e, sizes):
 
 
 def test_collective_instances_are_exact_per_instance(grid):
-    from overlapviz import schema
+    from overlapviz.dataset import schema
 
     e = explain.explain(grid)
     sizes = budget.message_bytes(e, schema.read_frame(grid, "runs"))

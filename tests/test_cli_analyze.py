@@ -163,7 +163,7 @@ def test_table_per_step_has_step_column(dataset):
 
 
 def test_empty_selection_prints_no_rows(tmp_path):
-    from overlapviz import schema
+    from overlapviz.dataset import schema
 
     with schema.DatasetWriter(tmp_path / "empty") as w:
         w.commit()

@@ -10,7 +10,7 @@ import orjson
 import pytest
 from click.testing import CliRunner
 
-from overlapviz import schema
+from overlapviz.dataset import schema
 from overlapviz.cli import main
 from overlapviz.cli._table import cell, header, short_name, unit
 from overlapviz.ingest import ingest

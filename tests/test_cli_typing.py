@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from overlapviz.cli import TRACE_FORMATS, main
-from overlapviz.devices import device_limits
+from overlapviz.domain.devices import device_limits
 
 DATA = Path(__file__).parent / "data"
 TRACE = DATA / "kineto_real" / "hta_alexnet_cuda_sync"  # a real A100 trace

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from overlapviz import schema
+from overlapviz.dataset import schema
 from overlapviz.analysis import clocks
 from overlapviz.cli import main as cli
 from overlapviz.ingest import ingest

@@ -20,7 +20,7 @@ from overlapviz.collectors import sweep as sw
 from overlapviz.collectors.config import PRESETS, CollectConfig, cb_ar, gloo_smoke, preset, run_id
 from overlapviz.analysis.statistics import bootstrap_median
 from overlapviz.collectors.workload import resolve_backend
-from overlapviz.schema import RUNS, read_frame
+from overlapviz.dataset.schema import RUNS, read_frame
 from overlapviz.testing import process_alive
 
 torch = pytest.importorskip("torch")

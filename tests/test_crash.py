@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from test_hostile import CLI, EVENT_SYNC, check_dataset, snapshot
 
-from overlapviz import outdir
+from overlapviz.dataset import outdir
 from overlapviz.ingest.pool import POOL_MIN_BYTES
 
 DATA = Path(__file__).parent / "data"

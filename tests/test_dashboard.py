@@ -8,7 +8,7 @@ import panel as pn
 import pytest
 from bokeh.models import Plot
 
-from overlapviz import schema
+from overlapviz.dataset import schema
 from overlapviz.testing import write_grid_dataset
 
 
@@ -119,7 +119,7 @@ def test_serve_get_through_the_cli(dataset):
 def test_sample_traces_are_ingested_once_per_content(tmp_path):
     import shutil
 
-    from overlapviz import samples
+    from overlapviz.ingest import samples
 
     sources = samples.sample_sources()
     if not sources:
@@ -408,7 +408,7 @@ def test_the_perfetto_trace_is_written_once_per_run_and_dataset_state(dataset, m
     import gzip
     import json
 
-    from overlapviz import perfetto
+    from overlapviz.export import perfetto
     from overlapviz.dashboards import store as store_mod
 
     monkeypatch.setenv("OVERLAPVIZ_CACHE_DIR", str(tmp_path / "cache"))
@@ -441,7 +441,7 @@ def test_a_timeline_drawn_before_its_why_says_the_residency_is_coming_not_missin
     # the kernels-only timeline (drawn at once) must not claim "no device limits" for a run that has them
     import numpy as np
 
-    from overlapviz import figures_timeline as ftl
+    from overlapviz.figures import timeline as ftl
 
     frame = pd.DataFrame({"run_id": ["r"], "rank": [0], "stream": [7], "name": ["gemm"], "kind": ["compute"], "start_ns": [0],
                           "end_ns": [10], "block_x": [128], "block_y": [1], "block_z": [1], "regs_per_thread": [64],
@@ -459,7 +459,7 @@ def test_the_timeline_hover_gives_each_rank_the_residency_on_its_own_gpu(tmp_pat
     every rank the first model's)."""
     import numpy as np
 
-    from overlapviz import export
+    from overlapviz.export import render as export
     from overlapviz.analysis.occupancy import kernel_occupancy
     from overlapviz.analysis.residency import device_table, kernel_shapes, run_carveouts
     from overlapviz.dashboards import store as store_mod
@@ -596,7 +596,7 @@ def test_missing_numbers_read_as_a_dash_in_tables_and_hovers_never_nan(tmp_path,
 
     import numpy as np
 
-    from overlapviz import figures
+    from overlapviz.figures import charts as figures
     from overlapviz.dashboards import store as store_mod
     from overlapviz.dashboards.pages_why import ResidencyPage, WhyPage
     from overlapviz.ingest import ingest
@@ -684,7 +684,7 @@ def test_a_trace_without_launch_records_is_not_said_to_have_started_its_collecti
 
     import holoviews as hv
 
-    from overlapviz import figures_why
+    from overlapviz.figures import why as figures_why
     from overlapviz.analysis import budget, explain
     from overlapviz.dashboards import store as store_mod
     from overlapviz.dashboards.pages_why import WhyPage
@@ -797,7 +797,7 @@ def test_compare_and_timeline_draw_runs_whose_layers_are_empty_beside_full_ones(
 
     import holoviews as hv
 
-    from overlapviz import figures_timeline as ftl
+    from overlapviz.figures import timeline as ftl
     from overlapviz.dashboards import store as store_mod
     from overlapviz.dashboards.pages import ComparePage, TimelinePage
     from overlapviz.ingest import ingest

@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from overlapviz import distributed as ovd
-from overlapviz import schema
+from overlapviz.dataset import schema
 from overlapviz.analysis import explain as explain_lib
 from overlapviz.analysis import metrics
 from overlapviz.analysis import residency as residency_lib
@@ -192,7 +192,7 @@ class _KillWhileWriting(distributed.WorkerPlugin):
     def setup(self, worker):
         import signal
 
-        from overlapviz import schema as worker_schema
+        from overlapviz.dataset import schema as worker_schema
 
         real = worker_schema.write_kernels
         plugin = self
@@ -593,7 +593,7 @@ def _timelines(dataset, run_id, ranks):
 @pytest.mark.parametrize("run_id, ranks", [("job4", None), ("job4", (1, 3)), ("scenario-sm_resources_regs_sync-events-on", None),
                                            ("scenario-dependency_sync-events-on", None)])  # fmt: skip
 def test_dashboard_timeline_on_the_cluster_draws_what_the_local_one_does(engine, dataset, run_id, ranks):
-    from overlapviz import figures_timeline as ftl
+    from overlapviz.figures import timeline as ftl
     from overlapviz.dashboards.dask_source import DaskTimeline
 
     local, remote = _timelines(dataset, run_id, ranks)
@@ -623,7 +623,7 @@ def test_dashboard_timeline_on_the_cluster_draws_what_the_local_one_does(engine,
 
 
 def test_dashboard_raster_counts_equal_the_local_ones(engine, dataset):
-    from overlapviz import figures_timeline as ftl
+    from overlapviz.figures import timeline as ftl
 
     local, remote = _timelines(dataset, "job4", None)
     lo, hi = local.x_extent
@@ -687,7 +687,7 @@ class _KernelReads:
 def _server_views(path: str, stamp: str, pair: tuple, record: dict) -> dict:
     """What the dashboard's pages ask the store for: the tables, a run's timeline drawn zoomed out and zoomed in with
     its glyphs' hover fields, a selection of ranks, and the SM budget of one collective."""
-    from overlapviz import figures_timeline as ftl
+    from overlapviz.figures import timeline as ftl
     from overlapviz.dashboards import store
 
     out = {name: store.load_analysis(path, stamp, name) for name in ("explain", "kernel_residency", "config_table")}

@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from overlapviz.devices import amd_arch, device_limits, nvidia_arch
+from overlapviz.domain.devices import amd_arch, device_limits, nvidia_arch
 
 DATA = Path(__file__).parent / "data"
 

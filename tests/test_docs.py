@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from overlapviz import schema
+from overlapviz.dataset import schema
 from overlapviz.cli import COMMANDS, main
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -71,7 +71,7 @@ def test_every_compare_and_residency_column_is_documented(tmp_path):
     import pandas as pd
 
     from overlapviz.analysis.advise import Footprint, advise
-    from overlapviz.devices import nvidia_arch
+    from overlapviz.domain.devices import nvidia_arch
     from overlapviz.analysis.residency import kernel_residency
     from overlapviz.analysis.speedup import compare, config_table
     from overlapviz.testing import kernel_row, write_rows_dataset

@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from overlapviz.cli import main
-from overlapviz.export import find_chromium
+from overlapviz.export.render import find_chromium
 from overlapviz.testing import write_grid_dataset
 
 needs_chromium = pytest.mark.skipif(find_chromium() is None, reason="Debian chromium + chromium-driver not installed")
@@ -124,7 +124,7 @@ def standin(tmp_path_factory):
 def test_budget_kernel_and_what_if(standin, tmp_path):
     import orjson
 
-    from overlapviz import schema
+    from overlapviz.dataset import schema
 
     records = orjson.loads(CliRunner().invoke(main, ["explain", str(standin), "--format", "json"]).output)
     blocked = next(r for r in records if r["cause"] == "sm_resources")
@@ -179,7 +179,7 @@ def test_a_png_is_the_picture_bokeh_s_own_export_draws(dataset, tmp_path):
     from bokeh.io.export import export_png
     from PIL import Image, ImageChops
 
-    from overlapviz import export
+    from overlapviz.export import render as export
 
     cases = [("timeline", {"runs": ["cb-ar-optimized-pad16384-prio-1"], "window_ms": (0.0, 0.8)}), ("heatmap", {"value": "speedup"}),
              ("compare", {"runs": ["cb-ar-baseline-pad0-prio0", "cb-ar-optimized-pad16384-prio-1"]})]  # fmt: skip
@@ -206,7 +206,7 @@ def test_export_help_lists_every_figure_and_imports_no_plotting_library():
     import subprocess
     import sys
 
-    from overlapviz.catalog import FIGURES
+    from overlapviz.figures.catalog import FIGURES
 
     code = ("import sys; from click.testing import CliRunner; from overlapviz.cli import main; "
             "r = CliRunner().invoke(main, ['export', '--help']); print(r.output); "
@@ -220,16 +220,16 @@ def test_export_help_lists_every_figure_and_imports_no_plotting_library():
 def test_the_readme_figure_list_is_the_registry_s():
     from pathlib import Path
 
-    from overlapviz.catalog import figure_list_markdown
+    from overlapviz.figures.catalog import figure_list_markdown
 
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    assert figure_list_markdown() in readme  # regenerate: python -c "from overlapviz.catalog import *; print(figure_list_markdown())"
+    assert figure_list_markdown() in readme  # regenerate: python -c "from overlapviz.figures.catalog import *; print(figure_list_markdown())"
 
 
 @pytest.mark.parametrize(("text", "px", "physical"), [("800", 800, False), ("800px", 800, False), ("3.5in", 336, True),
                                                        ("8.89cm", 336, True), ("252pt", 336, True)])  # fmt: skip
 def test_lengths(text, px, physical):
-    from overlapviz.catalog import parse_length
+    from overlapviz.figures.catalog import parse_length
 
     assert parse_length(text) == (px, physical)
 
@@ -247,7 +247,7 @@ def test_bad_sizes_are_one_line(dataset, tmp_path):
 
 
 def test_file_stems_are_safe_and_predictable():
-    from overlapviz.export import file_stem
+    from overlapviz.export.render import file_stem
 
     assert file_stem("heatmap") == "heatmap"
     assert file_stem("timeline", ["cb-ar_baseline_p0"]) == "timeline-cb-ar_baseline_p0"

@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from overlapviz.cli import main
-from overlapviz.export import chromium, find_chromium
+from overlapviz.export.render import chromium, find_chromium
 
 HANG_S = 600
 ROOT = Path(__file__).resolve().parent.parent
@@ -132,7 +132,7 @@ def layout_problems(label: str, files: dict, driver, tmp: Path) -> list[str]:
 
 
 def test_every_figure_in_every_static_format_has_the_png_s_layout(exports, tmp_path):
-    from overlapviz.catalog import FIGURES
+    from overlapviz.figures.catalog import FIGURES
 
     drawn = {stem.split("-")[0] for _, stem in exports}
     # the DLRM run has every per-run figure but the breakdown (when its analysis exists); the stand-in sweep the grid

@@ -7,7 +7,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from overlapviz import figures, figures_timeline as ftl, figures_why
+from overlapviz.figures import charts as figures
+from overlapviz.figures import timeline as ftl
+from overlapviz.figures import why as figures_why
 from overlapviz.analysis import budget
 from overlapviz.analysis import ranks as ranks_analysis
 
@@ -301,7 +303,7 @@ def test_late_by_cause_and_budget_figures():
     assert len(bars) == 5 and set(bars["cause"]) == {"stream order", "SM resources", "launch latency"}
     r1 = bars.loc[bars["rank"] == 1]
     assert r1["x1"].max() == pytest.approx(31.0)  # stacked: the rank's segments end at its total
-    from overlapviz.devices import nvidia_arch
+    from overlapviz.domain.devices import nvidia_arch
 
     limits = dict(nvidia_arch(9, 0), num_sms=132)
     t = budget.sm_budget(limits, [{"name": "gemm", "blocks": 4, "warps_per_block": 4, "regs_per_warp": 4096, "smem_alloc_bytes": 33792}],
@@ -317,7 +319,7 @@ def test_braces_in_a_kernel_s_or_a_run_s_name_are_drawn_as_they_are():
     """HoloViews fills a plot title's {label} fields with str.format: the SM budget of a collective beside a PyTorch
     kernel (``{lambda(float)#1}``), found on the real HTA trace with `serve --device-name`, and a Timeline of a run
     named with braces raised KeyError and were not drawn."""
-    from overlapviz.devices import nvidia_arch
+    from overlapviz.domain.devices import nvidia_arch
 
     limits = dict(nvidia_arch(8, 0), num_sms=108)
     name = "elementwise<{lambda(float)#1}>"
@@ -332,7 +334,7 @@ def test_braces_in_a_kernel_s_or_a_run_s_name_are_drawn_as_they_are():
 
 def test_an_amd_sm_budget_counts_wavefronts_of_64():
     """An MI350X's budget said "limited by warps (threads / 32)" beside a detail counting waves of 64 (QA, real trace)."""
-    from overlapviz.devices import amd_arch, device_limits
+    from overlapviz.domain.devices import amd_arch, device_limits
 
     limits = device_limits({"arch": "gfx950", "name": "AMD Instinct MI350X"})
     assert limits["warp_size"] == 64 and amd_arch("gfx950")
@@ -400,8 +402,8 @@ def test_the_timeline_legend_has_as_many_rows_for_every_run():
     run shown before, an old item pointed past them and BokehJS threw while painting, dropping the rest of the switch
     (the Timeline kept the old run's title; a heatmap tap from the samples' Overview with the why already cached).
     Every run's legend element has the same rows, and one entry per kind and cause of the run, in order."""
-    from overlapviz import figures_timeline as ftl
-    from overlapviz.figures import CAUSE_COLORS, CAUSE_LABELS, KIND_COLORS
+    from overlapviz.figures import timeline as ftl
+    from overlapviz.figures.charts import CAUSE_COLORS, CAUSE_LABELS, KIND_COLORS
 
     kinds, causes = tuple(KIND_COLORS), tuple(CAUSE_COLORS)
     for ks, ps in [(kinds[:1], ()), (kinds[:2], causes[:1]), (kinds, causes[2:4]), (kinds, causes)]:

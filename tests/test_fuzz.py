@@ -40,7 +40,7 @@ from test_hostile import (
     snapshot,
 )
 
-from overlapviz import schema
+from overlapviz.dataset import schema
 
 EXAMPLES = int(os.environ.get("OVERLAPVIZ_FUZZ_EXAMPLES", "0")) or None
 FUZZ = settings(

@@ -32,7 +32,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from overlapviz import outdir, schema
+from overlapviz.dataset import outdir
+from overlapviz.dataset import schema
 from overlapviz.cli import main
 
 DATA = Path(__file__).parent / "data"

@@ -3,7 +3,7 @@
 pandas (with pyarrow's pandas glue) costs ~50 MB and ~0.4 s before any work; the light
 path must not pay it. Each check runs in a fresh interpreter, since this one has pandas
 loaded by other tests. pyarrow itself imports pandas on its first ``pa.array`` unless
-``overlapviz.schema`` holds it off: these tests fail if that stops working too.
+``overlapviz.dataset.schema`` holds it off: these tests fail if that stops working too.
 """
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ def test_pandas_imported_later_still_converts_exactly():
     objects again (nullable integers, categoricals, timestamps), as if nothing had deferred it."""
     out = run_python(
         """
-        from overlapviz import schema
+        from overlapviz.dataset import schema
         import pyarrow as pa
         a = pa.array([1, 2])  # pyarrow's first probe for pandas comes before pandas is imported
         import pandas as pd
@@ -117,7 +117,7 @@ def test_pandas_imported_later_still_converts_exactly():
     assert lines[-1] == "True"
 
 
-@pytest.mark.parametrize("module", ["overlapviz.analysis.metrics", "overlapviz.schema", "overlapviz.rules", "overlapviz.cli.analyze"])
+@pytest.mark.parametrize("module", ["overlapviz.analysis.metrics", "overlapviz.dataset.schema", "overlapviz.domain.rules", "overlapviz.cli.analyze"])
 def test_modules_import_without_pandas(module):
     assert run_python(f"import {module}").splitlines()[-1] == "False"
 

@@ -17,11 +17,11 @@ from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from overlapviz import schema
+from overlapviz.dataset import schema
 from overlapviz.cli import main
-from overlapviz.collectives import collective_names
+from overlapviz.domain.collectives import collective_names
 from overlapviz.ingest import ingest
-from overlapviz.rules import Rule, default_rules
+from overlapviz.domain.rules import Rule, default_rules
 from overlapviz.testing import (
     cpu_op_event,
     kernel_event,
@@ -481,7 +481,7 @@ def test_classify_equals_reading_the_rules_row_by_row(rows, extra):
     ``compute`` for GPU kernels and ``other`` for the rest."""
     import re
 
-    from overlapviz.rules import Rule, default_rules
+    from overlapviz.domain.rules import Rule, default_rules
 
     rules = default_rules().with_overrides([Rule(k, p, tuple(c)) for k, p, c in extra])
     names = [n for n, _ in rows]
@@ -503,7 +503,7 @@ def test_classify_equals_reading_the_rules_row_by_row(rows, extra):
 def test_deepep_kernels_are_communication_by_default():
     import pyarrow as pa
 
-    from overlapviz.rules import default_rules
+    from overlapviz.domain.rules import default_rules
 
     names = ["void dpsk::ep::internode::dispatch<false, 8, true, 8>(int4*)", "void deep_ep::intranode::combine<8>(int4*)",
              "void deep_ep::internode_ll::dispatch<3>(void*)", "void dpsk::ep::cuda::get_dispatch_layout<256, 32, 8>(long const*)",

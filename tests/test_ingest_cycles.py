@@ -18,7 +18,7 @@ from click.testing import CliRunner
 
 from overlapviz.cli import main
 from overlapviz.ingest.cycles import CycleFile, group_cycles
-from overlapviz.schema import read_frame
+from overlapviz.dataset.schema import read_frame
 from overlapviz.testing import ingest_cli
 
 DATA = Path(__file__).parent / "data" / "gloo_cycles"

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from overlapviz import schema
+from overlapviz.dataset import schema
 from overlapviz.cli import main
 from overlapviz.ingest import ingest
 from overlapviz.ingest.discover import file_run_name

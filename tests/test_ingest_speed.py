@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from overlapviz.ingest import driver, files, pool
-from overlapviz import schema
+from overlapviz.dataset import schema
 from overlapviz.ingest import chrome, ingest
 from overlapviz.testing import (
     generate_trace,

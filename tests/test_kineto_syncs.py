@@ -18,7 +18,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from overlapviz import schema
+from overlapviz.dataset import schema
 from overlapviz.ingest import chrome, chrome_columns, ingest
 from overlapviz.testing import (
     cpu_op_event,

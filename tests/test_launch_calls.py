@@ -17,7 +17,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from overlapviz import schema
+from overlapviz.dataset import schema
 from overlapviz.ingest import chrome, chrome_columns, ingest
 
 DATA = Path(__file__).parent / "data"

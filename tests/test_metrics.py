@@ -19,7 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from overlapviz import schema
+from overlapviz.dataset import schema
 from overlapviz.analysis.metrics import analyze, metric_columns, overlap_metrics
 from overlapviz.testing import reference_metrics
 

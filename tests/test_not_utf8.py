@@ -20,7 +20,7 @@ import pytest
 
 from overlapviz.ingest import chrome, chrome_columns
 from overlapviz.ingest.text import REPAIRED_KEY, repair_json_text
-from overlapviz.schema import read_frame
+from overlapviz.dataset.schema import read_frame
 from overlapviz.testing import ingest_cli
 
 REAL = Path(__file__).parent / "data" / "kineto_real" / "hta_alexnet_cuda_sync" / "benchmark_result_2869224_1695835535_trace.json.gz"

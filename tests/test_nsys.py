@@ -463,7 +463,7 @@ def test_sniffed_by_content_not_by_name(tmp_path):
 def test_ingest_and_analyze_the_nccl_export(tmp_path):
     from overlapviz.cli import main
     from overlapviz.ingest import ingest
-    from overlapviz.schema import read_table
+    from overlapviz.dataset.schema import read_table
 
     src = tmp_path / "mfu"
     src.mkdir()

@@ -24,7 +24,7 @@ from overlapviz.ingest.discover import discover
 from overlapviz.ingest.nsys import read_nsys
 from overlapviz.ingest.nsys_report import NsysReportReader, read_report
 from overlapviz.ingest.registry import detect
-from overlapviz.schema import read_kernels, read_table
+from overlapviz.dataset.schema import read_kernels, read_table
 
 DATA = Path(__file__).parent / "data" / "nsys"
 MOCK = DATA / "mock.sqlite"

@@ -7,7 +7,7 @@ from pathlib import Path
 import orjson
 import pandas as pd
 
-from overlapviz.devices import nvidia_arch
+from overlapviz.domain.devices import nvidia_arch
 from overlapviz.analysis.occupancy import blocks_fit, capacity
 
 DATA = Path(__file__).parent / "data"
@@ -51,7 +51,7 @@ def _coresidency_prediction(row, limits):
 def test_coresidency_on_the_h200_follows_the_carveout_rule():
     """tests/data/carveout_coresidency_h200: kernel A holds every SM for 4 ms, kernel B is launched 0.5 ms later on
     another stream; B's blocks either all start beside A or all wait for it. The model must say which, case by case."""
-    from overlapviz.devices import device_limits
+    from overlapviz.domain.devices import device_limits
 
     dev = orjson.loads((DATA / "carveout_coresidency_h200" / "device.json").read_bytes())
     limits = device_limits({"name": dev["name"], "arch": "sm_90", "num_sms": dev["num_sms"], "shared_mem_per_sm": dev["shared_mem_per_sm"]})

@@ -9,7 +9,7 @@ from decimal import Decimal
 
 from click.testing import CliRunner
 
-from overlapviz import schema
+from overlapviz.dataset import schema
 from overlapviz.analysis.explain import explain
 from overlapviz.cli import main
 from overlapviz.testing import kernel_row as _k

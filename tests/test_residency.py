@@ -12,8 +12,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from overlapviz import schema
-from overlapviz.devices import amd_arch, device_limits, nvidia_arch
+from overlapviz.dataset import schema
+from overlapviz.domain.devices import amd_arch, device_limits, nvidia_arch
 from overlapviz.analysis.occupancy import occupancy, occupancy_table, profiler_estimated_occupancy
 from overlapviz.analysis.residency import kernel_residency
 

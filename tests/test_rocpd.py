@@ -731,7 +731,7 @@ def test_ingest_end_to_end(rocpd_db, tmp_path, monkeypatch):
     registry = importlib.import_module("overlapviz.ingest.registry")
     assert [r.name for r in registry.readers()][:2] == [NSYS[0].name, ROCPD[0].name]  # registered, sniffed first
     from overlapviz.ingest import ingest
-    from overlapviz.schema import read_kernels, read_table
+    from overlapviz.dataset.schema import read_kernels, read_table
 
     ds = ingest([rocpd_db], tmp_path / "ds", progress=False)
     k = read_kernels(ds)
@@ -749,7 +749,7 @@ def test_real_rocm711_database(tmp_path):
     """A real rocprofv3 database (ROCm 7.1.1, MI300X): ids from 0, 8 GPUs listed and one used.
     Every dispatch is read with its exact times, on the GPU that ran it (agent type_index), with
     the start of the hipLaunchKernel/hipMemset region its event names as launch."""
-    from overlapviz.schema import read_frame
+    from overlapviz.dataset.schema import read_frame
     from overlapviz.testing import ingest_cli
 
     db = sqlite3.connect(f"file:{REAL_DB}?mode=ro", uri=True)

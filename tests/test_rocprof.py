@@ -17,10 +17,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from overlapviz.collectives import api_collective
+from overlapviz.domain.collectives import api_collective
 from overlapviz.ingest import detect
 from overlapviz.ingest.rocprof_common import gfx_arch
-from overlapviz.schema import read_frame
+from overlapviz.dataset.schema import read_frame
 from overlapviz.testing import analyze_cli as analyze
 from overlapviz.testing import check_metrics, expected_overlap
 from overlapviz.testing import ingest_cli as ingest
@@ -503,7 +503,7 @@ def test_truncated_v1_json(tmp_path):
 
 
 def test_default_rules_make_rccl_kernels_comm():
-    from overlapviz.rules import default_rules
+    from overlapviz.domain.rules import default_rules
 
     names = ["ncclDevKernel_Generic_1(ncclDevKernelArgsStorage<4096ul>)", "rcclGenericKernel<1, false>(ncclDevComm*)",
              "mscclKernel_Sum_uint8_t_LL128_false(ncclDevComm*, mscclAlgo*, mscclWork*)",

@@ -7,8 +7,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from overlapviz import schema
-from overlapviz.rules import Rule, RuleSet, default_rules, parse_rule
+from overlapviz.dataset import schema
+from overlapviz.domain.rules import Rule, RuleSet, default_rules, parse_rule
 
 
 def _kernels(n=3, run_id="r", rank=0):

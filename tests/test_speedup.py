@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from overlapviz import schema
+from overlapviz.dataset import schema
 from overlapviz.analysis.speedup import (
     bootstrap_difference,
     bootstrap_median,

@@ -19,7 +19,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from overlapviz.schema import read_frame
+from overlapviz.dataset.schema import read_frame
 from overlapviz.testing import analyze_cli as analyze
 from overlapviz.testing import check_metrics, expected_overlap
 from overlapviz.testing import ingest_cli as ingest

@@ -1,4 +1,4 @@
-"""The communication vocabulary (overlapviz/vocabulary.toml): real kernel names of each library are comm with the right collective, and no compute kernel of the reference traces is.
+"""The communication vocabulary (overlapviz/domain/vocabulary.toml): real kernel names of each library are comm with the right collective, and no compute kernel of the reference traces is.
 
 Names marked "trace" were copied from a real trace (ours in tests/data, or a public profile
 that quotes it); names marked "source" were put together from the kernel's definition in the
@@ -16,9 +16,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from overlapviz.collectives import collective_of
-from overlapviz.rules import COMM_PATTERN, default_rules
-from overlapviz.vocabulary import load, vocabulary
+from overlapviz.domain.collectives import collective_of
+from overlapviz.domain.rules import COMM_PATTERN, default_rules
+from overlapviz.domain.vocabulary import load, vocabulary
 
 ROOT = Path(__file__).resolve().parent.parent
 NAMES_FILE = ROOT / "tests" / "data" / "vocabulary" / "kernel_names.txt"
@@ -299,8 +299,8 @@ def test_default_rules_only_gain_patterns():
 
 def test_vocabulary_ships_in_the_package():
     cfg = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    assert "vocabulary.toml" in cfg["tool"]["setuptools"]["package-data"]["overlapviz"]
-    assert (ROOT / "overlapviz" / "vocabulary.toml").is_file()
+    assert "vocabulary.toml" in cfg["tool"]["setuptools"]["package-data"]["overlapviz.domain"]
+    assert (ROOT / "overlapviz" / "domain" / "vocabulary.toml").is_file()
 
 
 @pytest.mark.parametrize(

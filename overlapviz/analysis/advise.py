@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from overlapviz import schema
+from overlapviz.dataset import schema
 from overlapviz.analysis.occupancy import blocks_fit, capacity, limits_for, occupancy_table
 from overlapviz.analysis.residency import device_table, kernel_shapes
 
@@ -91,7 +91,7 @@ def advise(
     Parameters
     ----------
     limits
-        Device limits (:func:`overlapviz.devices.device_limits`).
+        Device limits (:func:`overlapviz.domain.devices.device_limits`).
     compute, comm
         The two kernels' footprints. ``compute.grid`` (blocks), when given, caps the
         computation's resident blocks at ceil(grid / SMs) and gives ``compute_waves``.

@@ -36,7 +36,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from overlapviz import schema
+from overlapviz.dataset import schema
 from overlapviz.analysis import clocks, intervals, peers
 from overlapviz.analysis.explain import _DICTIONARY, _READ, _ints, _per_rank, _strs, rank_links
 

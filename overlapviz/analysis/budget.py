@@ -12,7 +12,7 @@ import os
 import numpy as np
 import pandas as pd
 
-from overlapviz import schema
+from overlapviz.dataset import schema
 from overlapviz.analysis import peers
 from overlapviz.analysis.advise import Footprint, advise
 from overlapviz.analysis.explain import LAUNCH_LATENCY_NS
@@ -279,7 +279,7 @@ def sm_budget(limits: dict, resident: list[dict], comm: dict, *, smem_config: fl
     Parameters
     ----------
     limits
-        Device limits (:func:`overlapviz.devices.device_limits`).
+        Device limits (:func:`overlapviz.domain.devices.device_limits`).
     resident
         What holds the SM: dicts with ``name``, ``blocks`` (resident blocks of it on this SM),
         ``warps_per_block``, ``regs_per_warp``, ``smem_alloc_bytes``; empty for an SM free of

@@ -21,7 +21,7 @@ def clock_domains(dataset_path: str | os.PathLike, run_ids=None) -> pd.DataFrame
     """One row per run x rank: ``run_id, rank, clock_domain`` (a string; equal strings within a
     run mean comparable clocks) and ``clock_note`` (why this rank's clock is kept apart, or None).
     """
-    from overlapviz import schema
+    from overlapviz.dataset import schema
 
     ranks = schema.read_frame(dataset_path, "ranks")
     if run_ids is not None:

@@ -34,7 +34,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from overlapviz import schema
+from overlapviz.dataset import schema
 from overlapviz.analysis import clocks, peers
 from overlapviz.analysis.dependencies import UNKNOWN, dependency_ready, stream_previous, stream_ready
 from overlapviz.analysis.occupancy import blocks_fit, capacity, kernel_occupancy, limits_for

@@ -26,7 +26,7 @@ import os
 import numpy as np
 import pandas as pd
 
-from overlapviz import schema
+from overlapviz.dataset import schema
 from overlapviz.analysis import breakdown as bd
 from overlapviz.analysis import clocks, intervals
 from overlapviz.analysis import explain as explain_lib

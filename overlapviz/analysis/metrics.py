@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from overlapviz import schema
+from overlapviz.dataset import schema
 from overlapviz.analysis import intervals
 
 PER = ("rank", "step")

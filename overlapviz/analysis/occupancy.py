@@ -278,7 +278,7 @@ def occupancy(
     Parameters
     ----------
     limits
-        A device's limits, as :func:`overlapviz.devices.device_limits` returns them.
+        A device's limits, as :func:`overlapviz.domain.devices.device_limits` returns them.
     threads_per_block
         Threads (work-items) per block.
     regs_per_thread

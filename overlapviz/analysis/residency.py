@@ -8,8 +8,8 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-from overlapviz import schema
-from overlapviz.devices import device_limits
+from overlapviz.dataset import schema
+from overlapviz.domain.devices import device_limits
 from overlapviz.analysis.occupancy import kernel_occupancy, limits_for
 
 # --- datasets -------------------------------------------------------------------------

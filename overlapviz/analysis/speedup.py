@@ -9,7 +9,7 @@ from collections import OrderedDict
 import numpy as np
 import pandas as pd
 
-from overlapviz import schema
+from overlapviz.dataset import schema
 from overlapviz.analysis.statistics import (
     DEFAULT_LEVEL,
     DEFAULT_RESAMPLES,

@@ -53,7 +53,7 @@ def _completed(cmd: click.Command) -> click.Command:
 def _list_devices(ctx: click.Context, _param, value: bool) -> None:
     if not value or ctx.resilient_parsing:
         return
-    from overlapviz.devices import device_catalog
+    from overlapviz.domain.devices import device_catalog
 
     rows = device_catalog()
     width = max(len(r["name"]) for r in rows)
@@ -93,7 +93,7 @@ class _LazyGroup(click.Group):
         try:
             return super().invoke(ctx)
         except click.ClickException as exc:  # every command's error: the tables' escaping rule (cli/_table.py)
-            from overlapviz.outdir import display_path
+            from overlapviz.dataset.outdir import display_path
 
             exc.message = "\n".join(display_path(line) for line in str(exc.message).split("\n"))
             raise

@@ -16,7 +16,7 @@ class DatasetOrTraces(click.ParamType):
     name = "DATASET|TRACES"
 
     def convert(self, value, param, ctx):
-        from overlapviz import samples
+        from overlapviz.ingest import samples
 
         path = Path(os.fsdecode(value))
         if ctx is not None:  # what the command read: an output may not be it (check_output)
@@ -34,7 +34,7 @@ class DatasetOrTraces(click.ParamType):
             hint = f" (`overlapviz ingest {path} -o DIR --skip-bad` reads the files it can)" if path.is_dir() else ""
             raise click.ClickException(f"{path}: not an overlapviz dataset (no dataset.json), nor traces overlapviz can read: "
                                        f"{why}{hint}") from None
-        from overlapviz.outdir import display_path as shown  # a name's control characters as \xNN, as in errors
+        from overlapviz.dataset.outdir import display_path as shown  # a name's control characters as \xNN, as in errors
 
         click.echo(f"{shown(path)}: raw traces, read into {shown(out)} (cached; `overlapviz ingest {shown(path)} -o DIR` "
                    "keeps a dataset of your own)",
@@ -50,7 +50,7 @@ def check_output(out: str | os.PathLike, *inputs: str | os.PathLike, may_be_data
     """Refuse, before anything is written, an output of a command that is or holds one of its inputs
     (the DATASET arguments as given and as read, and ``inputs``) or lies inside a dataset
     (``outdir.check_output``): a ``click.ClickException`` of one line."""
-    from overlapviz import outdir
+    from overlapviz.dataset import outdir
 
     ctx = click.get_current_context(silent=True)
     given = [*(ctx.meta.get(INPUTS_KEY, []) if ctx is not None else []), *inputs]

@@ -20,8 +20,8 @@ from __future__ import annotations
 import math
 import textwrap
 
-from overlapviz import vocabulary
-from overlapviz.outdir import display_path as printable_text
+from overlapviz.domain import vocabulary
+from overlapviz.dataset.outdir import display_path as printable_text
 
 NULL = "-"
 # columns that are shortened to a kernel's function name in a compact table

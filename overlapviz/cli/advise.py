@@ -6,7 +6,7 @@ import click
 
 from overlapviz.analysis import advise as advise_lib
 from overlapviz.analysis import residency
-from overlapviz.devices import device_limits
+from overlapviz.domain.devices import device_limits
 from overlapviz.cli._table import FORMATS, render_output, wide_option
 
 # the compact table's columns (--wide: all; JSON and CSV carry every column)

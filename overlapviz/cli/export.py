@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from overlapviz.catalog import FIGURES, FORMATS, PAPER_SIZES, help_lines
+from overlapviz.figures.catalog import FIGURES, FORMATS, PAPER_SIZES, help_lines
 from overlapviz.cli._dataset import DATASET, check_output
 
 ALL_FORMATS = (*FORMATS, "perfetto")
@@ -19,7 +19,7 @@ class _Length(click.ParamType):
     def convert(self, value, param, ctx):
         if isinstance(value, tuple):
             return value
-        from overlapviz.catalog import parse_length
+        from overlapviz.figures.catalog import parse_length
 
         try:
             return parse_length(value)
@@ -68,7 +68,7 @@ def export(dataset, figure, all_figures, fmt, output, runs, ranks, start_ms, end
     """
     check_output(output, dataset)
     if fmt == "perfetto":
-        from overlapviz.perfetto import write_perfetto
+        from overlapviz.export.perfetto import write_perfetto
 
         if len(runs) > 1:
             raise click.ClickException("--format perfetto writes one run: give one --run")
@@ -92,11 +92,11 @@ def export(dataset, figure, all_figures, fmt, output, runs, ranks, start_ms, end
     if (kernel or what_if) and figure != "budget":
         raise click.UsageError("--kernel and --what-if choose the budget figure's collective: give --figure budget")
     if (fmt or output.rsplit(".", 1)[-1].lower()) != "html" or all_figures:
-        from overlapviz.browser import prestart
+        from overlapviz.export.browser import prestart
 
         prestart()  # the browser starts while HoloViews is imported and the tables are read
     look, builder_width = _look(size, width, height, font_pt, dpi, title)
-    from overlapviz import export as export_mod
+    from overlapviz.export import render as export_mod
 
     try:
         if all_figures:
@@ -119,7 +119,7 @@ def export(dataset, figure, all_figures, fmt, output, runs, ranks, start_ms, end
 
 def _look(size, width, height, font_pt, dpi, title):
     """(the ``export.Look`` of the options, the width the figure builder lays its panels out for)."""
-    from overlapviz.export import Look
+    from overlapviz.export.render import Look
 
     preset = PAPER_SIZES.get(size) if size else None
     w = width[0] if width else (round(preset.width_in * 96) if preset else None)
@@ -141,7 +141,7 @@ def budget_selection(dataset: str, run_id: str, kernel: str | None, what_if: str
         A malformed id, no kernel there, a kernel that is not a communication kernel, an
         unknown setting: each saying how to find a good one.
     """
-    from overlapviz import schema
+    from overlapviz.dataset import schema
     from overlapviz.analysis import budget, explain
 
     records = explain.explain(dataset, run_ids=[run_id], device=device)
@@ -181,7 +181,7 @@ def budget_selection(dataset: str, run_id: str, kernel: str | None, what_if: str
 
 
 def _first_run(dataset: str) -> str:
-    from overlapviz import schema
+    from overlapviz.dataset import schema
 
     runs = schema.read_frame(dataset, "runs")
     ok = runs.loc[runs["status"].fillna("ok") != "failed", "run_id"].tolist()

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from overlapviz.rules import Rule, RuleSet, default_rules, parse_rule
+from overlapviz.domain.rules import Rule, RuleSet, default_rules, parse_rule
 
 
 def build_rules(rule_texts: tuple[str, ...], comm_patterns: tuple[str, ...], rules_file: str | None) -> RuleSet | None:
@@ -90,7 +90,7 @@ def ingest(sources, out, run_id, overwrite, append, skip_bad, workers, rule_text
     sizes differ, or one says its world is 1 process) are a run each, named after the
     file (docs/ingest.md).
     """
-    from overlapviz import schema
+    from overlapviz.dataset import schema
     from overlapviz.ingest import ingest as run_ingest
     from overlapviz.ingest.files import display, printable
 
@@ -155,7 +155,7 @@ def ingest(sources, out, run_id, overwrite, append, skip_bad, workers, rule_text
 
 def _clock_lines(path, runs: set | None) -> list[str]:
     """What ingest did to the clocks of the runs (``runs``; None: all): offsets added, clocks kept apart."""
-    from overlapviz import schema
+    from overlapviz.dataset import schema
     from overlapviz.ingest.align import ClockFix, summary_lines
 
     ranks = schema.read_table(path, "ranks")
@@ -169,7 +169,7 @@ def _clock_lines(path, runs: set | None) -> list[str]:
 
 def _runs_of(path: str) -> set[str]:
     """The run ids of the dataset at ``path`` (none where it is not one: ingest says why)."""
-    from overlapviz import schema
+    from overlapviz.dataset import schema
 
     try:
         return set(schema.read_metadata(path).get("runs") or [])

@@ -9,7 +9,7 @@ import click
 from click.core import ParameterSource
 
 from overlapviz.cli._dataset import DATASET, check_output
-from overlapviz.outdir import display_path
+from overlapviz.dataset.outdir import display_path
 
 TOKEN_ENV = "OVERLAPVIZ_TOKEN"
 
@@ -59,7 +59,7 @@ def serve(ctx: click.Context, dataset: str | None, address: str, port: int, allo
     Every resource is served by this server or inlined: the page works with no internet.
     Only the holder of the printed URL's token gets in (docs/security.md).
     """
-    from overlapviz import samples
+    from overlapviz.ingest import samples
     from overlapviz.dashboards import app
 
     given = {name for name in ("address", "port", "allow_remote", "allow_http", "ssl_certfile", "ssl_keyfile")

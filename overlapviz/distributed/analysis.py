@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from overlapviz import schema
+from overlapviz.dataset import schema
 from overlapviz.distributed.cluster import _check_workers, _in_order, _key, _progress
 from overlapviz.distributed.partitions import (
     _batches,

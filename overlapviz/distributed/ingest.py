@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
-from overlapviz import schema
+from overlapviz.dataset import schema
 from overlapviz.distributed.cluster import _check_workers, _in_order, _key, _progress
 from overlapviz.ingest.files import display
 
@@ -151,7 +151,7 @@ def _ingest_runs(client, sources, runs, out, rules, overwrite: bool, progress, s
                  align_clocks: str = "auto") -> Path:  # fmt: skip
     from overlapviz.ingest import driver
     from overlapviz.ingest.discover import input_paths
-    from overlapviz.rules import default_rules
+    from overlapviz.domain.rules import default_rules
 
     run_rules = {r.run_id: driver._run_rules(r, rules) for r in runs}
     shared = {rs.to_json() for rs in run_rules.values()}

@@ -10,7 +10,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from overlapviz import schema
+from overlapviz.dataset import schema
 
 BATCH_BYTES = 64 << 20  # analysis tasks read about this much Parquet each (or one bigger file)
 BATCH_FILES = 64  # and at most this many files

@@ -10,8 +10,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from overlapviz import schema
-from overlapviz.raster import coverage as _coverage  # the figure's own rule, no HoloViews import
+from overlapviz.dataset import schema
+from overlapviz.figures.raster import coverage as _coverage  # the figure's own rule, no HoloViews import
 from overlapviz.distributed.cluster import _key
 from overlapviz.distributed.partitions import (
     _batches,
@@ -236,7 +236,7 @@ def _lane_rows(t: pa.Table, lanes: dict) -> np.ndarray:
 def _view_counts_batch(root: str, where: str, lanes: dict, kinds: tuple, origin_ns: int, mask_ms: tuple, cover_ms: tuple,
                        width: int | None, bounds_ns: tuple, rels: list[str]):  # fmt: skip
     """Kernels of some files intersecting ``mask_ms`` (``TimelineData.visible``): their number and, with ``width``,
-    ``(first lane, counts per kind x lane x pixel column)`` over ``cover_ms`` (``overlapviz.raster.coverage``)."""
+    ``(first lane, counts per kind x lane x pixel column)`` over ``cover_ms`` (``overlapviz.figures.raster.coverage``)."""
     cut = (pc.field("end_ns") >= bounds_ns[0]) & (pc.field("start_ns") <= bounds_ns[1])
     parts, n = [], 0
     for rel in rels:

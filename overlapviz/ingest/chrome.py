@@ -49,9 +49,9 @@ from overlapviz.ingest.chrome_events import (
     json_kind,
     sync_table,
 )
-from overlapviz.collectives import collective_of
-from overlapviz.devices import amd_arch_from_name
-from overlapviz.schema import DEVICES, conform
+from overlapviz.domain.collectives import collective_of
+from overlapviz.domain.devices import amd_arch_from_name
+from overlapviz.dataset.schema import DEVICES, conform
 
 SOURCE_FORMAT = "chrome"
 

@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from overlapviz.schema import SYNCS, conform
+from overlapviz.dataset.schema import SYNCS, conform
 
 # category spellings across Kineto versions -> the name stored in kernels.category
 _GPU_CATS = {

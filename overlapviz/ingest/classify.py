@@ -6,9 +6,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from overlapviz.collectives import collective_names
+from overlapviz.domain.collectives import collective_names
 from overlapviz.ingest.base import RankTrace
-from overlapviz.rules import RuleSet
+from overlapviz.domain.rules import RuleSet
 
 __all__ = ["assign_steps", "finish_kernels", "set_column", "split_multi_gpu"]
 

@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from overlapviz import schema
+from overlapviz.dataset import schema
 from overlapviz.ingest import align, pool
 from overlapviz.ingest.base import RankTrace, rank_from_name
 from overlapviz.ingest.classify import finish_kernels, set_column, split_multi_gpu
@@ -24,7 +24,7 @@ from overlapviz.ingest.files import display, input_bytes, read_regular
 from overlapviz.ingest.ranges import check_ranges, check_time_span, check_value, time_extremes
 from overlapviz.ingest.registry import reader_named
 from overlapviz.ingest.text import REPAIRED_KEY, repaired_message
-from overlapviz.rules import RuleSet, default_rules
+from overlapviz.domain.rules import RuleSet, default_rules
 
 __all__ = ["ingest"]
 

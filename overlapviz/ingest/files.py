@@ -15,7 +15,7 @@ import stat
 import zlib
 from pathlib import Path
 
-from overlapviz.schema import display_path
+from overlapviz.dataset.schema import display_path
 
 SNIFF_BYTES = 64 * 1024
 # inflating a gzip trace stops past this many bytes (a gzip bomb expands ~1000x); the

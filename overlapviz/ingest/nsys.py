@@ -31,7 +31,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from overlapviz.collectives import collective_of
+from overlapviz.domain.collectives import collective_of
 from overlapviz.ingest.base import RankTrace
 from overlapviz.ingest.sqlite_common import (
     RANK_ENV,
@@ -56,7 +56,7 @@ from overlapviz.ingest.sqlite_common import (
     with_repaired,
     with_syncs,
 )
-from overlapviz.schema import conform
+from overlapviz.dataset.schema import conform
 
 SOURCE_FORMAT = "nsys_sqlite"
 

@@ -51,7 +51,7 @@ from overlapviz.ingest.sqlite_common import (
     with_repaired,
     with_syncs,
 )
-from overlapviz.schema import conform
+from overlapviz.dataset.schema import conform
 
 SOURCE_FORMAT = "rocpd"
 _UUID_SUFFIX = re.compile(r"_[0-9a-f]{8}_[0-9a-f]{4}_[0-9a-f]{4}_[0-9a-f]{4}_[0-9a-f]{12}", re.IGNORECASE)

@@ -17,8 +17,8 @@ import pyarrow as pa
 if TYPE_CHECKING:  # for annotations only: the helpers that use pandas import it when called
     import pandas as pd
 
-from overlapviz.collectives import api_collective
-from overlapviz.schema import DEVICES, KERNELS, conform
+from overlapviz.domain.collectives import api_collective
+from overlapviz.dataset.schema import DEVICES, KERNELS, conform
 
 # columns a reader fills (the driver adds run_id, rank, kind and step)
 READER_KERNEL_SCHEMA = pa.schema([f for f in KERNELS if f.name not in ("run_id", "rank", "kind", "step")])

@@ -14,9 +14,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 
-from overlapviz import schema
+from overlapviz.dataset import schema
 from overlapviz.ingest.base import RankTrace
-from overlapviz.schema import conform
+from overlapviz.dataset.schema import conform
 
 try:
     from overlapviz.ingest import _sqlite

@@ -20,8 +20,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from overlapviz.schema import KINDS
-from overlapviz.vocabulary import joined, vocabulary
+from overlapviz.dataset.schema import KINDS
+from overlapviz.domain.vocabulary import joined, vocabulary
 
 MEMORY_CATEGORIES = ("gpu_memcpy", "gpu_memset", "memcpy", "memset", "memory_copy")
 GPU_CATEGORIES = ("kernel",) + MEMORY_CATEGORIES

@@ -38,7 +38,7 @@ import numpy as np
 import pandas as pd
 import pyarrow.compute as pc
 
-from overlapviz import schema
+from overlapviz.dataset import schema
 from overlapviz.analysis.explain import explain
 from overlapviz.analysis.metrics import analyze
 

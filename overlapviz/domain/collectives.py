@@ -7,7 +7,7 @@ import re
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from overlapviz.vocabulary import vocabulary
+from overlapviz.domain.vocabulary import vocabulary
 
 __all__ = ["COLLECTIVES", "api_collective", "collective_names", "collective_of"]
 

@@ -9,9 +9,9 @@ import holoviews as hv
 import numpy as np
 import pandas as pd
 
-from overlapviz import figures
-from overlapviz.figures import CAUSE_COLORS, CAUSE_LABELS, KIND_COLORS, _plain, fmt_bytes, int_text
-from overlapviz.raster import coverage as _coverage  # the raster rule the Dask workers share
+from overlapviz.figures import charts as figures
+from overlapviz.figures.charts import CAUSE_COLORS, CAUSE_LABELS, KIND_COLORS, _plain, fmt_bytes, int_text
+from overlapviz.figures.raster import coverage as _coverage  # the raster rule the Dask workers share
 
 MAX_GLYPHS = 20_000  # above this many kernels in view the timeline is rasterized
 MAX_ARROWS = 2_000  # producer/blocker arrows drawn at most (zoom in for the rest)

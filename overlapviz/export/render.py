@@ -1,6 +1,6 @@
 """Paper-ready figure export to PNG, SVG, PDF and self-contained HTML, fully offline.
 
-PNG, SVG and PDF come from one drawing of the figure in Debian's headless chromium (``overlapviz.browser``): BokehJS
+PNG, SVG and PDF come from one drawing of the figure in Debian's headless chromium (``overlapviz.export.browser``): BokehJS
 lays the figure out once with its canvas text measures, then paints that layout to pixels (a screenshot at the
 asked resolution) and to SVG (each panel's ``PlotView.export("svg")``, placed as in the layout). PDF is that SVG
 converted by cairosvg, so SVG and PDF are the same drawing as the PNG. HTML embeds BokehJS inline, so the file opens
@@ -23,13 +23,16 @@ from typing import Iterator, Sequence
 import holoviews as hv
 import pandas as pd
 
-from overlapviz import figures, figures_timeline, figures_why, schema
-from overlapviz.catalog import FIGURES, FORMATS
+from overlapviz.figures import charts as figures
+from overlapviz.figures import timeline as figures_timeline
+from overlapviz.figures import why as figures_why
+from overlapviz.dataset import schema
+from overlapviz.figures.catalog import FIGURES, FORMATS
 from overlapviz.analysis import budget
 from overlapviz.analysis.ranks import metric_deltas
-from overlapviz.browser import CHROMEDRIVER_CANDIDATES, CHROMIUM_CANDIDATES, chromium, chromium_options, find_chromium  # noqa: F401
-from overlapviz.browser import shared_chromium as _shared_chromium
-from overlapviz.export_source import DatasetSource  # noqa: F401 (export.DatasetSource, as before)
+from overlapviz.export.browser import CHROMEDRIVER_CANDIDATES, CHROMIUM_CANDIDATES, chromium, chromium_options, find_chromium  # noqa: F401
+from overlapviz.export.browser import shared_chromium as _shared_chromium
+from overlapviz.export.source import DatasetSource  # noqa: F401 (export.DatasetSource, as before)
 
 
 @contextmanager
@@ -511,7 +514,7 @@ def build_figure(
     Parameters
     ----------
     figure
-        A name of ``overlapviz.catalog.FIGURES`` (``export --help`` lists them with what each shows).
+        A name of ``overlapviz.figures.catalog.FIGURES`` (``export --help`` lists them with what each shows).
     runs
         Run ids: the run of timeline/residency/ranks/why/budget/collectives (first), the compare pair
         (two); the first runs of the dataset when None.

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pandas as pd
 import pyarrow.compute as pc
 
-from overlapviz import figures_timeline, schema
+from overlapviz.figures import timeline as figures_timeline
+from overlapviz.dataset import schema
 from overlapviz.analysis import budget, explain, peers
 from overlapviz.analysis.metrics import analyze
 from overlapviz.analysis.residency import by_rank, kernel_residency

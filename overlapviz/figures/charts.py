@@ -2,7 +2,7 @@
 
 This module holds the shared style (colours, labels, number formats) and the configuration
 grid (heatmap, speedup forest plot), per-rank communication, residency and the compare
-deltas; ``overlapviz.figures_timeline`` draws timelines and ``overlapviz.figures_why`` the
+deltas; ``overlapviz.figures.timeline`` draws timelines and ``overlapviz.figures.why`` the
 why-views (late starts by cause, one SM's budget, collectives across ranks).
 """
 
@@ -13,7 +13,7 @@ import holoviews.plotting.bokeh  # noqa: F401  (registers the bokeh backend's op
 import numpy as np
 import pandas as pd
 
-from overlapviz import vocabulary
+from overlapviz.domain import vocabulary
 from overlapviz.analysis import ranks as ranks_analysis
 
 # builders use bokeh-backend options; register it as current without notebook output (hv.extension prints)

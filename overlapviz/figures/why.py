@@ -7,8 +7,8 @@ import numpy as np
 import pandas as pd
 from bokeh.models import NumeralTickFormatter
 
-from overlapviz.figures import CAUSE_COLORS, CAUSE_LABELS, KIND_COLORS, TITLE_FONT, fmt_bytes, fmt_us, hv_title, int_text, short_name, time_unit
-from overlapviz.figures import legend_points as _legend
+from overlapviz.figures.charts import CAUSE_COLORS, CAUSE_LABELS, KIND_COLORS, TITLE_FONT, fmt_bytes, fmt_us, hv_title, int_text, short_name, time_unit
+from overlapviz.figures.charts import legend_points as _legend
 
 WAIT_CAUSES = ("stream_order", "dependency", "launch_call", "sm_resources", "launch_latency", "unknown")
 RESOURCE_LABELS = {

@@ -7,7 +7,7 @@ import os
 from importlib import resources
 from pathlib import Path
 
-from overlapviz import schema
+from overlapviz.dataset import schema
 from overlapviz._version import __version__
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".csv")

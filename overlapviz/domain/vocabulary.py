@@ -79,9 +79,9 @@ def joined(patterns: tuple[str, ...] | list[str]) -> str:
 
 @functools.lru_cache(maxsize=1)
 def vocabulary() -> Vocabulary:
-    """The vocabulary shipped with overlapviz (``overlapviz/vocabulary.toml``)."""
-    text = importlib.resources.files("overlapviz").joinpath("vocabulary.toml").read_text(encoding="utf-8")
-    return load(text, "overlapviz/vocabulary.toml")
+    """The vocabulary shipped with overlapviz (``overlapviz/domain/vocabulary.toml``)."""
+    text = importlib.resources.files("overlapviz.domain").joinpath("vocabulary.toml").read_text(encoding="utf-8")
+    return load(text, "overlapviz/domain/vocabulary.toml")
 
 
 def load(text: str, where: str = "vocabulary") -> Vocabulary:

@@ -32,9 +32,9 @@ from typing import Iterator, Sequence
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from overlapviz import outdir
+from overlapviz.dataset import outdir
 from overlapviz._version import __version__
-from overlapviz.outdir import display_path
+from overlapviz.dataset.outdir import display_path
 
 _shown = display_path
 
