@@ -10,6 +10,7 @@ run as a whole command there (`python -m overlapviz explain DS --instances`), al
 this version's command, medians of ``--repeat``.
 
     .venv/bin/python benchmarks/bench_answer.py [--kernels 1000000] [--ranks 8] [--repeat 3] [--work /tmp/ovz-bench]
+        [--json benchmarks/results/answer.json]   # also the result file the README's table is made of
 """
 
 from __future__ import annotations
@@ -58,7 +59,9 @@ def main() -> None:
     ap.add_argument("--ranks", type=int, default=8)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--work", type=Path, default=Path("/tmp/ovz-bench"))
+    ap.add_argument("--json", type=Path, help="also write the result here (format: benchmarks/readme_table.py)")
     args = ap.parse_args()
+    load_before = os.getloadavg()[0]
     args.work.mkdir(parents=True, exist_ok=True)
     ds = str(build(args.work / f"explain-{args.kernels}-{args.ranks}", args.kernels, args.ranks))
     from overlapviz.analysis import breakdown, findings
@@ -80,6 +83,15 @@ def main() -> None:
     print(f"| task | this version s | {PREVIOUS} s | ratio |\n|---|---|---|---|")
     for name, t, old in rows:
         print(f"| {name} | {t:.2f} | {'-' if old is None else f'{old:.2f}'} | {'-' if old is None else f'{t / old:.2f}'} |")
+    if args.json:
+        import readme_table
+
+        readme_table.write(args.json, "answer", f"The answer on {args.kernels:,} kernels over {args.ranks} ranks",
+                           [readme_table.row(name, t, baseline=old, baseline_label=None if old is None else PREVIOUS, target="< 2 s")
+                            for name, t, old in rows],
+                           note=f"Medians of {args.repeat}; library calls in this process, whole commands in fresh "
+                                f"processes alternating with commit {PREVIOUS}'s (the last before findings and the breakdown).",
+                           load_before=load_before)  # fmt: skip
 
 
 if __name__ == "__main__":
