@@ -17,7 +17,7 @@ The format (``"format": "overlapviz-bench/1"``), one JSON object per file::
       "title": "The answer on 1,000,000 kernels over 8 ranks",
       "command": ".venv/bin/python benchmarks/bench_answer.py --repeat 3 --json ...",
       "date": "2026-12-07 07:50 UTC",
-      "commit": "708e13e",                         # git describe of the checkout measured (+ "-dirty")
+      "commit": "708e13e",                         # HEAD measured (+ "-dirty": uncommitted code changes)
       "machine": "2 cores, x86_64, Python 3.13.5",
       "load": [6.1, 7.3],                          # 1-minute load average before and after
       "note": "free text shown under the title (method, what the baseline is)",
@@ -61,8 +61,11 @@ def row(task: str, value: float, unit: str = "s", *, baseline: float | None = No
 
 
 def _commit() -> str:
-    r = subprocess.run(["git", "-C", str(ROOT), "describe", "--always", "--dirty"], capture_output=True, text=True)
-    return r.stdout.strip() or "unknown"
+    """HEAD's short id, ``-dirty`` when the code measured (not the docs) has uncommitted changes."""
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    code = ["overlapviz", "collectors", "dashboards", "benchmarks/*.py", "setup.py", "pyproject.toml"]
+    dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--", *code], capture_output=True, text=True)
+    return (head.stdout.strip() or "unknown") + ("-dirty" if dirty.stdout.strip() else "")
 
 
 def write(path: str | Path, benchmark: str, title: str, rows: list[dict], *, note: str = "",
