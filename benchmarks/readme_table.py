@@ -107,16 +107,20 @@ def _check(doc: dict, name: str) -> None:
             raise SystemExit(f"{name}: row {r.get('task')!r} has keys {sorted(r)}, expected {list(ROW_KEYS)}")
 
 
+def _shown(path: Path) -> str:
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
 def block(results: Path = RESULTS) -> str:
     """The README block, markers included, from every ``results/*.json``."""
     parts = [BEGIN, ""]
     for path in sorted(results.glob("*.json")):
         doc = json.loads(path.read_text())
-        _check(doc, str(path.relative_to(ROOT)))
+        _check(doc, _shown(path))
         load = doc.get("load") or [None, None]
         loads = " to ".join(str(x) for x in load if x is not None)
         parts += [
-            f"**{doc['title']}** ({path.relative_to(ROOT)}): `{doc['command']}`, {doc['date']}, commit {doc['commit']},"
+            f"**{doc['title']}** ({_shown(path)}): `{doc['command']}`, {doc['date']}, commit {doc['commit']},"
             f" {doc['machine']}" + (f", load average {loads}" if loads else "") + ".",
         ]
         if doc.get("note"):
