@@ -119,3 +119,95 @@ def test_notebook_runs_cell_by_cell(tmp_path, monkeypatch):
     assert len(shapes) and shapes["occupancy"].dropna().between(0, 1).all()
     assert "median_ms" in set(pair["item"])
     assert isinstance(fig, hv.core.Dimensioned) and hv.render(fig, backend="bokeh") is not None
+
+
+def _script(path: Path):
+    """A generator script of the repository (not part of the package), loaded as a module."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"_docs_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_cli_reference_is_every_command_s_help():
+    gen = _script(DOCS / "gen_cli.py")
+    current = (DOCS / "cli.md").read_text()
+    section = current[current.index(gen.BEGIN) : current.index(gen.END)]
+    for command in COMMANDS:
+        assert f"### `overlapviz {command}`" in section and f"Usage: overlapviz {command} " in section, command
+    assert gen.rendered(current) == current, (
+        "docs/cli.md: the reference section differs from the commands' --help; "
+        "regenerate it with `.venv/bin/python docs/gen_cli.py`"
+    )
+
+
+def test_readme_benchmark_table_is_generated_from_the_results():
+    gen = _script(ROOT / "benchmarks" / "readme_table.py")
+    results = sorted((ROOT / "benchmarks" / "results").glob("*.json"))
+    assert results, "benchmarks/results/ holds no result file"
+    block = gen.block()
+    for path in results:
+        doc = json.loads(path.read_text())
+        assert doc["format"] == gen.FORMAT and doc["rows"], path
+        assert f"`{doc['command']}`" in block, path  # the command that produced it is shown with it
+    assert gen.rendered(README) == README, (
+        "README.md: the benchmark table differs from benchmarks/results/*.json; "
+        "regenerate it with `.venv/bin/python benchmarks/readme_table.py`"
+    )
+
+
+def test_a_bad_result_file_is_refused(tmp_path):
+    gen = _script(ROOT / "benchmarks" / "readme_table.py")
+    good = gen.row("ingest", 1.5, baseline=3.0, baseline_label="HTA 0.5.0", target="< 2 s")
+    doc = {"format": gen.FORMAT, "benchmark": "b", "title": "T", "command": "c", "date": "d", "commit": "x",
+           "machine": "m", "load": [1.0, 2.0], "note": "", "rows": [good]}  # fmt: skip
+    (tmp_path / "b.json").write_text(json.dumps(doc))
+    assert "| ingest | 1.50 s | 3.00 s (HTA 0.5.0) | 2.00x | < 2 s |" in gen.block(tmp_path)
+    (tmp_path / "b.json").write_text(json.dumps(doc | {"rows": [{"task": "ingest", "value": 1.5}]}))
+    with pytest.raises(SystemExit, match="b.json: row 'ingest' has keys"):
+        gen.block(tmp_path)
+
+
+def test_docs_are_a_reference_not_a_diary():
+    """Dated measurements and pass-by-pass logs belong in benchmarks/HISTORY.md, not in docs/."""
+    ordinal = "first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth"
+    diary = re.compile(rf"^(#+ .*\b20\d\d-\d\d-\d\d\b.*|(#+ )?({ordinal}) pass\b.*)$", re.IGNORECASE | re.MULTILINE)
+    for page in [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]:
+        hit = diary.search(page.read_text())
+        assert not hit, f"{page.relative_to(ROOT)}: {hit.group(0)!r}: move it to benchmarks/HISTORY.md"
+
+
+def test_every_package_folder_is_in_the_layout_page():
+    layout = (DOCS / "layout.md").read_text()
+    for sub in sorted((ROOT / "overlapviz").iterdir()):
+        if (sub / "__init__.py").exists():
+            assert f"`overlapviz/{sub.name}/`" in layout, f"docs/layout.md does not describe overlapviz/{sub.name}/"
+
+
+def test_every_explain_json_key_is_documented(tmp_path):
+    from overlapviz.ingest import ingest
+    from overlapviz.testing import kernel_event, kineto_trace, runtime_event, step_event, write_trace
+
+    for rank in (0, 1):  # two ranks, so the collective is an instance across ranks
+        write_trace(
+            kineto_trace(
+                step_event(1, 0, 10_000),
+                runtime_event(1, 100),
+                runtime_event(2, 200 + 500 * rank),
+                kernel_event("gemm", 1_000, 5_000, correlation=1),
+                kernel_event("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 2_000 + 500 * rank, 3_000, correlation=2, stream=9),
+                rank=rank, world_size=2,
+            ),
+            tmp_path / "run" / f"rank{rank}.json.gz",
+        )  # fmt: skip
+    ds = ingest([tmp_path / "run"], tmp_path / "ds", progress=False)
+    doc = (DOCS / "explain.md").read_text()
+    for args in ([], ["--findings"], ["--breakdown"], ["--breakdown", "--per", "step"], ["--summary"], ["--instances"]):
+        result = CliRunner().invoke(main, ["explain", str(ds), *args, "--format", "json"])
+        assert result.exit_code == 0, result.output
+        records = json.loads(result.output)
+        assert records, args
+        missing = sorted({k for r in records for k in r if f"`{k}`" not in doc})
+        assert not missing, f"docs/explain.md does not document the explain {' '.join(args)} keys {missing}"
