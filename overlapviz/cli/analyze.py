@@ -5,16 +5,13 @@ Computed and printed from Arrow (``metrics.analyze_table``): the command imports
 
 from __future__ import annotations
 
-import csv
-import io
-
 from typing import TYPE_CHECKING
 
 import click
 
 from overlapviz.cli._dataset import DATASET
 from overlapviz.cli._table import FORMATS, wide_option
-from overlapviz.cli._table import render as render_table
+from overlapviz.cli._table import render_output
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -64,23 +61,9 @@ def analyze(dataset: str, per: str, fmt: str, runs: tuple[str, ...], scheduler: 
 
 
 def render(table: pa.Table, fmt: str, *, wide: bool = False) -> str:
-    """The metrics table as ``table`` (aligned text), ``json`` (one array) or ``csv`` text.
+    """The metrics table as ``table`` (aligned text), ``json`` (one array) or ``csv`` text (``_table.render_output``).
 
     JSON and CSV spell numbers as Python does (shortest round-trip floats), nulls as
     ``null`` and empty fields; one record per group, never per event.
     """
-    rows = table.to_pylist()
-    if fmt == "json":
-        import orjson
-
-        return orjson.dumps(rows).decode()
-    if fmt == "csv":
-        out = io.StringIO()
-        writer = csv.writer(out, lineterminator="\n")
-        writer.writerow(table.column_names)
-        writer.writerows([row[c] for c in table.column_names] for row in rows)
-        return out.getvalue()
-    if not rows:
-        return "(no kernels)"
-    columns = table.column_names if wide else [c for c in TABLE_COLUMNS if c in table.column_names]
-    return render_table(columns, {c: table.column(c).to_pylist() for c in columns}, wide=wide)
+    return render_output(table, fmt, columns=TABLE_COLUMNS, wide=wide, empty="(no kernels)")
