@@ -191,9 +191,6 @@ def render(columns: list[str], data: dict[str, list], *, wide: bool, text: set[s
     return "\n".join(lines)
 
 
-FORMATS = ("table", "json", "csv")
-
-
 def json_value(v):
     """A JSON-ready scalar: None for every kind of null, Python numbers for numpy ones."""
     if is_null(v):
@@ -269,12 +266,3 @@ def render_output(records, fmt: str, *, columns: list[str] | None = None, wide: 
     if not shown:
         return "(nothing to show)"
     return render(shown, {c: values(c) for c in shown}, wide=wide, text={c for c in shown if is_text(c)}, row_units=row_units)
-
-
-def wide_option(f):
-    """``--wide``: every column in a ``--format table`` output (JSON and CSV always carry them all)."""
-    import click
-
-    return click.option("--wide", is_flag=True,
-                        help="Table: every column, run ids in a column (default: the key columns, "
-                             "each run's id on a line above its rows).")(f)  # fmt: skip
