@@ -37,9 +37,11 @@ def test_help_imports_no_heavy_library(command, tmp_path):
 def test_defaults_spelled_for_help_are_the_library_s():
     # spelled in the CLI so that --help imports neither numpy nor pyarrow; they must not drift from the library's
     from overlapviz.analysis import metrics, statistics
-    from overlapviz.cli import _options, compare
+    from overlapviz.cli import _options, collect, compare
+    from overlapviz.collectors.scenarios import SCENARIOS
 
     assert _options.PER == metrics.PER
+    assert collect.SCENARIOS == tuple(SCENARIOS)
     assert (compare.LEVEL, compare.RESAMPLES, compare.SEED) == (
         statistics.DEFAULT_LEVEL, statistics.DEFAULT_RESAMPLES, statistics.DEFAULT_SEED)  # fmt: skip
 
