@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
 import statistics
 import subprocess
 import sys
@@ -63,12 +64,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeat", type=int, default=15)
     ap.add_argument("--baseline", type=Path, help="another checkout (with .venv) to time in the same rounds")
-    ap.add_argument("--json", type=Path, help="also write the results here")
+    ap.add_argument("--json", type=Path, help="also write the results here (benchmarks/results/help.json: the README's table)")
     opts = ap.parse_args()
     rows = [("(python -c pass)", None), ("overlapviz --help", [])] + [(f"{c} --help", [c]) for c in commands()]
     trees = {"this": (sys.executable, ROOT)}
     if opts.baseline:
         trees["baseline"] = (str(opts.baseline / ".venv" / "bin" / "python"), opts.baseline.resolve())
+    load_before = os.getloadavg()[0]
     times: dict[tuple[str, str], list[tuple[float, float]]] = {(t, name): [] for t in trees for name, _ in rows}
     for _ in range(opts.repeat):
         for name, args in rows:
@@ -80,25 +82,43 @@ def main() -> None:
         runs = times[(tree, name)]
         return statistics.median(w for w, _ in runs), statistics.median(c for _, c in runs)
 
-    results = []
+    results, extra = [], {}
     head = f"{'command':<22} {'wall s':>7} {'cpu s':>6}" + (f" {'base wall':>9} {'base cpu':>8}" if opts.baseline else "")
     print(f"{head}  {'<= 0.15':<7}  heavy imports")
     for name, args in rows:
         wall, cpu = medians("this", name)
         heavy = [] if args is None else heavy_imports(sys.executable, ROOT, [*args, "--help"])
-        row = {"command": name, "wall_s": round(wall, 4), "cpu_s": round(cpu, 4), "heavy": heavy, "repeat": opts.repeat}
+        row = {"task": name, "value": round(wall, 3), "unit": "s", "baseline": None, "baseline_label": None,
+               "target": None if args is None else f"<= {TARGET_S} s"}  # fmt: skip
+        extra[name] = {"cpu_s": round(cpu, 3), "heavy": heavy}
         line = f"{name:<22} {wall:>7.3f} {cpu:>6.3f}"
         if opts.baseline:
             base_wall, base_cpu = medians("baseline", name)
-            row |= {"baseline_wall_s": round(base_wall, 4), "baseline_cpu_s": round(base_cpu, 4)}
+            row |= {"baseline": round(base_wall, 3), "baseline_label": _commit(opts.baseline)}
+            extra[name]["baseline_cpu_s"] = round(base_cpu, 3)
             line += f" {base_wall:>9.3f} {base_cpu:>8.3f}"
         ok = "" if args is None else ("yes" if wall <= TARGET_S else "NO")
         print(f"{line}  {ok:<7}  {', '.join(heavy) or '-'}")
         results.append(row)
-    print(f"load average at the end: {' '.join(f'{x:.1f}' for x in os.getloadavg())} ({os.cpu_count()} CPUs)")
-    if opts.json:
-        opts.json.write_text(json.dumps({"benchmark": "help", "target_s": TARGET_S, "results": results}, indent=1) + "\n")
+    load = [round(load_before, 1), round(os.getloadavg()[0], 1)]
+    print(f"load average (1 min) before and after: {load[0]} {load[1]} ({os.cpu_count()} CPUs)")
+    if opts.json:  # the format of benchmarks/results/*.json (overlapviz-bench/1), from which the README's table is made
+        doc = {"format": "overlapviz-bench/1", "benchmark": "help", "title": "--help of every command, as a whole command",
+               "command": " ".join([".venv/bin/python", "benchmarks/bench_help.py", *sys.argv[1:]]),
+               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "commit": _commit(ROOT),
+               "machine": f"{os.cpu_count()} cores, {platform.machine()}, Python {platform.python_version()}", "load": load,
+               "note": f"Medians of {opts.repeat} fresh processes, the commands taking turns (wall time; cpu_s: user + "
+                       "system, what a loaded machine does not inflate)" + (", alternating with the baseline checkout's"
+                       if opts.baseline else "") + "; the CPU times and the heavy libraries imported (none) are in the file.",
+               "rows": results, "per_command": extra}  # fmt: skip
+        opts.json.write_text(json.dumps(doc, indent=1) + "\n")
 
+
+def _commit(tree: Path) -> str:
+    """The checkout's short HEAD, with -dirty when its code has uncommitted changes."""
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=tree, capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=tree, capture_output=True, text=True).stdout
+    return head + ("-dirty" if dirty.strip() else "")
 
 if __name__ == "__main__":
     main()
