@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import importlib
 
 import click
@@ -84,6 +83,8 @@ class _LazyGroup(click.Group):
     def resolve_command(self, ctx, args):
         name = args[0] if args else None
         if name is not None and not name.startswith("-") and name not in COMMANDS:
+            import difflib
+
             close = difflib.get_close_matches(name, self.list_commands(ctx), n=1, cutoff=0.6)
             hint = f" Did you mean {close[0]!r}?" if close else ""
             ctx.fail(f"No such command {name!r}.{hint} Commands: {', '.join(self.list_commands(ctx))}.")

@@ -12,16 +12,21 @@ footnotes under a compact table.
 Numbers: times in µs with one decimal (``*_ms`` columns are shown in µs, the header saying
 ``*_us``); fractions and occupancies as percentages with one decimal; dimensionless ratios
 with three decimals; counts, bytes and ns as integers; no thousands separators and no
-exponents anywhere; nulls as ``-``. JSON and CSV are untouched by all of this.
+exponents anywhere; nulls as ``-``. JSON and CSV are untouched by all of this; every command's
+records, in all three formats and from pandas or Arrow, are written by ``render_output``.
 """
 
 from __future__ import annotations
 
 import math
 import textwrap
+from typing import TYPE_CHECKING
 
 from overlapviz.domain import vocabulary
 from overlapviz.dataset.outdir import display_path as printable_text
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 NULL = "-"
 # columns that are shortened to a kernel's function name in a compact table
@@ -186,9 +191,6 @@ def render(columns: list[str], data: dict[str, list], *, wide: bool, text: set[s
     return "\n".join(lines)
 
 
-FORMATS = ("table", "json", "csv")
-
-
 def json_value(v):
     """A JSON-ready scalar: None for every kind of null, Python numbers for numpy ones."""
     if is_null(v):
@@ -200,29 +202,67 @@ def json_value(v):
     return v
 
 
-def render_output(frame, fmt: str, *, columns: list[str] | None = None, wide: bool = False,
-                  row_units: dict[str, list[str]] | None = None) -> str:  # fmt: skip
-    """A pandas ``frame`` as ``json`` (one array of objects, every column, nulls as null), ``csv``
-    (every column) or a ``table`` (``columns`` compact, every column with ``wide``)."""
+def _csv_value(v):
+    """A CSV field as pandas' ``to_csv`` writes it: nulls empty, floats shortest round-trip, the rest ``str``."""
+    return "" if is_null(v) else v
+
+
+def _columns(records) -> tuple[list[str], Callable[[str], list], Callable[[str], list], Callable[[str], bool]]:
+    """Of a pandas frame or a pyarrow table (the two kinds of records the commands print): the column names,
+    a column's values as Python objects, its CSV fields, and whether it holds text."""
+    if hasattr(records, "column_names"):  # pyarrow.Table (analyze prints Arrow: no pandas on its path)
+        import pyarrow as pa
+
+        def arrow_values(c):
+            return records.column(c).to_pylist()
+
+        def arrow_text(c):
+            t = records.schema.field(c).type
+            return pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_dictionary(t)
+
+        return list(records.column_names), arrow_values, lambda c: [_csv_value(v) for v in arrow_values(c)], arrow_text
+
+    def frame_csv(c):
+        col = records[c]
+        if col.dtype.kind == "M" or (col.dtype.kind == "f" and col.dtype.itemsize < 8):
+            # pandas' own spelling: float32 as float32 (0.1, not 0.10000000149011612), dates without a time of day
+            return [text if ok else "" for text, ok in zip(col.astype(str).tolist(), col.notna().tolist())]
+        return [_csv_value(v) for v in col.tolist()]
+
+    def frame_text(c):
+        dtype = records[c].dtype
+        return dtype == object or str(dtype) in ("string", "str", "category")
+
+    return list(records.columns), lambda c: records[c].tolist(), frame_csv, frame_text
+
+
+def render_output(records, fmt: str, *, columns: list[str] | None = None, wide: bool = False,
+                  row_units: dict[str, list[str]] | None = None, empty: str = "(nothing to show)") -> str:  # fmt: skip
+    """``records`` (a pandas frame or a pyarrow table, one record per row) as every command prints them.
+
+    ``json``: one array of objects, every column, nulls as null, numbers as Python spells them.
+    ``csv``: every column, nulls as empty fields, floats shortest round-trip (as pandas' ``to_csv``).
+    ``table``: ``columns`` (compact) or every column (``wide``), by ``render``; ``empty`` when no row.
+    """
+    names, values, csv_fields, is_text = _columns(records)
+    n = len(records)
     if fmt == "json":
         import orjson
 
-        cols = list(frame.columns)
-        return orjson.dumps([{c: json_value(v) for c, v in zip(cols, row)} for row in frame.itertuples(index=False, name=None)]).decode()
+        data = [[json_value(v) for v in values(c)] for c in names]
+        return orjson.dumps([dict(zip(names, row)) for row in zip(*data)] if names else [{}] * n).decode()
     if fmt == "csv":
-        return frame.to_csv(index=False, lineterminator="\n")
-    cols = list(frame.columns) if wide or columns is None else [c for c in columns if c in frame.columns]
-    if not len(frame) or not cols:
+        import csv
+        import io
+
+        out = io.StringIO()
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow(names)
+        writer.writerows(zip(*(csv_fields(c) for c in names)) if names else [[]] * n)
+        return out.getvalue()
+    shown = names if wide or columns is None else [c for c in columns if c in names]
+    if not n:
+        return empty
+    if not shown:
         return "(nothing to show)"
-    data = {c: frame[c].tolist() for c in cols}
-    text = {c for c in cols if frame[c].dtype == object or str(frame[c].dtype) in ("string", "str", "category")}
-    return render(cols, data, wide=wide, text=text, row_units=row_units)
-
-
-def wide_option(f):
-    """``--wide``: every column in a ``--format table`` output (JSON and CSV always carry them all)."""
-    import click
-
-    return click.option("--wide", is_flag=True,
-                        help="Table: every column, run ids in a column (default: the key columns, "
-                             "each run's id on a line above its rows).")(f)  # fmt: skip
+    return render(shown, {c: values(c) for c in shown}, wide=wide, text={c for c in shown if is_text(c)}, row_units=row_units)

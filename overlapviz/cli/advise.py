@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
-from overlapviz.analysis import advise as advise_lib
-from overlapviz.analysis import residency
-from overlapviz.domain.devices import device_limits
-from overlapviz.cli._table import FORMATS, render_output, wide_option
+from overlapviz.cli._options import device_option, format_option, runs_option, wide_option
+
+if TYPE_CHECKING:
+    from overlapviz.analysis.advise import Footprint
 
 # the compact table's columns (--wide: all; JSON and CSV carry every column)
 TABLE_COLUMNS = ["lever", "setting", "compute_blocks_per_sm", "comm_blocks_fit_per_sm", "meets_target", "recommended"]
 
 
-def _shape(spec: str | None, flag: str) -> advise_lib.Footprint | None:
+def _shape(spec: str | None, flag: str) -> Footprint | None:
+    from overlapviz.analysis.advise import Footprint
+
     if spec is None:
         return None
     parts = spec.split(",")
@@ -24,16 +28,18 @@ def _shape(spec: str | None, flag: str) -> advise_lib.Footprint | None:
     if not 2 <= len(nums) <= 4:
         raise click.BadParameter(f"{spec!r} is not THREADS,REGS[,SMEM_BYTES[,GRID]]", param_hint=flag)
     try:
-        return advise_lib.Footprint(nums[0], nums[1], nums[2] if len(nums) > 2 else 0, nums[3] if len(nums) > 3 else None)
+        return Footprint(nums[0], nums[1], nums[2] if len(nums) > 2 else 0, nums[3] if len(nums) > 3 else None)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint=flag) from None
 
 
 def _carveout_of(dataset, run_id, compute) -> int | None:
     """The carve-out preference a collected run set on this computation kernel (None: the driver's default)."""
+    from overlapviz.analysis.residency import run_carveouts
+
     if dataset is None or not compute.name:
         return None
-    prefs = residency.run_carveouts(dataset)
+    prefs = run_carveouts(dataset)
     rid = run_id if run_id is not None else (next(iter(prefs)) if len(prefs) == 1 else None)
     percent, _note, names = prefs.get(rid, (None, None, frozenset()))
     return percent if compute.name in names else None
@@ -43,15 +49,14 @@ def _carveout_of(dataset, run_id, compute) -> int | None:
 @click.argument("dataset", required=False, type=click.Path(readable=False, path_type=str))  # advise says what is wrong, in one line
 @click.option("--compute", "compute_re", metavar="REGEX", help="Computation kernel: name regex in DATASET (its most time-consuming shape).")
 @click.option("--comm", "comm_re", metavar="REGEX", default="nccl|rccl", show_default=True, help="Communication kernel: name regex in DATASET.")
-@click.option("--run", "run_id", metavar="RUN_ID", help="The run to take kernels and device from (needed when DATASET has several).")
+@runs_option("The run to take kernels and device from (needed when DATASET has several).")
 @click.option("--compute-shape", metavar="T,R[,S[,G]]", help="Computation footprint: threads, registers, shared memory bytes, grid blocks.")
 @click.option("--comm-shape", metavar="T,R[,S[,G]]", help="Communication footprint: threads, registers, shared memory bytes, grid blocks.")
-@click.option("--arch", help="Device without DATASET: sm_80, sm_90, gfx90a, gfx942, ...")
-@click.option("--device-name", help="Device product name without DATASET (fills the SM count), e.g. 'NVIDIA H200'.")
+@device_option("The GPU of --compute-shape / --comm-shape, without DATASET", "; a product name also gives its SM count")
 @click.option("-k", "k", type=click.IntRange(min=1), default=1, show_default=True, help="Communication blocks wanted per SM.")
-@click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True, help="Output format.")
+@format_option
 @wide_option
-def advise(dataset, compute_re, comm_re, run_id, compute_shape, comm_shape, arch, device_name, k, fmt, wide) -> None:
+def advise(dataset, compute_re, comm_re, runs, compute_shape, comm_shape, device_name, k, fmt, wide) -> None:
     """What lets K communication blocks fit beside a computation kernel on one SM.
 
     Footprints come from DATASET (kernels picked by --compute / --comm name regexes;
@@ -60,6 +65,12 @@ def advise(dataset, compute_re, comm_re, run_id, compute_shape, comm_shape, arch
     padding per computation block, another tile, or a carve-out, each with its cost in
     computation residency (blocks per SM, occupancy, waves).
     """
+    from overlapviz.analysis import advise as advise_lib
+    from overlapviz.cli._table import render_output
+
+    if len(runs) > 1:
+        raise click.UsageError(f"--run given {len(runs)} times: advise takes the kernels of one run")
+    run_id = runs[0] if runs else None
     try:
         compute = _shape(compute_shape, "--compute-shape")
         comm = _shape(comm_shape, "--comm-shape")
@@ -75,9 +86,11 @@ def advise(dataset, compute_re, comm_re, run_id, compute_shape, comm_shape, arch
                 comm_shapes, limits_c = advise_lib.footprints_from_dataset(dataset, comm_re, run_id=run_id)
                 comm, limits = comm_shapes[0], limits or limits_c
         if limits is None:
-            if not arch and not device_name:
+            if not device_name:
                 raise click.UsageError("without kernels from a DATASET, give the device: --arch or --device-name")
-            limits = device_limits({"arch": arch, "name": device_name})
+            from overlapviz.analysis.residency import device_override
+
+            limits = device_override(device_name)
         if compute is None or comm is None:
             raise click.UsageError("both footprints are needed: DATASET with --compute/--comm, or --compute-shape and --comm-shape")
         frame = advise_lib.advise(

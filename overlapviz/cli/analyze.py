@@ -5,21 +5,15 @@ Computed and printed from Arrow (``metrics.analyze_table``): the command imports
 
 from __future__ import annotations
 
-import csv
-import io
-
 from typing import TYPE_CHECKING
 
 import click
 
-from overlapviz.cli._dataset import DATASET
-from overlapviz.cli._table import FORMATS, wide_option
-from overlapviz.cli._table import render as render_table
+from overlapviz.cli._options import PER  # noqa: F401 (analyze.PER: tests check it is metrics.PER)
+from overlapviz.cli._options import dataset_argument, format_option, per_option, runs_option, scheduler_option, wide_option
 
 if TYPE_CHECKING:
     import pyarrow as pa
-
-PER = ("rank", "step")  # metrics.PER, spelled here so that `analyze --help` imports neither numpy nor pyarrow
 
 # the compact table's columns (--wide: all; JSON and CSV carry every column)
 TABLE_COLUMNS = ["run_id", "rank", "step", "comm_us", "compute_us", "overlap_us", "overlap_fraction", "exposed_comm_us",
@@ -27,19 +21,11 @@ TABLE_COLUMNS = ["run_id", "rank", "step", "comm_us", "compute_us", "overlap_us"
 
 
 @click.command()
-@click.argument("dataset", type=DATASET)
-@click.option(
-    "--per",
-    type=click.Choice(PER),
-    default="rank",
-    show_default=True,
-    help="One record per run x rank (whole trace), or per run x rank x step (kernels with no step are left out).",
-)
-@click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True, help="Output format.")
-@click.option("--run", "runs", multiple=True, metavar="RUN_ID", help="Only this run (repeatable).")
-@click.option("--scheduler", envvar="OVERLAPVIZ_SCHEDULER", metavar="ADDRESS", default=None,
-              help="Compute on a Dask cluster: tcp://host:8786, a scheduler file, or local / local:N (pip install "
-                   "'overlapviz[dask]'; docs/dask.md). Same results as without.")
+@dataset_argument
+@per_option("One record per run x rank (whole trace), or per run x rank x step (kernels with no step are left out).")
+@format_option
+@runs_option()
+@scheduler_option()
 @wide_option
 def analyze(dataset: str, per: str, fmt: str, runs: tuple[str, ...], scheduler: str | None, wide: bool) -> None:
     """Computation-communication overlap of each run x rank (or step) in DATASET.
@@ -64,23 +50,11 @@ def analyze(dataset: str, per: str, fmt: str, runs: tuple[str, ...], scheduler: 
 
 
 def render(table: pa.Table, fmt: str, *, wide: bool = False) -> str:
-    """The metrics table as ``table`` (aligned text), ``json`` (one array) or ``csv`` text.
+    """The metrics table as ``table`` (aligned text), ``json`` (one array) or ``csv`` text (``_table.render_output``).
 
     JSON and CSV spell numbers as Python does (shortest round-trip floats), nulls as
     ``null`` and empty fields; one record per group, never per event.
     """
-    rows = table.to_pylist()
-    if fmt == "json":
-        import orjson
+    from overlapviz.cli._table import render_output
 
-        return orjson.dumps(rows).decode()
-    if fmt == "csv":
-        out = io.StringIO()
-        writer = csv.writer(out, lineterminator="\n")
-        writer.writerow(table.column_names)
-        writer.writerows([row[c] for c in table.column_names] for row in rows)
-        return out.getvalue()
-    if not rows:
-        return "(no kernels)"
-    columns = table.column_names if wide else [c for c in TABLE_COLUMNS if c in table.column_names]
-    return render_table(columns, {c: table.column(c).to_pylist() for c in columns}, wide=wide)
+    return render_output(table, fmt, columns=TABLE_COLUMNS, wide=wide, empty="(no kernels)")

@@ -6,9 +6,11 @@ import textwrap
 
 import click
 
-from overlapviz.analysis import speedup, statistics
-from overlapviz.cli._dataset import DATASET
-from overlapviz.cli._table import FORMATS, render_output, unit, wide_option
+from overlapviz.cli._options import dataset_argument, format_option, runs_option, wide_option
+
+# statistics.DEFAULT_LEVEL, _RESAMPLES and _SEED, spelled here so that `compare --help` imports no numpy (a test checks
+# they agree)
+LEVEL, RESAMPLES, SEED = 0.95, 2000, 0
 
 # the compact table's columns (--wide: all, the intervals included; JSON and CSV carry every column)
 TABLE_COLUMNS = ["run_id", "workload", "setup", "n_iterations", "median_ms", "time_ratio", "speedup", "overlap_fraction",
@@ -17,15 +19,14 @@ PAIR_COLUMNS = ["section", "item", "a", "b", "delta", "ratio"]
 
 
 @click.command()
-@click.argument("dataset", type=DATASET)
+@dataset_argument
 @click.argument("run_a", required=False)
 @click.argument("run_b", required=False)
-@click.option("--run", "runs", multiple=True, metavar="RUN_ID",
-              help="A run to compare (give two, A then B), as every other command names runs; the same as RUN_A RUN_B.")
-@click.option("--level", type=float, default=statistics.DEFAULT_LEVEL, show_default=True, help="Confidence level of the bootstrap intervals.")
-@click.option("--resamples", type=click.IntRange(min=100), default=statistics.DEFAULT_RESAMPLES, show_default=True, help="Bootstrap resamples.")
-@click.option("--seed", type=int, default=statistics.DEFAULT_SEED, show_default=True, help="Bootstrap seed.")
-@click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True, help="Output format.")
+@runs_option("A run to compare (give two, A then B), as every other command names runs; the same as RUN_A RUN_B.")
+@click.option("--level", type=float, default=LEVEL, show_default=True, help="Confidence level of the bootstrap intervals.")
+@click.option("--resamples", type=click.IntRange(min=100), default=RESAMPLES, show_default=True, help="Bootstrap resamples.")
+@click.option("--seed", type=int, default=SEED, show_default=True, help="Bootstrap seed.")
+@format_option
 @wide_option
 def compare(dataset: str, run_a: str | None, run_b: str | None, runs: tuple[str, ...], level: float, resamples: int, seed: int,
             fmt: str, wide: bool) -> None:
@@ -47,6 +48,9 @@ def compare(dataset: str, run_a: str | None, run_b: str | None, runs: tuple[str,
         run_a, run_b = runs
     if (run_a is None) != (run_b is None):
         raise click.ClickException("give two runs (--run A --run B) to compare, or none for the table of all runs")
+    from overlapviz.analysis import speedup
+    from overlapviz.cli._table import render_output, unit
+
     row_units = None
     try:
         if run_a is None:

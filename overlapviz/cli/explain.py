@@ -6,8 +6,8 @@ import textwrap
 
 import click
 
-from overlapviz.cli._dataset import DATASET
-from overlapviz.cli._table import FORMATS, render_output, wide_option
+from overlapviz.cli._options import (dataset_argument, device_option, format_option, per_option, runs_option, scheduler_option,
+                                     wide_option)
 
 # the compact table's columns (--wide: all; JSON and CSV carry every column). kernel is
 # RANK:START_NS, what `export --figure budget --kernel` takes
@@ -29,24 +29,20 @@ HEADERS = {
 
 
 @click.command()
-@click.argument("dataset", type=DATASET)
-@click.option("--run", "runs", multiple=True, metavar="RUN_ID", help="Only this run (repeatable).")
+@dataset_argument
+@runs_option()
 @click.option("--findings", "findings_only", is_flag=True, help="The findings alone: one record per finding (kind, time_ns, "
               "ranks, evidence, action, text), largest first.")
 @click.option("--breakdown", is_flag=True, help="Per run x rank (x step with --per step): exposed communication split into "
               "peer wait, dependent, host idle and other (int64 ns; *_us in the table).")
-@click.option("--per", type=click.Choice(["rank", "step"]), default="rank", show_default=True,
-              help="With --breakdown: one row per rank or per profiler step / iteration.")
+@per_option("With --breakdown: one row per rank or per profiler step / iteration.")
 @click.option("--summary", is_flag=True, help="Per run x rank: the time collectives waited to start, by cause, and for peers.")
 @click.option("--instances", is_flag=True, help="Per collective instance across ranks: arrival skew, straggler, bandwidth.")
 @click.option("--all-kernels", is_flag=True, help="Explain every GPU activity (same rules), not only communication kernels.")
-@click.option("--device-name", "--arch", "device_name", metavar="GPU", help="The GPU the traces ran on, for traces that do not "
-              "say (a product name such as 'NVIDIA A100-SXM4-80GB', or an architecture such as sm_80 or gfx942).")
-@click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True, help="Output format.")
+@device_option()
+@format_option
 @wide_option
-@click.option("--scheduler", envvar="OVERLAPVIZ_SCHEDULER", metavar="ADDRESS", default=None,
-              help="Compute on a Dask cluster: tcp://host:8786, a scheduler file, or local / local:N (pip install "
-                   "'overlapviz[dask]'; docs/dask.md). Same results as without.")
+@scheduler_option()
 def explain(dataset: str, runs: tuple[str, ...], findings_only: bool, breakdown: bool, per: str, summary: bool, instances: bool,
             all_kernels: bool, device_name: str | None, fmt: str, wide: bool, scheduler: str | None) -> None:  # fmt: skip
     """Where each rank's communication time went, what would win it back, and why each collective started when it did.
@@ -111,6 +107,8 @@ def explain(dataset: str, runs: tuple[str, ...], findings_only: bool, breakdown:
     columns = TABLE_COLUMNS.get(view)
     if view == "breakdown" and per == "rank":  # noqa: SIM102
         columns = [c for c in columns if c != "step"]
+    from overlapviz.cli._table import render_output
+
     click.echo(render_output(frame, fmt, columns=columns, wide=wide), nl=fmt != "csv")
 
 

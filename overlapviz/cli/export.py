@@ -6,7 +6,8 @@ from __future__ import annotations
 import click
 
 from overlapviz.figures.catalog import FIGURES, FORMATS, PAPER_SIZES, help_lines
-from overlapviz.cli._dataset import DATASET, check_output
+from overlapviz.cli._dataset import check_output
+from overlapviz.cli._options import dataset_argument, device_option, runs_option
 
 ALL_FORMATS = (*FORMATS, "perfetto")
 
@@ -28,7 +29,7 @@ class _Length(click.ParamType):
 
 
 @click.command(epilog="\b\nFigures:\n" + help_lines())
-@click.argument("dataset", type=DATASET)
+@dataset_argument
 @click.option("--figure", "figure", type=click.Choice(list(FIGURES)), help="Which figure (below; not with --all or --format perfetto).")
 @click.option("--all", "all_figures", is_flag=True, help="Every figure that applies to the dataset, one file per figure and run, "
               "into the folder -o, with an index.html that links them.")
@@ -36,7 +37,7 @@ class _Length(click.ParamType):
               help="Output format (default: from the file suffix; png with --all). perfetto: the run's timeline with the findings "
                    "as a trace Perfetto opens (.json or .json.gz).")
 @click.option("-o", "--output", "output", required=True, type=click.Path(path_type=str), help="Output file (a folder with --all).")
-@click.option("--run", "runs", multiple=True, metavar="RUN_ID", help="Run(s) to draw; compare takes two (repeat the option).")
+@runs_option("Run(s) to draw; compare takes two (repeat the option).")
 @click.option("--rank", "ranks", multiple=True, type=int, metavar="N", help="Ranks on the timeline (repeatable; default all).")
 @click.option("--start-ms", type=float, help="Timeline/compare window start, ms since the first GPU activity.")
 @click.option("--end-ms", type=float, help="Timeline/compare window end, ms since the first GPU activity.")
@@ -56,9 +57,7 @@ class _Length(click.ParamType):
               "`overlapviz explain`; default: the run's longest wait for SM resources).")
 @click.option("--what-if", "what_if", metavar="SETTING", help="Budget: apply this option of `overlapviz advise` to the "
               "computation kernel (its setting column, e.g. '+29312 B' or '16 SMs left to communication').")
-@click.option("--device-name", "--arch", "device_name", metavar="GPU", help="The GPU the traces ran on, for traces that do not "
-              "say (a product name such as 'NVIDIA A100-SXM4-80GB', or an architecture such as sm_80 or gfx942): residency, "
-              "fit and SM budget as `overlapviz explain --device-name` computes them.")
+@device_option(uses=": residency, fit and SM budget as `overlapviz explain --device-name` computes them")
 def export(dataset, figure, all_figures, fmt, output, runs, ranks, start_ms, end_ms, value, size, width, height, font_pt, dpi, title,
            kernel, what_if, device_name) -> None:  # fmt: skip
     """Write FIGURE of DATASET to a file, fully offline.

@@ -9,10 +9,14 @@ import signal
 import sys
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from overlapviz.domain.rules import Rule, RuleSet, default_rules, parse_rule
+from overlapviz.cli._options import scheduler_option
+
+if TYPE_CHECKING:
+    from overlapviz.domain.rules import RuleSet
 
 
 def build_rules(rule_texts: tuple[str, ...], comm_patterns: tuple[str, ...], rules_file: str | None) -> RuleSet | None:
@@ -23,6 +27,8 @@ def build_rules(rule_texts: tuple[str, ...], comm_patterns: tuple[str, ...], rul
     """
     if not (rule_texts or comm_patterns or rules_file):
         return None
+    from overlapviz.domain.rules import Rule, RuleSet, default_rules, parse_rule
+
     base = default_rules()
     if rules_file:
         try:
@@ -74,9 +80,7 @@ def build_rules(rule_texts: tuple[str, ...], comm_patterns: tuple[str, ...], rul
                    "comparable (ranks on different hosts, or instances that end further apart than they lasted). "
                    "Offsets are added to every time of the rank, stored in ranks.clock_offset_ns and shown (docs/ingest.md).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar and no summary line.")
-@click.option("--scheduler", envvar="OVERLAPVIZ_SCHEDULER", metavar="ADDRESS", default=None,
-              help="Read the traces on a Dask cluster: tcp://host:8786, a scheduler file, or local / local:N for a "
-                   "LocalCluster started and stopped here (pip install 'overlapviz[dask]'; docs/dask.md).")
+@scheduler_option("Read the traces on a Dask cluster", local=" for a LocalCluster started and stopped here", after="")
 def ingest(sources, out, run_id, overwrite, append, skip_bad, workers, rule_texts, comm_patterns, rules_file,
            align_clocks, quiet, scheduler) -> None:  # fmt: skip
     """Ingest PyTorch-profiler (Kineto) Chrome traces and rocprof output into a Parquet dataset.

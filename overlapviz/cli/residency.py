@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import click
 
-from overlapviz.analysis import explain
-from overlapviz.analysis import residency as residency_lib
-from overlapviz.cli._dataset import DATASET
-from overlapviz.cli._table import FORMATS, render_output, wide_option
+from overlapviz.cli._options import dataset_argument, device_option, format_option, runs_option, scheduler_option, wide_option
 from overlapviz.cli.explain import TABLE_COLUMNS as EXPLAIN_COLUMNS
 from overlapviz.cli.explain import with_kernel_id
 
@@ -20,18 +17,15 @@ TABLE_COLUMNS = {
 
 
 @click.command()
-@click.argument("dataset", type=DATASET)
-@click.option("--run", "runs", multiple=True, metavar="RUN_ID", help="Only this run (repeatable).")
+@dataset_argument
+@runs_option()
 @click.option("--kind", type=click.Choice(["all", "compute", "comm"]), default="all", show_default=True,
               help="Only kernels of this kind (shapes view).")
 @click.option("--delays", is_flag=True, help="One record per communication kernel: what `overlapviz explain` prints.")
-@click.option("--device-name", "--arch", "device_name", metavar="GPU", help="The GPU the traces ran on, for traces that do not "
-              "say (a product name such as 'NVIDIA A100-SXM4-80GB', or an architecture such as sm_80 or gfx942).")
-@click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True, help="Output format.")
+@device_option()
+@format_option
 @wide_option
-@click.option("--scheduler", envvar="OVERLAPVIZ_SCHEDULER", metavar="ADDRESS", default=None,
-              help="Compute on a Dask cluster: tcp://host:8786, a scheduler file, or local / local:N (pip install "
-                   "'overlapviz[dask]'; docs/dask.md). Same results as without.")
+@scheduler_option()
 def residency(dataset: str, runs: tuple[str, ...], kind: str, delays: bool, device_name: str | None, fmt: str, wide: bool,
               scheduler: str | None) -> None:  # fmt: skip
     """Occupancy of every distinct kernel launch shape in DATASET, or (--delays) why each collective started when it did.
@@ -42,6 +36,10 @@ def residency(dataset: str, runs: tuple[str, ...], kind: str, delays: bool, devi
     ready time from launch, stream and event dependencies; SM room by occupancy and grid;
     the cause).
     """
+    from overlapviz.analysis import explain
+    from overlapviz.analysis import residency as residency_lib
+    from overlapviz.cli._table import render_output
+
     try:
         if scheduler:
             from overlapviz.distributed import client_for, explain_on, residency_on

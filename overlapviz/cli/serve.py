@@ -9,7 +9,7 @@ import click
 from click.core import ParameterSource
 
 from overlapviz.cli._dataset import DATASET, check_output
-from overlapviz.dataset.outdir import display_path
+from overlapviz.cli._options import device_option, scheduler_option
 
 TOKEN_ENV = "OVERLAPVIZ_TOKEN"
 
@@ -40,13 +40,9 @@ TOKEN_ENV = "OVERLAPVIZ_TOKEN"
                    "through an SSH tunnel (docs/security.md).")  # fmt: skip
 @click.option("--show/--no-show", default=False, show_default=True, help="Open the page in the system's web browser.")
 @click.option("--get", "get_path", metavar="PATH", help="Build the page for PATH once, print it and exit (smoke test; no port stays open).")
-@click.option("--scheduler", envvar="OVERLAPVIZ_SCHEDULER", metavar="ADDRESS", default=None,
-              help="Draw the Timeline from a Dask cluster (its kernels stay there) and compute the analyze and explain "
-                   "tables on it: tcp://host:8786, a scheduler file, or local / local:N (a LocalCluster stopped with "
-                   "the server). pip install 'overlapviz[dask]'; docs/dask.md.")  # fmt: skip
-@click.option("--device-name", "--arch", "device_name", metavar="GPU", help="The GPU the traces ran on, for traces that do not "
-              "say (a product name such as 'NVIDIA A100-SXM4-80GB', or an architecture such as sm_80 or gfx942): residency, "
-              "fit and SM budget on every page, as `overlapviz explain --device-name` computes them.")
+@scheduler_option("Draw the Timeline from a Dask cluster (its kernels stay there) and compute the analyze and explain tables "
+                  "on it", local=" for a LocalCluster stopped with the server", after="")
+@device_option(uses=": residency, fit and SM budget on every page, as `overlapviz explain --device-name` computes them")
 @click.pass_context
 def serve(ctx: click.Context, dataset: str | None, address: str, port: int, allow_remote: bool, allow_http: bool,
           ssl_certfile: str | None, ssl_keyfile: str | None, origins: tuple[str, ...], token: str | None, no_token: bool,
@@ -61,6 +57,7 @@ def serve(ctx: click.Context, dataset: str | None, address: str, port: int, allo
     """
     from overlapviz.ingest import samples
     from overlapviz.dashboards import app
+    from overlapviz.dataset.outdir import display_path
 
     given = {name for name in ("address", "port", "allow_remote", "allow_http", "ssl_certfile", "ssl_keyfile")
              if ctx.get_parameter_source(name) not in (ParameterSource.DEFAULT, None)}  # fmt: skip
