@@ -396,7 +396,7 @@ def test_us_to_ns_is_exact_for_every_kineto_timestamp():
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
-    from overlapviz.ingest.chrome_events import float_text, ns_column  # what the Python reader converts with
+    from overlapviz.ingest.chrome_events import decode_events, ns_column  # what the Python reader reads with
 
     def us_to_ns(values):
         return ns_column(values, Path("t.json"), "GPU activity", "ts").to_pylist()
@@ -406,12 +406,13 @@ def test_us_to_ns_is_exact_for_every_kineto_timestamp():
     def check(ns):
         # Kineto prints µs with three decimals; the decoder keeps each float literal's text
         text = [f"{n // 1000}.{n % 1000:03d}" for n in ns]
-        assert us_to_ns([float_text(t) for t in text]) == ns
+        events, _ = decode_events(("[" + ",".join(f'{{"ts": {t}}}' for t in text) + "]").encode(), Path("t.json"))
+        assert us_to_ns([e.ts for e in events]) == ns
 
     check()
     epoch_us = [1_682_725_898_082_228, (1 << 53) - 1, 9_223_372_036_854_775]  # integer µs (older traces), to int64 ns
     assert us_to_ns(epoch_us) == [u * 1000 for u in epoch_us]
-    assert us_to_ns([float_text("1694128201436255.123"), None]) == [1_694_128_201_436_255_123, None]  # a double: ...255.125
+    assert us_to_ns(["1694128201436255.123", None]) == [1_694_128_201_436_255_123, None]  # a double: ...255.125
 
 
 def test_collected_run_keeps_its_recorded_rules_unless_overridden(tmp_path):

@@ -6,7 +6,7 @@ assembles a rank from them.
 Times are exact: ``ts``/``dur`` are decimal µs and become int64 ns by
 ``decimal_us_to_ns``'s rule (three fractional digits are whole ns; more round to the
 nearest ns, ties to even), which ``_kineto.c`` applies too. A double holds epoch-scale µs
-only to 0.25 µs, so a float literal is read from its text (``FloatText``), never as a double.
+only to 0.25 µs, so a float literal there is read from its text, never as a double.
 """
 
 from __future__ import annotations
@@ -154,31 +154,17 @@ def decimal_us_to_ns(text: str) -> int | None:
     return ns
 
 
-class FloatText(float):
-    """A JSON float literal that keeps its text (the decoder's ``float_hook``): ``ts``/``dur``
-    are read exactly from it, every other field sees the float."""
-
-    text: str
-
-
-def float_text(text: str) -> FloatText:
-    f = FloatText(text)
-    f.text = text
-    return f
-
-
 # decimal µs texts the vectorized conversion takes (everything else goes value by value)
 _PLAIN_US = r"^-?[0-9]{1,19}(?:\.[0-9]{1,3})?$"
 _NONE = type(None)
 
 
 def ns_column(values: list, path: Path, what: str, label: str) -> pa.Array:
-    """``ts`` or ``dur`` values as decoded (int µs, decimal text, ``FloatText``, None) ->
-    exact int64 ns (null where None).
+    """``ts`` or ``dur`` values as decoded (int µs, decimal text: a float literal's or a
+    string's, None) -> exact int64 ns (null where None).
 
     Integers and plain decimal text (up to three fractional digits) convert in bulk,
-    other text value by value through ``decimal_us_to_ns``; a float literal is read from
-    its text, never as a double.
+    other text value by value through ``decimal_us_to_ns``.
 
     Raises
     ------
@@ -191,18 +177,14 @@ def ns_column(values: list, path: Path, what: str, label: str) -> pa.Array:
     try:
         if types <= {int}:
             return pc.multiply_checked(pa.array(values, pa.int64()), 1000)
-        if types <= {int, str, FloatText}:
-            texts = values if types <= {str} else [_text(v) for v in values]
+        if types <= {int, str}:
+            texts = values if types <= {str} else [str(v) if type(v) is int else v for v in values]
             text = pa.array(texts, pa.string())
             if pc.all(pc.match_substring_regex(text, _PLAIN_US)).as_py() is not False:
                 return _plain_ns(text)
     except (pa.ArrowInvalid, OverflowError):
         pass  # past int64: value by value names the value
     return pa.array([_one_ns(v, path, what, label) for v in values], pa.int64())
-
-
-def _text(v):
-    return v.text if type(v) is FloatText else str(v) if type(v) is int else v
 
 
 def _plain_ns(text: pa.Array) -> pa.Array:
@@ -221,9 +203,9 @@ def _plain_ns(text: pa.Array) -> pa.Array:
 def _one_ns(v, path: Path, what: str, label: str) -> int | None:
     if v is None:
         return None
-    if type(v) not in (int, str, FloatText):  # true/false, a list, an object
+    if type(v) not in (int, str):  # true/false, a list, an object
         return _bad(path, what, label, v)
-    text = _text(v)
+    text = str(v)
     try:
         ns = v * 1000 if type(v) is int else decimal_us_to_ns(text)
         if ns is not None and not _INT64_MIN <= ns <= _INT64_MAX:
@@ -235,33 +217,37 @@ def _one_ns(v, path: Path, what: str, label: str) -> int | None:
 
 # --- the Python reader: msgspec structs ------------------------------------------------
 #
-# A dict per event (json, orjson) costs ~4x the decoding into structs, and most events
+# A dict per event (json, orjson) costs ~3x the decoding into structs, and most events
 # (cpu_op arguments, flows, python functions) are never used: msgspec decodes into the
 # structs below, which keep only the fields ingest reads (other keys are skipped in C).
-# Every field is typed Any, and an event or its args may be any JSON value, so every
-# JSON document with a traceEvents list decodes (float literals as FloatText) and the
-# column building judges the values: one Python reader for the odd documents too (a
-# string where a number belongs, an event or args that is not an object). Numbers
+# Each field takes any JSON value, and an event or its args may be any JSON value, so
+# every document with a traceEvents list decodes and the column building judges the
+# values: one Python reader for the odd documents too (a string where a number belongs,
+# an event or args that is not an object). ts/dur are the only fields typed Any: the
+# float_hook gives their float literals as text (and those of values nested two levels
+# deep, which no field accepts); every other field gets floats as floats. Numbers
 # written as strings (ROCm's hipMemcpy "bytes": "128") are read by _lenient_column.
 
-_NOT_OBJECT = list | str | int | float | bool | None  # where an event or args belongs: refused
+_SCALAR = int | float | str | bool | None
+_VALUE = _SCALAR | list[_SCALAR | list | dict] | dict  # floats as floats
+_NOT_OBJECT = _SCALAR | list  # where an event or args belongs: refused
 
 
 # the args keys of _ARG_TYPES (not identifiers: "registers per thread") as struct attributes
 _ARG_ATTR = {key: f"arg{i}" for i, key in enumerate(_ARG_TYPES)}
-_Args = msgspec.defstruct("_Args", [(attr, Any, None) for attr in _ARG_ATTR.values()],
+_Args = msgspec.defstruct("_Args", [(attr, _VALUE, None) for attr in _ARG_ATTR.values()],
                           rename={attr: key for key, attr in _ARG_ATTR.items()}, frozen=True, gc=False)  # fmt: skip
 _NO_ARGS = _Args()  # an event without "args" (flows, instants): legitimate
 
 
 class _Event(msgspec.Struct, gc=False):
-    ph: Any = None
-    cat: Any = None
-    name: Any = None
-    pid: Any = None
-    tid: Any = None
+    ph: _VALUE = None
+    cat: _VALUE = None
+    name: _VALUE = None
+    pid: _VALUE = None
+    tid: _VALUE = None
     args: _Args | _NOT_OBJECT = _NO_ARGS
-    ts: Any = None
+    ts: Any = None  # a float literal as its text
     dur: Any = None
 
 
@@ -271,20 +257,11 @@ _META_KEYS = ("deviceProperties", "distributedInfo", "baseTimeNanoseconds", "hos
               "cuda_runtime_version", "roctracer_version", "hip_driver_version")  # fmt: skip
 
 
-class _Doc(msgspec.Struct, gc=False):
-    traceEvents: list[_Event | _NOT_OBJECT]
-    deviceProperties: msgspec.Raw = _ABSENT
-    distributedInfo: msgspec.Raw = _ABSENT
-    baseTimeNanoseconds: msgspec.Raw = _ABSENT
-    host_name: msgspec.Raw = _ABSENT
-    hip_runtime_version: msgspec.Raw = _ABSENT
-    cuda_runtime_version: msgspec.Raw = _ABSENT
-    roctracer_version: msgspec.Raw = _ABSENT
-    hip_driver_version: msgspec.Raw = _ABSENT
-
-
-_DOC_DECODER = msgspec.json.Decoder(_Doc, float_hook=float_text)
-_LIST_DECODER = msgspec.json.Decoder(list[_Event | _NOT_OBJECT], float_hook=float_text)
+_Doc = msgspec.defstruct(
+    "_Doc", [("traceEvents", list[_Event | _NOT_OBJECT]), *((key, msgspec.Raw, _ABSENT) for key in _META_KEYS)], gc=False
+)
+_DOC_DECODER = msgspec.json.Decoder(_Doc, float_hook=str)
+_LIST_DECODER = msgspec.json.Decoder(list[_Event | _NOT_OBJECT], float_hook=str)
 _BARE_LIST = re.compile(rb"\s*\[")  # a document that is a bare event list (no copy of it)
 _ROUTE_KEYS = pa.array(list(_ROUTE), pa.string())
 _ROUTE_BUCKET = np.array([_BUCKETS.index(b) for b, _ in _ROUTE.values()], dtype=np.int8)
@@ -360,22 +337,28 @@ def _routes(events: list, path: Path) -> np.ndarray:
     except AttributeError:  # a value that is not an object: the error, unless a kept event before it fails first
         stop = next(i for i, e in enumerate(events) if type(e) is not _Event)
         cats = list(map(_CAT, events[:stop]))
-    try:
-        names = pa.array(cats, pa.string())
-    except (pa.ArrowInvalid, pa.ArrowTypeError):
-        names = pa.array([c if type(c) is str else None for c in cats], pa.string())
-    code = pc.fill_null(pc.index_in(names, value_set=_ROUTE_KEYS), -1).to_numpy().astype(np.int64)
+    code = pc.fill_null(pc.index_in(_strings(cats), value_set=_ROUTE_KEYS), -1).to_numpy().astype(np.int64)
     kept = np.flatnonzero(code >= 0)
     kept_events = list(map(events.__getitem__, kept.tolist()))
-    complete = np.fromiter((p is None or p == "X" for p in map(_PH, kept_events)), bool, len(kept))
+    complete = np.asarray(pc.fill_null(pc.equal(_strings(list(map(_PH, kept_events))), "X"), True), dtype=bool)
     code[kept[~complete]] = -1  # flows, instants: not activities
-    for i, e in zip(kept[complete].tolist(), compress(kept_events, complete)):
-        if type(e.args) is not _Args:
-            what = _BUCKET_WHAT[_ROUTE_BUCKET[code[i]]]
-            raise ValueError(f"{path}: {args_error(what, i, e.name, json_kind(e.args))}")
+    kept, kept_events = kept[complete], list(compress(kept_events, complete))
+    if set(map(type, map(_ARGS, kept_events))) - {_Args}:
+        i, e = next((i, e) for i, e in zip(kept.tolist(), kept_events) if type(e.args) is not _Args)
+        what = _BUCKET_WHAT[_ROUTE_BUCKET[code[i]]]
+        raise ValueError(f"{path}: {args_error(what, i, e.name, json_kind(e.args))}")
     if stop < len(events):
         raise ValueError(f"{path}: traceEvents holds a {type(events[stop]).__name__}, not an event object")
     return code
+
+
+def _strings(values: list) -> pa.Array:
+    """``values`` as strings: None as null, any other value that is not a string as "" (a
+    category or phase no event of ingest has)."""
+    try:
+        return pa.array(values, pa.string())
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        return pa.array([v if type(v) is str else "" if v is not None else None for v in values], pa.string())
 
 
 # the structs' top-level fields (name, pid, tid), for converting their tuples in one pass
