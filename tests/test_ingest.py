@@ -9,7 +9,6 @@ import shutil
 from decimal import Decimal
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pytest
@@ -397,18 +396,23 @@ def test_us_to_ns_is_exact_for_every_kineto_timestamp():
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
-    from overlapviz.ingest.chrome_events import float_us_to_ns as us_to_ns  # the reader's doubles, where proven
+    from overlapviz.ingest.chrome_events import decode_events, ns_column  # what the Python reader reads with
+
+    def us_to_ns(values):
+        return ns_column(values, Path("t.json"), "GPU activity", "ts").to_pylist()
 
     @settings(max_examples=300, deadline=None)
     @given(st.lists(st.integers(min_value=0, max_value=(1 << 43) * 1000 - 1), min_size=1, max_size=50))
     def check(ns):
-        # Kineto prints µs with three decimals; JSON parsing gives the nearest float
+        # Kineto prints µs with three decimals; the decoder keeps each float literal's text
         text = [f"{n // 1000}.{n % 1000:03d}" for n in ns]
-        assert us_to_ns(np.array([float(t) for t in text])).tolist() == ns
+        events, _ = decode_events(("[" + ",".join(f'{{"ts": {t}}}' for t in text) + "]").encode(), Path("t.json"))
+        assert us_to_ns([e.ts for e in events]) == ns
 
     check()
-    epoch_us = [1_682_725_898_082_228, (1 << 53) - 1]  # integer µs (older traces), up to float's exact limit
-    assert us_to_ns(np.array(epoch_us, dtype=float)).tolist() == [u * 1000 for u in epoch_us]
+    epoch_us = [1_682_725_898_082_228, (1 << 53) - 1, 9_223_372_036_854_775]  # integer µs (older traces), to int64 ns
+    assert us_to_ns(epoch_us) == [u * 1000 for u in epoch_us]
+    assert us_to_ns(["1694128201436255.123", None]) == [1_694_128_201_436_255_123, None]  # a double: ...255.125
 
 
 def test_collected_run_keeps_its_recorded_rules_unless_overridden(tmp_path):

@@ -1,14 +1,18 @@
-"""The Chrome reader's paths against each other: the msgspec structs it reads with when the
-C scanner is off or hands a file over (``decode_exact``, its doubles proven exact, else
-``decode_text``), and the dict path (``load_document`` + ``parse_document``).
+"""The Chrome reader's Python reader (msgspec structs, what ChromeReader reads with when the
+C scanner is off or hands a file over) on its own, and the worker pool.
 
-Every real Kineto trace in tests/data must take the msgspec path and give exactly what
-the dict path gives; a document msgspec cannot type must still read (or fail) the same.
+Every real Kineto trace in tests/data must read with its times exactly what Decimal reads
+from the JSON text; float literals are read from their text (never a double); odd
+documents (an object where a number belongs, an event that is not an object, no
+traceEvents, args not an object) are read, or refused, by the same reader.
 """
 
 import gzip
+import json
 import os
 import sys
+from decimal import Decimal
+from fractions import Fraction
 from pathlib import Path
 
 import pandas as pd
@@ -17,7 +21,7 @@ import pytest
 
 from overlapviz.ingest import driver, files, pool
 from overlapviz.dataset import schema
-from overlapviz.ingest import chrome, ingest
+from overlapviz.ingest import chrome, chrome_events, ingest
 from overlapviz.testing import (
     generate_trace,
     kernel_event,
@@ -33,29 +37,27 @@ REAL = sorted(
     for d in ("gloo_cpu", "h200_carveout_check", "hta_nccl_parser_config", "hta_trace_filter_2rank", "occupancy_h200", "torch_rocm")
     for p in (DATA / d).rglob("*.json.gz")
 )
+_GPU = {"kernel", "Kernel", "gpu_memcpy", "Memcpy", "cuda_memcpy", "gpu_memset", "Memset", "cuda_memset"}
+_HOST = {"cpu_op", "Operator", "user_annotation"}
 
 
-def _fast(path: Path):
-    """What ChromeReader.read does when the scanner is off: doubles only where proven exact."""
-    events, meta = chrome.decode_exact(chrome.read_bytes(path))
-    try:
-        tables = chrome._split_typed(events, path, doubles="prove")
-    except chrome.InexactTimes:
-        events, meta = chrome.decode_text(chrome.read_bytes(path))
-        tables = chrome._split_typed(events, path, doubles="prove")
-    return chrome._assemble(*tables, meta, len(events), path)
+def _python(path: Path):
+    """What ChromeReader.read does without the scanner (OVERLAPVIZ_PURE_PYTHON=1)."""
+    events, meta = chrome_events.decode_events(chrome.read_bytes(path), path)
+    return chrome._assemble(*chrome_events.event_tables(events, path), meta, len(events), path)
 
 
-def _slow(path: Path):
-    return chrome.parse_document(chrome.load_document(path), path)
-
-
-def _same(a, b):
-    assert a.rank == b.rank
-    assert a.info == b.info
-    assert a.kernels.equals(b.kernels), (a.kernels.schema, b.kernels.schema)
-    assert a.steps.equals(b.steps)
-    assert a.devices.equals(b.devices)
+def _reference(path: Path) -> tuple[int, list, list]:
+    """(events, sorted (name, start, end) of the complete GPU activities, the same of the
+    host ranges), ns by exact rational arithmetic on the JSON text."""
+    doc = json.loads(chrome.read_bytes(path), parse_float=Decimal)
+    ns = lambda v: round(Fraction(Decimal(v)) * 1000)  # noqa: E731
+    rows = {"gpu": [], "host": []}
+    for e in doc["traceEvents"]:
+        if e.get("ph", "X") == "X" and e.get("cat") in _GPU | _HOST:
+            start = ns(e["ts"])
+            rows["gpu" if e["cat"] in _GPU else "host"].append((e["name"], start, start + ns(e["dur"])))
+    return len(doc["traceEvents"]), sorted(rows["gpu"]), sorted(rows["host"])
 
 
 def test_real_traces_found():
@@ -63,58 +65,81 @@ def test_real_traces_found():
 
 
 @pytest.mark.parametrize("path", REAL, ids=lambda p: f"{p.parent.name}/{p.name}")
-def test_fast_path_equals_dict_path(path):
-    assert chrome.decode_exact(chrome.read_bytes(path)) is not None, "fell back to the dict path"
-    _same(_fast(path), _slow(path))
+def test_python_reader_reads_real_traces_exactly(path, monkeypatch):
+    monkeypatch.setenv("OVERLAPVIZ_PURE_PYTHON", "1")
+    (trace,) = chrome.ChromeReader().read(path)
+    same = _python(path)
+    assert trace.info == same.info and trace.kernels.equals(same.kernels) and trace.syncs.equals(same.syncs)
+    n_events, gpu, host = _reference(path)
+    k = trace.kernels
+    rows = sorted(zip(k.column("name").to_pylist(), k.column("start_ns").to_pylist(), k.column("end_ns").to_pylist()))
+    assert trace.info["n_events"] == n_events
+    if gpu:
+        assert rows == gpu
+    else:  # CPU-only: host ranges stand in
+        assert rows and set(rows) <= set(host)
 
 
-def test_msgspec_doubles_are_used_only_where_proven_exact():
-    """Kineto's three-decimal times below 2**40 µs: msgspec's doubles are Python's floats,
-    proven exact, and give the decimal rule's ns; epoch-scale µs with ns digits are not
-    proven (InexactTimes) and read from their text; integer µs stay exact ints."""
+def test_float_literals_are_read_from_their_text():
+    """Kineto's three-decimal times and epoch-scale µs with ns digits (a double holds them
+    to 0.25 µs only) give the decimal rule's ns, wherever they come in the document;
+    integer µs stay exact ints."""
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
     from overlapviz.ingest.chrome_events import decimal_us_to_ns
 
-    def split(raw: bytes):
-        events, _ = chrome.decode_exact(raw)
-        return events, chrome._split_typed(events, Path("t.json"), doubles="prove")[0]
+    def gpu(raw: bytes):
+        events, _ = chrome_events.decode_events(raw, Path("t.json"))
+        return events, chrome_events.event_tables(events, Path("t.json"))[0]
 
     @settings(max_examples=200, deadline=None)
-    @given(st.lists(st.integers(min_value=0, max_value=(1 << 40) * 1000 - 1), min_size=1, max_size=50))
+    @given(st.lists(st.integers(min_value=-(2**62), max_value=2**62), min_size=1, max_size=50))
     def check(ns):
-        text = [f"{n // 1000}.{n % 1000:03d}" for n in ns]
+        text = [f"{'-' if n < 0 else ''}{abs(n) // 1000}.{abs(n) % 1000:03d}" for n in ns]
         body = ",".join(f'{{"ph":"X","cat":"kernel","name":"k","ts":{t},"dur":{t}}}' for t in text)
-        events, gpu = split(f"[{body}]".encode())
-        assert [e.ts for e in events] == [float(t) for t in text]
-        assert gpu.column("ts").to_pylist() == gpu.column("dur").to_pylist() == ns
+        events, table = gpu(f"[{body}]".encode())
+        assert [e.ts for e in events] == text  # the float literals' text, not doubles
+        assert table.column("ts").to_pylist() == table.column("dur").to_pylist() == ns
 
     check()
-    epoch = b'[{"ph":"X","cat":"kernel","name":"k","ts":1694128201436255.123,"dur":1.5}]'
-    assert chrome.decode_exact(epoch) is not None and type(chrome.decode_exact(epoch)[0][0].ts) is str  # text at once
-    early = b'{"ph":"X","cat":"kernel","name":"k","ts":1.5,"dur":1},' * 2000  # past the 64 KiB decode_exact looks at
-    events, _ = chrome.decode_exact(b"[" + early + b'{"ph":"X","cat":"kernel","name":"k","ts":1694128201436255.123,"dur":1}]')
-    assert type(events[-1].ts) is float
-    with pytest.raises(chrome.InexactTimes):  # the first times looked fine, a later one is not provable
-        chrome._split_typed(events, Path("t.json"), doubles="prove")
-    events, gpu = split(b'{"traceEvents": [{"ph":"X","cat":"kernel","name":"k","ts": 1682725898082228, "dur": 3}]}')
+    early = b'{"ph":"X","cat":"kernel","name":"k","ts":1.5,"dur":1},' * 2000
+    _, table = gpu(b"[" + early + b'{"ph":"X","cat":"kernel","name":"k","ts":1694128201436255.123,"dur":1}]')
+    assert table.column("ts").to_pylist()[-1] == 1_694_128_201_436_255_123  # a double says ...255.125
+    events, table = gpu(b'{"traceEvents": [{"ph":"X","cat":"kernel","name":"k","ts": 1682725898082228, "dur": 3}]}')
     assert events[0].ts == 1682725898082228 and type(events[0].ts) is int
-    assert gpu.column("ts").to_pylist() == [decimal_us_to_ns("1682725898082228")]
+    assert table.column("ts").to_pylist() == [decimal_us_to_ns("1682725898082228")]
 
 
-def test_untypable_documents_fall_back_to_the_dict_path(tmp_path):
-    # an object where a number belongs, an event that is not an object, no traceEvents, args not an object
-    assert chrome.decode_exact(b'{"traceEvents": [{"ts": {"a": 1}}]}') is None
-    assert chrome.decode_exact(b'{"traceEvents": [3]}') is None
-    assert chrome.decode_exact(b'{"foo": []}') is None
-    assert chrome.decode_exact(b'{"traceEvents": [') is None
-    assert chrome.decode_exact(b'{"traceEvents": [{"cat": "kernel", "args": null}]}') is None
-    assert chrome.decode_text(b'{"traceEvents": [{"cat": "kernel", "args": [1]}]}') is None
+@pytest.mark.parametrize("pure", ["0", "1"])
+def test_odd_documents_are_read_or_refused_by_the_python_reader(tmp_path, monkeypatch, pure):
+    monkeypatch.setenv("OVERLAPVIZ_PURE_PYTHON", pure)
+
+    def error(doc: bytes) -> str:
+        path = tmp_path / "t.json"
+        path.write_bytes(doc)
+        with pytest.raises(ValueError) as err:
+            chrome.ChromeReader().read(path)
+        assert str(err.value).startswith(f"{path}: ") and "\n" not in str(err.value)
+        return str(err.value).removeprefix(f"{path}: ")
+
+    assert error(b'{"traceEvents": [{"ts": {"a": 1}}]}') == "no GPU or host activities in this trace (nothing to measure)"
+    assert error(b'{"traceEvents": [3]}') == "traceEvents holds a int, not an event object"
+    assert error(b'{"foo": []}') == error(b'{"traceEvents": 3}') == "not a Chrome trace (no traceEvents list)"
+    assert error(b'{"traceEvents": [').startswith("truncated JSON: ")
+    assert error(b'{"traceEvents": [}, "x": 1}').startswith("invalid JSON: ")
+    assert error(b'{"traceEvents": [{"cat": "kernel", "args": null}]}') == "GPU activity event #0: field 'args' is null, not an object"
+    assert error(b'{"traceEvents": [{"cat": "Runtime", "name": "x", "args": [1]}, 3]}') == \
+        "runtime event #0 'x': field 'args' is an array, not an object"  # fmt: skip
+    assert error(b'{"traceEvents": [3, {"cat": "kernel", "args": "a"}]}') == "traceEvents holds a int, not an event object"
+    assert error(b'{"traceEvents": [{"cat": "kernel", "name": "k", "ts": 1, "dur": 1, "args": {"device": true}}]}') == \
+        "GPU activity events: field 'args.device' has a value of the wrong type (True)"  # fmt: skip
+    assert error(b'{"traceEvents": [{"cat": "kernel", "name": "k", "ts": 1e400, "dur": 1}]}') == \
+        "GPU activity events: field 'ts' (1e400 us) is past what int64 nanoseconds hold"  # fmt: skip
     doc = kineto_trace(kernel_event("k", 10_000, 2_000, correlation=1), runtime_event(1, 9_000, 500))
     doc["traceEvents"].append({"ph": "i", "cat": "cpu_instant_event", "name": "odd", "ts": 1.0, "args": {"grid": "none"}})
+    doc["traceEvents"].append({"ph": "s", "cat": "kernel", "name": 7, "args": None})  # a flow: not an activity, not judged
     path = write_trace(doc, tmp_path / "rank0.json")
-    assert chrome.decode_exact(chrome.read_bytes(path)) is None
     (trace,) = chrome.ChromeReader().read(path)
     assert trace.kernels.column("start_ns").to_pylist() == [10_000] and trace.kernels.column("launch_ns").to_pylist() == [9_000]
 

@@ -1,14 +1,17 @@
 """Reader for PyTorch-profiler (Kineto) Chrome traces: ``.json`` or ``.json.gz``, CUDA (CUPTI) or ROCm (roctracer).
 
-One pass over ``traceEvents`` splits the complete events by category; each category's
-events then become Arrow columns in bulk (the C scanner ``chrome_columns``, else one
-``pyarrow`` conversion of msgspec structs, not a Python loop per field), and the joins
-(kernel -> launching runtime call by correlation id, step ranges, record_param_comms
-metadata) are vectorized with numpy/pyarrow.
+Two readers turn ``traceEvents`` into Arrow columns by category (GPU activities, runtime
+calls, host ranges, sync records) and give the same tables: the C scanner
+(``chrome_columns``, where it is built), else the Python reader (``chrome_events``:
+msgspec structs, then one ``pyarrow`` conversion per table, not a Python loop per
+field); the scanner hands the documents it does not read exactly (odd values, invalid
+JSON) to the Python reader, which words the errors. The joins (kernel -> launching
+runtime call by correlation id, step ranges, record_param_comms metadata) are vectorized
+with numpy/pyarrow.
 
 Kineto writes ``ts``/``dur`` in microseconds: decimals with three places (ns resolution,
-relative to its own base) or integers (older traces, epoch µs ~1.7e15). Every path reads
-them from their text into int64 ns, never through a double (at epoch scale a double
+relative to its own base) or integers (older traces, epoch µs ~1.7e15). Both readers
+read them from their text into int64 ns, never through a double (at epoch scale a double
 holds µs to 0.25 µs only): three fractional digits are whole ns, more round to the
 nearest ns with ties to even (``chrome_events.decimal_us_to_ns``); a time past int64 ns
 fails naming the file.
@@ -22,7 +25,6 @@ import re
 from decimal import Decimal
 from pathlib import Path
 
-import msgspec
 import numpy as np
 import numpy.ma  # noqa: F401  pyarrow imports it at its first conversion of an ndarray (~40 ms): with the reader instead
 import pyarrow as pa
@@ -32,23 +34,7 @@ from overlapviz.ingest import chrome_columns
 from overlapviz.ingest.base import RankTrace
 from overlapviz.ingest.files import read_bytes
 from overlapviz.ingest.text import REPAIRED_KEY, needs_repair, repair_json_text
-from overlapviz.ingest.chrome_events import (
-    _BUCKET_TYPES,
-    _BUCKET_WHAT,
-    _BUCKETS,
-    _ROUTE,
-    InexactTimes,
-    _events_table,
-    _require,
-    _split_typed,
-    _times,
-    decode_exact,
-    args_error,
-    decode_text,
-    float_text,
-    json_kind,
-    sync_table,
-)
+from overlapviz.ingest.chrome_events import _require, _times, decode_events, event_tables, sync_table
 from overlapviz.domain.collectives import collective_of
 from overlapviz.domain.devices import amd_arch_from_name
 from overlapviz.dataset.schema import DEVICES, conform
@@ -100,47 +86,6 @@ _KINETO_MARKERS = (
 )
 
 
-# --- reading the document ---------------------------------------------------------
-
-
-def load_document(path: Path) -> dict:
-    """Parse a Chrome trace file (gzip detected by content, not by name) into a dict.
-
-    A bare JSON array of events is accepted and returned as ``{"traceEvents": [...]}``.
-
-    Raises
-    ------
-    ValueError
-        Naming ``path``: unreadable, truncated or corrupt gzip, invalid JSON, or a JSON
-        document that is not a trace.
-    """
-    return _document(read_bytes(path), path)
-
-
-# float literals keep their text (FloatText): ts/dur are read exactly from it
-_DICT_DECODER = msgspec.json.Decoder(float_hook=float_text)
-
-
-def _document(raw: bytes, path: Path) -> dict:
-    # only documents neither the scanner nor the typed msgspec path could read come here
-    try:
-        doc = _DICT_DECODER.decode(raw)
-    except (msgspec.DecodeError, RecursionError) as exc:
-        import orjson  # words JSON errors with a line and column
-
-        try:
-            orjson.loads(raw)
-        except orjson.JSONDecodeError as oexc:
-            what = "truncated JSON" if "unexpected end" in str(oexc).lower() or oexc.pos >= len(raw) - 1 else "invalid JSON"
-            raise ValueError(f"{path}: {what}: {oexc}") from None
-        raise ValueError(f"{path}: invalid JSON: {exc}") from None
-    if isinstance(doc, list):
-        doc = {"traceEvents": doc}
-    if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
-        raise ValueError(f"{path}: not a Chrome trace (no traceEvents list)")
-    return doc
-
-
 def _dims(lists: pa.ChunkedArray | pa.Array, path: Path, label: str) -> list[pa.Array]:
     """Split a list<int64> column of [x, y, z] into three int64 columns (null where absent).
 
@@ -182,39 +127,28 @@ class ChromeReader:
         return b'"traceEvents"' in head or any(m in head for m in _KINETO_MARKERS)
 
     def read(self, path: Path) -> list[RankTrace]:
-        # The parsed document is millions of small dicts and lists that hold no cycles;
-        # with the cyclic GC running, its generation-0 collections re-walk them over and
-        # over and parsing takes 2-3x longer. Off while reading, back to its state after.
+        # The decoded events are millions of small objects that hold no cycles; with the
+        # cyclic GC running, its generation-0 collections re-walk them over and over and
+        # decoding takes 2-3x longer. Off while reading, back to its state after.
         was_enabled = gc.isenabled()
         gc.disable()
         try:
             raw = read_bytes(path)
-            scanned = chrome_columns.scan_tables(raw)  # the C scanner, else msgspec structs, else dicts
             repaired = 0
+            scanned = chrome_columns.scan_tables(raw)  # None: no scanner, or a document it leaves to Python
             if scanned is None and needs_repair(raw):  # every reader refuses text that is not UTF-8
                 raw, repaired = repair_json_text(raw)
                 scanned = chrome_columns.scan_tables(raw)
             if scanned is None:
-                typed = decode_exact(raw)
-                if typed is None:
-                    return [_repaired(parse_document(_document(raw, path), path), repaired)]
+                events, meta = decode_events(raw, path)
                 del raw  # before the structs become columns: the text and both at once were the peak
-                events, meta = typed
-                del typed
-                try:
-                    tables = _split_typed(events, path, doubles="prove")
-                except InexactTimes:  # the first times fit doubles, a later one may not: read their text
-                    del events
-                    events, meta = decode_text(repair_json_text(read_bytes(path))[0] if repaired else read_bytes(path)) \
-                        or _changed(path)
-                    tables = _split_typed(events, path, doubles="prove")
-                scanned = tables, meta, len(events)
+                scanned = event_tables(events, path), meta, len(events)
                 del events
             else:
                 del raw
             tables, meta, n_events = scanned
             del scanned
-            return [_repaired(_assemble(*tables, meta, n_events, path), repaired)]
+            trace = _assemble(*tables, meta, n_events, path)
         except ValueError as exc:  # errors from the column helpers do not know the file
             if str(exc).startswith(str(path)):
                 raise
@@ -222,66 +156,12 @@ class ChromeReader:
         finally:
             if was_enabled:
                 gc.enable()
-
-
-def _repaired(trace: RankTrace, n: int) -> RankTrace:
-    """``trace`` with the number of strings read with U+FFFD in its info (when any)."""
-    if n:
-        trace.info[REPAIRED_KEY] = n
-    return trace
-
-
-def _changed(path: Path):
-    raise ValueError(f"{path}: changed while being read")
+        if repaired:
+            trace.info[REPAIRED_KEY] = repaired
+        return [trace]
 
 
 READERS = [ChromeReader()]
-_NO_ARGS = object()  # an event without an "args" key (flows, instants): legitimate
-
-
-def parse_document(doc: dict, path: Path) -> RankTrace:
-    """One Kineto trace document -> the rank's activities, steps, devices and metadata.
-
-    See ``RankTrace`` for the columns. GPU activities (kernel, memcpy, memset) become
-    rows; a trace with none of them is CPU-only and its host activities stand in (see
-    ``_host_stand_ins``). Only complete events count (``ph`` "X" or absent): Kineto
-    writes flows, instants and metadata with other phases.
-
-    An event whose ``cat`` is not a string is in no category ingest reads, like an
-    unknown category.
-
-    Raises
-    ------
-    ValueError
-        Naming ``path`` and the field: an event without ``ts``/``dur``/``name``, a GPU
-        activity with negative duration, a field of the wrong type, a time past int64 ns,
-        a kept event whose ``args`` is not an object (the first in document order, before
-        any other check: the C scanner reports the same one).
-    """
-    events = doc["traceEvents"]
-    buckets: dict[str, list] = {b: [] for b in _BUCKETS}
-    cats: dict[str, list] = {b: [] for b in _BUCKETS}
-    route = _ROUTE
-    for i, e in enumerate(events):
-        if type(e) is not dict:
-            raise ValueError(f"{path}: traceEvents holds a {type(e).__name__}, not an event object")
-        cat = e.get("cat")
-        r = route.get(cat) if type(cat) is str else None
-        if r is not None and e.get("ph", "X") in ("X", None):
-            args = e.get("args", _NO_ARGS)
-            if args is not _NO_ARGS and type(args) is not dict:
-                what = _BUCKET_WHAT[_BUCKETS.index(r[0])]
-                raise ValueError(f"{path}: {args_error(what, i, e.get('name'), json_kind(args))}")
-            buckets[r[0]].append(e)
-            cats[r[0]].append(r[1])
-    n_events = len(events)
-    del events
-
-    tables = [
-        _with_category(_events_table(buckets.pop(b), path, what, type_), cats.pop(b))
-        for b, what, type_ in zip(_BUCKETS, _BUCKET_WHAT, _BUCKET_TYPES, strict=True)
-    ]
-    return _assemble(*tables, doc, n_events, path)
 
 
 def _assemble(gpu: pa.Table, runtime: pa.Table, host: pa.Table, sync: pa.Table, doc: dict, n_events: int,
@@ -324,10 +204,6 @@ def _assemble(gpu: pa.Table, runtime: pa.Table, host: pa.Table, sync: pa.Table, 
     }
     syncs = sync_table(runtime, sync, path)
     return RankTrace(rank=rank, kernels=kernels, steps=steps, devices=devices, info=info, syncs=syncs)
-
-
-def _with_category(table: pa.Table, cats: list) -> pa.Table:
-    return table.append_column("category", pa.array(cats, pa.string()))
 
 
 def _us_text(ns: int) -> str:

@@ -1,10 +1,10 @@
 """Kineto trace JSON straight into Arrow columns through the C scanner ``_kineto``.
 
-The Python readers (msgspec structs, then pyarrow) pay ~2 µs per kept event for its
-Python objects; the scanner writes each field of the kept events into a column buffer
-while it parses, so no event ever becomes a Python object. It returns None for anything
-it does not read exactly like the msgspec path (the caller then takes that path), so
-the two give the same tables; ``tests/test_chrome_columns.py`` holds them to it.
+The Python reader (``chrome_events``: msgspec structs, then pyarrow) pays ~2 µs per kept
+event for its Python objects; the scanner writes each field of the kept events into a
+column buffer while it parses, so no event ever becomes a Python object. It returns None
+for anything it does not read exactly like the Python reader (the caller then takes that
+reader), so the two give the same tables; ``tests/test_chrome_columns.py`` holds them to it.
 
 ``OVERLAPVIZ_PURE_PYTHON=1`` turns it off (benchmarks and tests compare both paths).
 """
@@ -25,19 +25,19 @@ from overlapviz.ingest.chrome_events import (
     _META_KEYS,
     _ROUTE,
     _TIMES,
+    CATEGORY,
     args_error,
 )
 
 try:
     from overlapviz.ingest import _kineto
-except ImportError:  # built without a C compiler: the msgspec path reads everything
+except ImportError:  # built without a C compiler: the Python reader reads everything
     _kineto = None
 
 __all__ = ["available", "scan_tables"]
 
 # what the scanner keeps: each category's name and bucket (GPU activity, runtime, host, sync)
 _CATS = [(cat.encode(), _BUCKETS.index(bucket)) for cat, (bucket, _) in _ROUTE.items()]
-_CATEGORY = pa.array([category for _, category in _ROUTE.values()], pa.string())  # by category index
 
 
 def available() -> bool:
@@ -59,7 +59,7 @@ def scan_tables(raw: bytes) -> tuple[list[pa.Table], dict, int] | None:
     tables
         The GPU activity, runtime, host and sync tables of the complete events: the
         fields of ``chrome_events``'s event type for each (``args`` flattened, ``ts`` and
-        ``dur`` as exact int64 ns) and ``category``, like ``chrome_events._split_typed``
+        ``dur`` as exact int64 ns) and ``category``, like ``chrome_events.event_tables``
         builds.
     meta
         The keys of ``chrome_events._META_KEYS`` present at the top level, decoded.
@@ -94,7 +94,7 @@ def _table(cols: dict, type_: pa.StructType) -> pa.Table:
     table = {f.name: _column(cols, f, n) for f in type_ if f.name != "args"}
     table.update({t: _numbers(cols, t, np.int64) for t in _TIMES})  # int64 ns
     table.update({f.name: _column(cols, f, n) for f in type_.field("args").type})
-    table["category"] = _CATEGORY.take(pa.array(np.frombuffer(cols["cat"], np.int8)))
+    table["category"] = CATEGORY.take(pa.array(np.frombuffer(cols["cat"], np.int8)))
     return pa.table(table)
 
 

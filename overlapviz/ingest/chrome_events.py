@@ -1,19 +1,19 @@
 """Kineto trace events -> the four event tables ingest reads (GPU activities, runtime
-calls, host ranges, CUDA sync records), by the Python paths: msgspec structs, or dicts for
-documents msgspec cannot type. ``chrome_columns`` (the C scanner) builds the same tables
-faster; ``chrome`` assembles a rank from them.
+calls, host ranges, CUDA sync records) by the Python reader (msgspec structs). The C
+scanner (``chrome_columns``) builds the same tables faster where it is built; ``chrome``
+assembles a rank from them.
 
 Times are exact: ``ts``/``dur`` are decimal µs and become int64 ns by
 ``decimal_us_to_ns``'s rule (three fractional digits are whole ns; more round to the
 nearest ns, ties to even), which ``_kineto.c`` applies too. A double holds epoch-scale µs
-only to 0.25 µs, so a float literal is read from its text, or as a double only where
-``_provable`` shows the double gives the same ns.
+only to 0.25 µs, so a float literal there is read from its text, never as a double.
 """
 
 from __future__ import annotations
 
 import re
 from decimal import Decimal, InvalidOperation
+from itertools import compress
 from operator import attrgetter
 from pathlib import Path
 from typing import Any
@@ -154,89 +154,37 @@ def decimal_us_to_ns(text: str) -> int | None:
     return ns
 
 
-class FloatText(float):
-    """A JSON float literal that keeps its text: ``ts``/``dur`` are read exactly from it,
-    everything else sees the float (the dict path's ``float_hook``)."""
-
-    text: str
-
-
-def float_text(text: str) -> FloatText:
-    f = FloatText(text)
-    f.text = text
-    return f
-
-
 # decimal µs texts the vectorized conversion takes (everything else goes value by value)
 _PLAIN_US = r"^-?[0-9]{1,19}(?:\.[0-9]{1,3})?$"
 _NONE = type(None)
 
 
-class InexactTimes(Exception):
-    """A ``ts``/``dur`` double whose ns the decimal rule may give otherwise than the double
-    does: the caller reads the times from their text instead (``decode_text``)."""
-
-
-def ns_column(values: list, path: Path, what: str, label: str, *, doubles: str = "trust") -> pa.Array:
-    """``ts`` or ``dur`` values as decoded (int µs, decimal text, ``FloatText``, double,
-    None) -> exact int64 ns (null where None).
+def ns_column(values: list, path: Path, what: str, label: str) -> pa.Array:
+    """``ts`` or ``dur`` values as decoded (int µs, decimal text: a float literal's or a
+    string's, None) -> exact int64 ns (null where None).
 
     Integers and plain decimal text (up to three fractional digits) convert in bulk,
-    other text value by value through ``decimal_us_to_ns``. A double (a float literal
-    msgspec parsed) converts by ``float_us_to_ns``: with ``doubles="prove"`` only where
-    that provably is the decimal rule's ns (``_provable``), else InexactTimes; with
-    ``"trust"`` always (the dict path has no bare doubles: its float literals are
-    ``FloatText``).
+    other text value by value through ``decimal_us_to_ns``.
 
     Raises
     ------
     ValueError
         Naming ``path`` and the field: a value that is not a number (true/false, a
         non-numeric string, a list, an object) or past int64 ns.
-    InexactTimes
-        ``doubles="prove"`` and a double that cannot be proven.
     """
     types = set(map(type, values))
     types.discard(_NONE)
     try:
         if types <= {int}:
             return pc.multiply_checked(pa.array(values, pa.int64()), 1000)
-        if types <= {int, str, FloatText}:
-            texts = values if types <= {str} else [_text(v) for v in values]
+        if types <= {int, str}:
+            texts = values if types <= {str} else [str(v) if type(v) is int else v for v in values]
             text = pa.array(texts, pa.string())
             if pc.all(pc.match_substring_regex(text, _PLAIN_US)).as_py() is not False:
                 return _plain_ns(text)
-        elif types <= {float}:
-            arr = pa.array(values, pa.float64())
-            us = np.asarray(pc.fill_null(arr, 0.0), dtype=np.float64)
-            if doubles == "prove" and not _provable(us):
-                raise InexactTimes(label)
-            ns = float_us_to_ns(us)
-            return pa.array(ns, pa.int64(), mask=np.asarray(arr.is_null(), dtype=bool) if arr.null_count else None)
     except (pa.ArrowInvalid, OverflowError):
         pass  # past int64: value by value names the value
-    return pa.array([_one_ns(v, path, what, label, doubles) for v in values], pa.int64())
-
-
-def _provable(us: np.ndarray) -> bool:
-    """Whether ``float_us_to_ns(us)`` is, value by value, the decimal rule's ns of the text
-    the double was parsed from, whatever that text was.
-
-    The double is within one ulp of the text's value, so the text's ns lie within
-    ``d + 1000 ulp`` of the double's rounded ns, ``d`` being the double's own distance
-    to it (0.001 ns spare for the arithmetic here); below half a ns no rounding, ties
-    included, can come out otherwise. Kineto's three-decimal times pass up to 2**40 µs
-    (12.7 days after its base time); epoch-scale ones, and more than three decimals
-    near a half ns, do not.
-    """
-    with np.errstate(invalid="ignore"):  # infinities: NaN, which compares False
-        whole = np.floor(us)
-        frac_ns = (us - whole) * 1000.0
-        return bool((np.abs(frac_ns - np.rint(frac_ns)) + 1000.0 * np.spacing(np.abs(us)) < 0.499).all())
-
-
-def _text(v):
-    return v.text if type(v) is FloatText else str(v) if type(v) is int else v
+    return pa.array([_one_ns(v, path, what, label) for v in values], pa.int64())
 
 
 def _plain_ns(text: pa.Array) -> pa.Array:
@@ -252,210 +200,165 @@ def _plain_ns(text: pa.Array) -> pa.Array:
     return pa.array(lo, pa.int64(), mask=null)
 
 
-def float_us_to_ns(us: np.ndarray) -> np.ndarray:
-    """Doubles of µs -> int64 ns, whole µs and the fraction apart: exact for values
-    written with three decimals below 2**43 µs and integers up to 2**53; the reader uses
-    it only where ``_provable`` says so. Raises OverflowError for NaN, infinities and past
-    int64 ns."""
-    if not (np.abs(us) < 9.2e15).all():  # NaN compares False
-        raise OverflowError("past int64 ns")
-    whole = np.floor(us)
-    return whole.astype(np.int64) * 1000 + np.rint((us - whole) * 1000.0).astype(np.int64)
-
-
-def _one_ns(v, path: Path, what: str, label: str, doubles: str) -> int | None:
+def _one_ns(v, path: Path, what: str, label: str) -> int | None:
     if v is None:
         return None
-    if isinstance(v, bool) or not isinstance(v, (int, float, str)):
+    if type(v) not in (int, str):  # true/false, a list, an object
         return _bad(path, what, label, v)
-    text = v.text if isinstance(v, FloatText) else v if isinstance(v, str) else None
+    text = str(v)
     try:
-        if isinstance(v, int):
-            ns = v * 1000
-            if not _INT64_MIN <= ns <= _INT64_MAX:
-                raise OverflowError(v)
-            return ns
-        if text is None:  # a double
-            us = np.array([v], dtype=np.float64)
-            if doubles == "prove" and not _provable(us):
-                raise InexactTimes(label)
-            return int(float_us_to_ns(us)[0])
-        ns = decimal_us_to_ns(text)
+        ns = v * 1000 if type(v) is int else decimal_us_to_ns(text)
+        if ns is not None and not _INT64_MIN <= ns <= _INT64_MAX:
+            raise OverflowError(text)
     except OverflowError:
-        shown = text if text is not None else repr(v)
-        raise ValueError(f"{path}: {what} events: field {label!r} ({shown:.40} us) is past what int64 nanoseconds hold") from None
+        raise ValueError(f"{path}: {what} events: field {label!r} ({text:.40} us) is past what int64 nanoseconds hold") from None
     return _bad(path, what, label, v) if ns is None else ns
 
 
-# --- the fast path: typed decoding with msgspec -----------------------------------------
+# --- the Python reader: msgspec structs ------------------------------------------------
 #
-# orjson builds a dict per event, and most events (cpu_op arguments, flows, python
-# functions) are never used. msgspec decodes into typed structs that keep only the fields
-# below (unknown keys are skipped in C) and builds no dict at all: 2x faster, 1/3 the
-# memory. A document msgspec cannot type (an object or a list where a number belongs, a non-object
-# event, invalid JSON) goes through load_document + parse_document instead, which accept
-# what they can and word the errors.
+# A dict per event (json, orjson) costs ~3x the decoding into structs, and most events
+# (cpu_op arguments, flows, python functions) are never used: msgspec decodes into the
+# structs below, which keep only the fields ingest reads (other keys are skipped in C).
+# Each field takes any JSON value, and an event or its args may be any JSON value, so
+# every document with a traceEvents list decodes and the column building judges the
+# values: one Python reader for the odd documents too (a string where a number belongs,
+# an event or args that is not an object). ts/dur are the only fields typed Any: the
+# float_hook gives their float literals as text (and those of values nested two levels
+# deep, which no field accepts); every other field gets floats as floats. Numbers
+# written as strings (ROCm's hipMemcpy "bytes": "128") are read by _lenient_column.
+
+_SCALAR = int | float | str | bool | None
+_VALUE = _SCALAR | list[_SCALAR | list | dict] | dict  # floats as floats
+_NOT_OBJECT = _SCALAR | list  # where an event or args belongs: refused
 
 
-# Numbers written as strings (ROCm's hipMemcpy "bytes": "128") are typed as such here and
-# converted like the dict path does (_lenient_column), so they cost no fallback.
-class _Args(msgspec.Struct, frozen=True, gc=False, rename={
-    "regs": "registers per thread", "smem": "shared memory", "external_id": "External id",
-    "collective": "Collective name", "pg_name": "Process Group Name", "pg_ranks": "Process Group Ranks",
-    "group_size": "Group size", "in_nelems": "In msg nelems", "out_nelems": "Out msg nelems", "seq": "Seq",
-    "wait_stream": "wait_on_stream", "wait_event": "wait_on_cuda_event_id",
-    "wait_record": "wait_on_cuda_event_record_corr_id",
-}):  # fmt: skip
-    device: int | str | None = None
-    stream: int | str | None = None
-    correlation: int | str | None = None
-    grid: list[int] | None = None
-    block: list[int] | None = None
-    regs: int | str | None = None
-    smem: int | str | None = None
-    bytes: int | str | None = None
-    external_id: int | str | None = None
-    collective: str | None = None
-    pg_name: str | None = None
-    pg_ranks: str | None = None
-    group_size: int | str | None = None
-    in_nelems: int | str | None = None
-    out_nelems: int | str | None = None
-    dtype: str | None = None
-    seq: int | str | None = None
-    wait_stream: int | str | None = None
-    wait_event: int | str | None = None
-    wait_record: int | str | None = None
-
-
-_NO_ARGS = _Args()
-_ARG_ATTR = {  # args name in _ARG_TYPES -> _Args attribute
-    "device": "device", "stream": "stream", "correlation": "correlation", "grid": "grid", "block": "block",
-    "registers per thread": "regs", "shared memory": "smem", "bytes": "bytes", "External id": "external_id",
-    "Collective name": "collective", "Process Group Name": "pg_name", "Process Group Ranks": "pg_ranks",
-    "Group size": "group_size", "In msg nelems": "in_nelems", "Out msg nelems": "out_nelems", "dtype": "dtype",
-    "Seq": "seq", "wait_on_stream": "wait_stream", "wait_on_cuda_event_id": "wait_event",
-    "wait_on_cuda_event_record_corr_id": "wait_record",
-}  # fmt: skip
+# the args keys of _ARG_TYPES (not identifiers: "registers per thread") as struct attributes
+_ARG_ATTR = {key: f"arg{i}" for i, key in enumerate(_ARG_TYPES)}
+_Args = msgspec.defstruct("_Args", [(attr, _VALUE, None) for attr in _ARG_ATTR.values()],
+                          rename={attr: key for key, attr in _ARG_ATTR.items()}, frozen=True, gc=False)  # fmt: skip
+_NO_ARGS = _Args()  # an event without "args" (flows, instants): legitimate
 
 
 class _Event(msgspec.Struct, gc=False):
-    """``decode_exact``'s events: ts/dur as exact ints, doubles that ``ns_column`` proves or
-    rejects, or strings."""
-
-    ph: str | None = None
-    cat: str | None = None
-    name: str | None = None
-    pid: int | str | None = None
-    tid: int | str | None = None
-    args: _Args = _NO_ARGS
-    ts: int | float | str | None = None
-    dur: int | float | str | None = None
-
-
-class _TextEvent(_Event, gc=False):
-    """``decode_text``'s events: ts/dur as ints, a float literal's text (the decoder's
-    float_hook), or whatever else the trace holds, for ``ns_column`` to judge."""
-
-    ts: Any = None
+    ph: _VALUE = None
+    cat: _VALUE = None
+    name: _VALUE = None
+    pid: _VALUE = None
+    tid: _VALUE = None
+    args: _Args | _NOT_OBJECT = _NO_ARGS
+    ts: Any = None  # a float literal as its text
     dur: Any = None
 
 
 _ABSENT = msgspec.Raw(b"")
-# the top-level keys parse_document reads besides traceEvents; kept raw, decoded when present
+# the top-level keys a rank reads besides traceEvents; kept raw, decoded when present
 _META_KEYS = ("deviceProperties", "distributedInfo", "baseTimeNanoseconds", "host_name", "hip_runtime_version",
               "cuda_runtime_version", "roctracer_version", "hip_driver_version")  # fmt: skip
 
 
-class _Doc(msgspec.Struct, gc=False):
-    traceEvents: list[_Event]
-    deviceProperties: msgspec.Raw = _ABSENT
-    distributedInfo: msgspec.Raw = _ABSENT
-    baseTimeNanoseconds: msgspec.Raw = _ABSENT
-    host_name: msgspec.Raw = _ABSENT
-    hip_runtime_version: msgspec.Raw = _ABSENT
-    cuda_runtime_version: msgspec.Raw = _ABSENT
-    roctracer_version: msgspec.Raw = _ABSENT
-    hip_driver_version: msgspec.Raw = _ABSENT
-
-
-class _TextDoc(_Doc, gc=False):
-    traceEvents: list[_TextEvent]
-
-
-_DECODERS = {
-    "exact": (msgspec.json.Decoder(_Doc), msgspec.json.Decoder(list[_Event])),
-    # float_hook=str: a float literal in ts/dur (the only fields typed Any) stays its text
-    "text": (msgspec.json.Decoder(_TextDoc, float_hook=str), msgspec.json.Decoder(list[_TextEvent], float_hook=str)),
-}
-_ROUTE_KEYS = pa.array(list(_ROUTE), pa.string())
+_Doc = msgspec.defstruct(
+    "_Doc", [("traceEvents", list[_Event | _NOT_OBJECT]), *((key, msgspec.Raw, _ABSENT) for key in _META_KEYS)], gc=False
+)
+_DOC_DECODER = msgspec.json.Decoder(_Doc, float_hook=str)
+_LIST_DECODER = msgspec.json.Decoder(list[_Event | _NOT_OBJECT], float_hook=str)
 _BARE_LIST = re.compile(rb"\s*\[")  # a document that is a bare event list (no copy of it)
+_ROUTE_KEYS = pa.array(list(_ROUTE), pa.string())
 _ROUTE_BUCKET = np.array([_BUCKETS.index(b) for b, _ in _ROUTE.values()], dtype=np.int8)
+CATEGORY = pa.array([category for _, category in _ROUTE.values()], pa.string())  # kernels.category by _ROUTE index
 
 
-# the document's first times, to guess whether doubles will hold its times (_doubles_hold)
-_FIRST_TIMES = re.compile(rb'"(?:ts|dur)"\s*:\s*(-?[0-9][0-9.eE+-]*)')
+def decode_events(raw: bytes, path: Path) -> tuple[list, dict]:
+    """``(events, meta)`` of a Kineto document (JSON bytes, valid UTF-8): ``traceEvents``
+    as structs (``event_tables`` reads them) and the keys of ``_META_KEYS`` present at the
+    top level, decoded. A bare JSON array is the events of a document without metadata.
 
-
-def decode_exact(raw: bytes) -> tuple[list, dict] | None:
-    """``(events, meta)`` of a Kineto document decoded into typed structs, or None when
-    msgspec cannot type it (the caller then falls back to ``load_document``).
-
-    ``ts``/``dur``: integer literals as exact ints, strings as strings, float literals as
-    doubles where the document's first times say doubles hold them to the ns (Kineto's
-    times relative to its base, below 2**40 µs: 3-4x faster to decode than text), else as
-    their text (``decode_text``). ``_split_typed(..., doubles="prove")`` raises
-    InexactTimes where that guess was wrong; ``meta`` holds the top-level keys of
-    ``_META_KEYS`` that are present, decoded.
+    Raises
+    ------
+    ValueError
+        Naming ``path``: truncated or invalid JSON, or a document that is not a trace.
+    RecursionError
+        Nesting deeper than Python's recursion limit.
     """
-    return _decode(raw, "exact" if _doubles_hold(raw) else "text")
-
-
-def _doubles_hold(raw: bytes) -> bool:
-    """Whether the float literals among the times in the first 64 KiB of ``raw`` are
-    provably exact as doubles (``_provable``); no float literals: True."""
-    first = [t for t in _FIRST_TIMES.findall(raw[: 1 << 16]) if not t.lstrip(b"-").isdigit()]
-    try:
-        return not first or _provable(np.array([float(t) for t in first]))
-    except ValueError:  # not a number after all: the decoder judges it
-        return True
-
-
-def decode_text(raw: bytes) -> tuple[list, dict] | None:
-    """``decode_exact`` with every float literal of ``ts``/``dur`` as its text: exact ns
-    always, at the cost of a Python string per time (~2x the decoding)."""
-    return _decode(raw, "text")
-
-
-def _decode(raw: bytes, times: str) -> tuple[list, dict] | None:
-    doc_decoder, list_decoder = _DECODERS[times]
     try:
         if _BARE_LIST.match(raw):
-            return list_decoder.decode(raw), {}
-        doc = doc_decoder.decode(raw)
-        meta = {k: msgspec.json.decode(v) for k in _META_KEYS if len(v := getattr(doc, k))}
-    except msgspec.DecodeError:
-        return None
-    return doc.traceEvents, meta
+            return _LIST_DECODER.decode(raw), {}
+        doc = _DOC_DECODER.decode(raw)
+        return doc.traceEvents, {k: msgspec.json.decode(v) for k in _META_KEYS if len(v := getattr(doc, k))}
+    except msgspec.DecodeError as exc:  # a RecursionError (nesting past Python's limit) goes up: the driver words it
+        raise ValueError(f"{path}: {_json_error(raw, exc)}") from None
 
 
-def _split_typed(events: list, path: Path, *, doubles: str = "trust") -> tuple[pa.Table, pa.Table, pa.Table, pa.Table]:
-    """The GPU, runtime, host and sync tables of ``events`` (typed structs, complete events
-    only), like ``_events_table`` builds from dicts; ``doubles`` as in ``ns_column``."""
-    cats = pa.array(list(map(attrgetter("cat"), events)), pa.string())
-    code = pc.fill_null(pc.index_in(cats, value_set=_ROUTE_KEYS), -1).to_numpy().astype(np.int64)
-    kept = np.flatnonzero(code >= 0)
-    phase = pa.array([events[i].ph for i in kept.tolist()], pa.string())
-    code[kept[~np.asarray(pc.fill_null(pc.equal(phase, "X"), True), dtype=bool)]] = -1  # flows, instants: not activities
+def _json_error(raw: bytes, exc: Exception) -> str:
+    import orjson  # words JSON errors with a line and column
+
+    try:
+        doc = orjson.loads(raw)
+    except orjson.JSONDecodeError as oexc:
+        what = "truncated JSON" if "unexpected end" in str(oexc).lower() or oexc.pos >= len(raw) - 1 else "invalid JSON"
+        return f"{what}: {oexc}"
+    if not isinstance(doc, list) and not (isinstance(doc, dict) and isinstance(doc.get("traceEvents"), list)):
+        return "not a Chrome trace (no traceEvents list)"
+    return f"invalid JSON: {exc}"
+
+
+def event_tables(events: list, path: Path) -> list[pa.Table]:
+    """The GPU activity, runtime, host and sync tables of the complete events (``ph`` "X"
+    or absent) of the categories ingest reads: the fields of each bucket's event type
+    (``args`` flattened, ``ts``/``dur`` as exact int64 ns) and ``category``, as
+    ``chrome_columns.scan_tables`` builds them.
+
+    Raises
+    ------
+    ValueError
+        Naming ``path``: first, in document order, an event that is not an object or a
+        kept event whose ``args`` is not an object (the C scanner reports the same one);
+        then a field of the wrong type or a time past int64 ns.
+    """
+    code = _routes(events, path)
     bucket = np.where(code >= 0, _ROUTE_BUCKET[np.maximum(code, 0)], -1)
-    category = pa.array([v for _, v in _ROUTE.values()], pa.string())
     out = []
     for b, (what, type_) in enumerate(zip(_BUCKET_WHAT, _BUCKET_TYPES, strict=True)):
         idx = np.flatnonzero(bucket == b)
-        evs = [events[i] for i in idx.tolist()]
-        table = _typed_table(evs, path, what, type_, doubles)
-        out.append(table.append_column("category", category.take(pa.array(code[idx]))))
-    return tuple(out)
+        table = _typed_table([events[i] for i in idx.tolist()], path, what, type_)
+        out.append(table.append_column("category", CATEGORY.take(pa.array(code[idx]))))
+    return out
+
+
+_CAT, _PH, _ARGS = attrgetter("cat"), attrgetter("ph"), attrgetter("args")
+
+
+def _routes(events: list, path: Path) -> np.ndarray:
+    """Each event's index in ``_ROUTE``, -1 where ingest does not keep it (another category,
+    a category that is not a string, or not a complete event)."""
+    try:
+        cats = list(map(_CAT, events))
+        stop = len(events)
+    except AttributeError:  # a value that is not an object: the error, unless a kept event before it fails first
+        stop = next(i for i, e in enumerate(events) if type(e) is not _Event)
+        cats = list(map(_CAT, events[:stop]))
+    code = pc.fill_null(pc.index_in(_strings(cats), value_set=_ROUTE_KEYS), -1).to_numpy().astype(np.int64)
+    kept = np.flatnonzero(code >= 0)
+    kept_events = list(map(events.__getitem__, kept.tolist()))
+    complete = np.asarray(pc.fill_null(pc.equal(_strings(list(map(_PH, kept_events))), "X"), True), dtype=bool)
+    code[kept[~complete]] = -1  # flows, instants: not activities
+    kept, kept_events = kept[complete], list(compress(kept_events, complete))
+    if set(map(type, map(_ARGS, kept_events))) - {_Args}:
+        i, e = next((i, e) for i, e in zip(kept.tolist(), kept_events) if type(e.args) is not _Args)
+        what = _BUCKET_WHAT[_ROUTE_BUCKET[code[i]]]
+        raise ValueError(f"{path}: {args_error(what, i, e.name, json_kind(e.args))}")
+    if stop < len(events):
+        raise ValueError(f"{path}: traceEvents holds a {type(events[stop]).__name__}, not an event object")
+    return code
+
+
+def _strings(values: list) -> pa.Array:
+    """``values`` as strings: None as null, any other value that is not a string as "" (a
+    category or phase no event of ingest has)."""
+    try:
+        return pa.array(values, pa.string())
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        return pa.array([v if type(v) is str else "" if v is not None else None for v in values], pa.string())
 
 
 # the structs' top-level fields (name, pid, tid), for converting their tuples in one pass
@@ -463,40 +366,33 @@ _EVENT_TUPLE = pa.struct(list(_TOP_TYPES.items()))
 _TOP = attrgetter(*_TOP_TYPES)
 
 
-def _typed_table(events: list, path: Path, what: str, type_: pa.StructType, doubles: str) -> pa.Table:
+def _typed_table(events: list, path: Path, what: str, type_: pa.StructType) -> pa.Table:
     args_type = type_.field("args").type  # only the args this bucket reads: half the conversion
     try:
         # one C++ pass over tuples converts all fields ~1.5x faster than a list per field
         top = pa.array(list(map(_TOP, events)), _EVENT_TUPLE).flatten()
         get_args = attrgetter(*[_ARG_ATTR[f.name] for f in args_type])
-        args = pa.array(list(map(get_args, map(attrgetter("args"), events))), args_type).flatten()
+        args = pa.array(list(map(get_args, map(_ARGS, events))), args_type).flatten()
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
-        return _typed_columns(events, path, what, type_, doubles)  # numbers as strings: field by field
+        return _typed_columns(events, path, what, type_)  # numbers as strings, odd values: field by field
     cols = {f.name: top[_EVENT_TUPLE.get_field_index(f.name)] for f in type_ if f.name != "args"}
     for t in _TIMES:
-        cols[t] = ns_column(list(map(attrgetter(t), events)), path, what, t, doubles=doubles)
+        cols[t] = ns_column(list(map(attrgetter(t), events)), path, what, t)
     cols.update(zip(args_type.names, args))
     return pa.table(cols)
 
 
-def _typed_columns(events: list, path: Path, what: str, type_: pa.StructType, doubles: str) -> pa.Table:
+def _typed_columns(events: list, path: Path, what: str, type_: pa.StructType) -> pa.Table:
     cols = {}
     for f in type_:
         if f.name != "args":
-            cols[f.name] = _typed_column(list(map(attrgetter(f.name), events)), f, path, what, f.name)
+            cols[f.name] = _lenient_column(list(map(attrgetter(f.name), events)), f, path, what, f.name)
     for t in _TIMES:
-        cols[t] = ns_column(list(map(attrgetter(t), events)), path, what, t, doubles=doubles)
-    args = list(map(attrgetter("args"), events))
+        cols[t] = ns_column(list(map(attrgetter(t), events)), path, what, t)
+    args = list(map(_ARGS, events))
     for f in type_.field("args").type:
-        cols[f.name] = _typed_column(list(map(attrgetter(_ARG_ATTR[f.name]), args)), f, path, what, f"args.{f.name}")
+        cols[f.name] = _lenient_column(list(map(attrgetter(_ARG_ATTR[f.name]), args)), f, path, what, f"args.{f.name}")
     return pa.table(cols)
-
-
-def _typed_column(values: list, field: pa.Field, path: Path, what: str, label: str) -> pa.Array:
-    try:
-        return pa.array(values, type=field.type)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
-        return _lenient_column(values, field, path, what, label)  # pid/tid as strings, ints past int64
 
 
 # --- what the tables are checked and joined by ---------------------------------------
@@ -613,38 +509,7 @@ def _sync_rows(rows: pa.Table, source: str, kind: pa.Array, tid, path: Path) -> 
     return conform(table, _SYNCS, where=f"{path}: {source} sync events")
 
 
-# --- bulk column building ----------------------------------------------------------
-
-
-def _events_table(events: list, path: Path, what: str, type_: pa.StructType) -> pa.Table:
-    """The fields of ``type_`` for a list of event dicts, as a flat table (args.* flattened),
-    ``ts``/``dur`` as exact ns (a float literal's text is its ``FloatText``)."""
-    try:
-        arr = pa.array(events, type=type_)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
-        arr = _events_lenient(events, path, what, type_)
-    top = arr.flatten()
-    cols = {f.name: top[i] for i, f in enumerate(type_)}
-    args = cols.pop("args").flatten()
-    for t in _TIMES:
-        cols[t] = ns_column([e.get(t) for e in events], path, what, t)
-    for i, f in enumerate(type_.field("args").type):
-        cols[f.name] = args[i]
-    return pa.table(cols)
-
-
-def _events_lenient(events: list, path: Path, what: str, type_: pa.StructType) -> pa.StructArray:
-    """Slow path: field by field, accepting numbers written as strings; names the bad field."""
-    fields = []
-    for f in type_:
-        if f.name == "args":
-            continue
-        fields.append(_lenient_column([e.get(f.name) for e in events], f, path, what, f.name))
-    args_type = type_.field("args").type
-    args = [e.get("args") if isinstance(e.get("args"), dict) else {} for e in events]
-    arg_cols = [_lenient_column([a.get(f.name) for a in args], f, path, what, f"args.{f.name}") for f in args_type]
-    fields.append(pa.StructArray.from_arrays(arg_cols, fields=list(args_type)))
-    return pa.StructArray.from_arrays(fields, fields=list(type_))
+# --- values of the wrong type ------------------------------------------------------
 
 
 # fields where a string that is not a number is a handle, not an id, and reads as null (like
@@ -696,7 +561,7 @@ def _bad(path, what, label, value):
 # instants). A kept event (GPU activity, runtime call, host range, cuda_sync record) whose
 # "args" is anything else (an array, a string, a number, a boolean, null) is malformed:
 # reading it as "no args" would drop its device, stream and correlation without a word.
-# Both readers refuse it with this message: the dict path here (``args_error``), the C
+# Both readers refuse it with this message: the Python reader (``_routes``), the C
 # scanner through ``chrome_columns`` (``_kineto.BadArgs``).
 
 _JSON_KIND = {"[": "an array", '"': "a string", "t": "a boolean", "f": "a boolean", "n": "null"}  # else a number
