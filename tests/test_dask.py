@@ -446,10 +446,8 @@ def test_residency_device_name_as_local(client, no_device, device):
         assert set(local["device_name"]) == {"NVIDIA A100-SXM4-80GB", device}  # ranks 0-1 keep theirs: rows per device
     pdt.assert_frame_equal(ovd.residency_on(client, no_device, device=device), local)
     # all four ranks in one task (ranks with limits and without, or of two GPUs, in one stacked frame)
-    from overlapviz.distributed import residency as dres
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(dres, "_batches", lambda root, files, client=None: [files])
+    with pytest.MonkeyPatch.context() as mp:  # the batches of every call on the cluster (partitions.plan_batches)
+        mp.setattr(partitions, "file_batches", lambda root, files, client=None: [files])
         pdt.assert_frame_equal(ovd.residency_on(client, no_device, device=device), local)
 
 
@@ -532,7 +530,7 @@ def test_progress_is_fed_by_task_completions(client, dataset):
 
     bar = Bar()
     futures = [client.submit(pow, 2, i, key=f"ovz-test-pow-{i}") for i in range(20)]
-    out = list(cluster._in_order(client, futures, bar, str))
+    out = list(cluster.in_order(client, futures, bar, str))
     del futures
     assert [v for _, v in out] == [2**i for i in range(20)] and bar.n == 20
 
