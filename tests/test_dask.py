@@ -578,7 +578,7 @@ def _layers(overlay) -> list:
 def _timelines(dataset, run_id, ranks):
     from overlapviz.dashboards import store
 
-    path, stamp = str(Path(dataset).resolve()), store._stamp(str(Path(dataset).resolve()))
+    path, stamp = str(Path(dataset).resolve()), store.dataset_stamp(str(Path(dataset).resolve()))
     dask = store.ENGINE["dask"]
     store.ENGINE["dask"] = None
     try:
@@ -643,7 +643,7 @@ def test_dashboard_tables_and_focus_on_the_cluster(engine, dataset, client, monk
         monkeypatch.setitem(engine.analyses, name, lambda *a, _real=real, _name=name, **k: calls.append(_name) or _real(*a, **k))
     monkeypatch.setenv(store.TABLE_CACHE_ENV, "0")
     path = str(Path(dataset).resolve())
-    stamp = f"{store._stamp(path)}-dask"  # a key of its own: computed here, not taken from the memo
+    stamp = f"{store.dataset_stamp(path)}-dask"  # a key of its own: computed here, not taken from the memo
     pdt.assert_frame_equal(store.load_analysis(path, stamp, "analyze", per="step"), metrics.analyze(dataset, per="step"))
     pdt.assert_frame_equal(store.load_analysis(path, stamp, "explain"), explain_lib.explain(dataset))
     assert calls == ["analyze", "explain"]
@@ -718,7 +718,7 @@ def test_server_reads_no_kernels_under_scheduler(engine, dataset, monkeypatch):
 
     monkeypatch.setenv(store.TABLE_CACHE_ENV, "0")
     path = str(Path(dataset).resolve())
-    stamp = store._stamp(path)
+    stamp = store.dataset_stamp(path)
     runs = schema.read_frame(dataset, "runs")
     pair = tuple(runs.loc[runs["run_id"].str.startswith("cb-"), "run_id"][:2])
     explained = explain_lib.explain(dataset, run_ids=["scenario-sm_resources_regs_sync-events-on"])
