@@ -91,7 +91,7 @@ def timeline_counts_on(client, dataset_path: str | os.PathLike, run_id: str, *, 
         ``i * n_rows // len(lanes)``.
     counts
         int64 array ``(len(KINDS), n_rows, width)``: how many kernels of each kind cover each
-        pixel column of each row (``figures_timeline._shade`` colours it).
+        pixel column of each row (``figures.timeline.shade`` colours it).
     x_range_ns
         The window rasterized.
 
@@ -175,7 +175,7 @@ def ns_bounds(origin_ns: int, lo_ms: float, hi_ms: float) -> tuple[int, int]:
 
 
 def _ms_of(col, origin_ns: int) -> np.ndarray:
-    return (col.to_numpy().astype(np.int64) - int(origin_ns)) / 1e6  # figures_timeline._ms, the same operations
+    return (col.to_numpy().astype(np.int64) - int(origin_ns)) / 1e6  # figures.timeline.ms_from, the same operations
 
 
 def _rank_summary_batch(root: str, where: str, kinds: tuple, rels: list[str]) -> list[dict]:
