@@ -39,10 +39,10 @@ def _fast(path: Path):
     """What ChromeReader.read does when the scanner is off: doubles only where proven exact."""
     events, meta = chrome.decode_exact(chrome.read_bytes(path))
     try:
-        tables = chrome._split_typed(events, path, doubles="prove")
+        tables = chrome.split_typed(events, path, doubles="prove")
     except chrome.InexactTimes:
         events, meta = chrome.decode_text(chrome.read_bytes(path))
-        tables = chrome._split_typed(events, path, doubles="prove")
+        tables = chrome.split_typed(events, path, doubles="prove")
     return chrome._assemble(*tables, meta, len(events), path)
 
 
@@ -79,7 +79,7 @@ def test_msgspec_doubles_are_used_only_where_proven_exact():
 
     def split(raw: bytes):
         events, _ = chrome.decode_exact(raw)
-        return events, chrome._split_typed(events, Path("t.json"), doubles="prove")[0]
+        return events, chrome.split_typed(events, Path("t.json"), doubles="prove")[0]
 
     @settings(max_examples=200, deadline=None)
     @given(st.lists(st.integers(min_value=0, max_value=(1 << 40) * 1000 - 1), min_size=1, max_size=50))
@@ -97,7 +97,7 @@ def test_msgspec_doubles_are_used_only_where_proven_exact():
     events, _ = chrome.decode_exact(b"[" + early + b'{"ph":"X","cat":"kernel","name":"k","ts":1694128201436255.123,"dur":1}]')
     assert type(events[-1].ts) is float
     with pytest.raises(chrome.InexactTimes):  # the first times looked fine, a later one is not provable
-        chrome._split_typed(events, Path("t.json"), doubles="prove")
+        chrome.split_typed(events, Path("t.json"), doubles="prove")
     events, gpu = split(b'{"traceEvents": [{"ph":"X","cat":"kernel","name":"k","ts": 1682725898082228, "dur": 3}]}')
     assert events[0].ts == 1682725898082228 and type(events[0].ts) is int
     assert gpu.column("ts").to_pylist() == [decimal_us_to_ns("1682725898082228")]

@@ -33,15 +33,15 @@ from overlapviz.ingest.base import RankTrace
 from overlapviz.ingest.files import read_bytes
 from overlapviz.ingest.text import REPAIRED_KEY, needs_repair, repair_json_text
 from overlapviz.ingest.chrome_events import (
-    _BUCKET_TYPES,
-    _BUCKET_WHAT,
-    _BUCKETS,
-    _ROUTE,
+    BUCKET_TYPES,
+    BUCKET_WHAT,
+    BUCKETS,
+    ROUTE,
     InexactTimes,
-    _events_table,
-    _require,
-    _split_typed,
-    _times,
+    events_table,
+    require,
+    split_typed,
+    event_times,
     decode_exact,
     args_error,
     decode_text,
@@ -202,12 +202,12 @@ class ChromeReader:
                 events, meta = typed
                 del typed
                 try:
-                    tables = _split_typed(events, path, doubles="prove")
+                    tables = split_typed(events, path, doubles="prove")
                 except InexactTimes:  # the first times fit doubles, a later one may not: read their text
                     del events
                     events, meta = decode_text(repair_json_text(read_bytes(path))[0] if repaired else read_bytes(path)) \
                         or _changed(path)
-                    tables = _split_typed(events, path, doubles="prove")
+                    tables = split_typed(events, path, doubles="prove")
                 scanned = tables, meta, len(events)
                 del events
             else:
@@ -259,9 +259,9 @@ def parse_document(doc: dict, path: Path) -> RankTrace:
         any other check: the C scanner reports the same one).
     """
     events = doc["traceEvents"]
-    buckets: dict[str, list] = {b: [] for b in _BUCKETS}
-    cats: dict[str, list] = {b: [] for b in _BUCKETS}
-    route = _ROUTE
+    buckets: dict[str, list] = {b: [] for b in BUCKETS}
+    cats: dict[str, list] = {b: [] for b in BUCKETS}
+    route = ROUTE
     for i, e in enumerate(events):
         if type(e) is not dict:
             raise ValueError(f"{path}: traceEvents holds a {type(e).__name__}, not an event object")
@@ -270,7 +270,7 @@ def parse_document(doc: dict, path: Path) -> RankTrace:
         if r is not None and e.get("ph", "X") in ("X", None):
             args = e.get("args", _NO_ARGS)
             if args is not _NO_ARGS and type(args) is not dict:
-                what = _BUCKET_WHAT[_BUCKETS.index(r[0])]
+                what = BUCKET_WHAT[BUCKETS.index(r[0])]
                 raise ValueError(f"{path}: {args_error(what, i, e.get('name'), json_kind(args))}")
             buckets[r[0]].append(e)
             cats[r[0]].append(r[1])
@@ -278,8 +278,8 @@ def parse_document(doc: dict, path: Path) -> RankTrace:
     del events
 
     tables = [
-        _with_category(_events_table(buckets.pop(b), path, what, type_), cats.pop(b))
-        for b, what, type_ in zip(_BUCKETS, _BUCKET_WHAT, _BUCKET_TYPES, strict=True)
+        _with_category(events_table(buckets.pop(b), path, what, type_), cats.pop(b))
+        for b, what, type_ in zip(BUCKETS, BUCKET_WHAT, BUCKET_TYPES, strict=True)
     ]
     return _assemble(*tables, doc, n_events, path)
 
@@ -335,8 +335,8 @@ def _us_text(ns: int) -> str:
 
 
 def _gpu_activities(gpu: pa.Table, runtime: pa.Table, host: pa.Table, main_pid, path: Path) -> pa.Table:
-    _require(gpu, path, "GPU activity")
-    start, dur = _times(gpu, path, "GPU activity")
+    require(gpu, path, "GPU activity")
+    start, dur = event_times(gpu, path, "GPU activity")
     if (dur < 0).any():  # zero is fine: integer-µs traces and memsets have them (DESIGN.md)
         i = int(np.flatnonzero(dur < 0)[0])
         raise ValueError(
@@ -353,7 +353,7 @@ def _gpu_activities(gpu: pa.Table, runtime: pa.Table, host: pa.Table, main_pid, 
     rt_idx = np.full(n, -1, dtype=np.int64)
     rt = runtime.filter(pc.is_valid(runtime.column("correlation"))) if runtime.num_rows else runtime
     if rt.num_rows:
-        _require(rt, path, "runtime", ("ts",))
+        require(rt, path, "runtime", ("ts",))
         r_corr = rt.column("correlation").to_numpy()
         r_start = rt.column("ts").to_numpy()
         r_pid = rt.column("pid").to_numpy(zero_copy_only=False)
@@ -529,8 +529,8 @@ def _steps(host: pa.Table, path: Path) -> pa.Table:
         rows = host.filter(mask)
         if not rows.num_rows:
             continue
-        _require(rows, path, "step range")
-        start, dur = _times(rows, path, "step range")
+        require(rows, path, "step range")
+        start, dur = event_times(rows, path, "step range")
         if (dur < 0).any():
             raise ValueError(f"{path}: step range {rows.column('name')[int(np.argmax(dur < 0))].as_py()!r} has negative duration")
         numbers = pc.extract_regex(rows.column("name"), pattern.pattern.replace("(\\d+)", "(?P<n>\\d+)"))
@@ -603,8 +603,8 @@ def _host_stand_ins(host: pa.Table, main_tid, path: Path) -> pa.Table:
         return pa.table({"name": pa.array([], pa.string())})
     step_like = pc.fill_null(pc.match_substring_regex(host.column("name"), r"^(ProfilerStep|ovz_iter)#\d+$"), False)
     host = host.filter(pc.invert(step_like))
-    _require(host, path, "host")
-    start, dur = _times(host, path, "host")
+    require(host, path, "host")
+    start, dur = event_times(host, path, "host")
     if (dur < 0).any():
         i = int(np.flatnonzero(dur < 0)[0])
         raise ValueError(f"{path}: host event {host.column('name')[i].as_py()!r:.60} has negative duration")

@@ -48,9 +48,9 @@ _RUNTIME_CATS = {
 _HOST_CATS = {"cpu_op": "cpu_op", "Operator": "cpu_op", "user_annotation": "user_annotation"}
 # CUPTI's synchronization records (Kineto >= 2023): which stream waited on which event
 _SYNC_CATS = {"cuda_sync": "cuda_sync"}
-_ROUTE = {**{k: ("gpu", v) for k, v in _GPU_CATS.items()}, **{k: ("runtime", v) for k, v in _RUNTIME_CATS.items()}}
-_ROUTE.update({k: ("host", v) for k, v in _HOST_CATS.items()})
-_ROUTE.update({k: ("sync", v) for k, v in _SYNC_CATS.items()})
+ROUTE = {**{k: ("gpu", v) for k, v in _GPU_CATS.items()}, **{k: ("runtime", v) for k, v in _RUNTIME_CATS.items()}}
+ROUTE.update({k: ("host", v) for k, v in _HOST_CATS.items()})
+ROUTE.update({k: ("sync", v) for k, v in _SYNC_CATS.items()})
 
 # what PyTorch records of a collective: on record_param_comms (torch >= 2.1), and copied
 # by Kineto onto the NCCL kernels it launched (pytorch/kineto output_json.cpp
@@ -85,7 +85,7 @@ _ARG_TYPES = {
     **_SYNC_ARGS,
 }
 _TOP_TYPES = {"name": pa.string(), "pid": pa.int64(), "tid": pa.int64()}
-_TIMES = ("ts", "dur")  # int64 ns columns after the top-level ones, by decimal_us_to_ns
+TIMES = ("ts", "dur")  # int64 ns columns after the top-level ones, by decimal_us_to_ns
 
 
 def _event_type(*args: str) -> pa.StructType:
@@ -100,9 +100,10 @@ _GPU_EVENT = _event_type(*[a for a in _ARG_TYPES if a not in _SYNC_ARGS])
 _RUNTIME_EVENT = _event_type("correlation", "grid", "block", "shared memory", "stream", "device")
 _HOST_EVENT = _event_type("External id", "Collective name", *_COMM_ARGS)
 _SYNC_EVENT = _event_type("device", "stream", "correlation", *_SYNC_ARGS)
-_BUCKETS = ("gpu", "runtime", "host", "sync")
-_BUCKET_TYPES = (_GPU_EVENT, _RUNTIME_EVENT, _HOST_EVENT, _SYNC_EVENT)
-_BUCKET_WHAT = ("GPU activity", "runtime", "host", "cuda_sync")
+# the tables events are sorted into (by ROUTE, category -> bucket), their struct types and what errors call them
+BUCKETS = ("gpu", "runtime", "host", "sync")
+BUCKET_TYPES = (_GPU_EVENT, _RUNTIME_EVENT, _HOST_EVENT, _SYNC_EVENT)
+BUCKET_WHAT = ("GPU activity", "runtime", "host", "cuda_sync")
 
 # --- exact times --------------------------------------------------------------------
 
@@ -363,7 +364,7 @@ class _TextEvent(_Event, gc=False):
 
 _ABSENT = msgspec.Raw(b"")
 # the top-level keys parse_document reads besides traceEvents; kept raw, decoded when present
-_META_KEYS = ("deviceProperties", "distributedInfo", "baseTimeNanoseconds", "host_name", "hip_runtime_version",
+META_KEYS = ("deviceProperties", "distributedInfo", "baseTimeNanoseconds", "host_name", "hip_runtime_version",
               "cuda_runtime_version", "roctracer_version", "hip_driver_version")  # fmt: skip
 
 
@@ -388,9 +389,9 @@ _DECODERS = {
     # float_hook=str: a float literal in ts/dur (the only fields typed Any) stays its text
     "text": (msgspec.json.Decoder(_TextDoc, float_hook=str), msgspec.json.Decoder(list[_TextEvent], float_hook=str)),
 }
-_ROUTE_KEYS = pa.array(list(_ROUTE), pa.string())
+_ROUTE_KEYS = pa.array(list(ROUTE), pa.string())
 _BARE_LIST = re.compile(rb"\s*\[")  # a document that is a bare event list (no copy of it)
-_ROUTE_BUCKET = np.array([_BUCKETS.index(b) for b, _ in _ROUTE.values()], dtype=np.int8)
+_ROUTE_BUCKET = np.array([BUCKETS.index(b) for b, _ in ROUTE.values()], dtype=np.int8)
 
 
 # the document's first times, to guess whether doubles will hold its times (_doubles_hold)
@@ -404,9 +405,9 @@ def decode_exact(raw: bytes) -> tuple[list, dict] | None:
     ``ts``/``dur``: integer literals as exact ints, strings as strings, float literals as
     doubles where the document's first times say doubles hold them to the ns (Kineto's
     times relative to its base, below 2**40 µs: 3-4x faster to decode than text), else as
-    their text (``decode_text``). ``_split_typed(..., doubles="prove")`` raises
+    their text (``decode_text``). ``split_typed(..., doubles="prove")`` raises
     InexactTimes where that guess was wrong; ``meta`` holds the top-level keys of
-    ``_META_KEYS`` that are present, decoded.
+    ``META_KEYS`` that are present, decoded.
     """
     return _decode(raw, "exact" if _doubles_hold(raw) else "text")
 
@@ -433,24 +434,24 @@ def _decode(raw: bytes, times: str) -> tuple[list, dict] | None:
         if _BARE_LIST.match(raw):
             return list_decoder.decode(raw), {}
         doc = doc_decoder.decode(raw)
-        meta = {k: msgspec.json.decode(v) for k in _META_KEYS if len(v := getattr(doc, k))}
+        meta = {k: msgspec.json.decode(v) for k in META_KEYS if len(v := getattr(doc, k))}
     except msgspec.DecodeError:
         return None
     return doc.traceEvents, meta
 
 
-def _split_typed(events: list, path: Path, *, doubles: str = "trust") -> tuple[pa.Table, pa.Table, pa.Table, pa.Table]:
+def split_typed(events: list, path: Path, *, doubles: str = "trust") -> tuple[pa.Table, pa.Table, pa.Table, pa.Table]:
     """The GPU, runtime, host and sync tables of ``events`` (typed structs, complete events
-    only), like ``_events_table`` builds from dicts; ``doubles`` as in ``ns_column``."""
+    only), like ``events_table`` builds from dicts; ``doubles`` as in ``ns_column``."""
     cats = pa.array(list(map(attrgetter("cat"), events)), pa.string())
     code = pc.fill_null(pc.index_in(cats, value_set=_ROUTE_KEYS), -1).to_numpy().astype(np.int64)
     kept = np.flatnonzero(code >= 0)
     phase = pa.array([events[i].ph for i in kept.tolist()], pa.string())
     code[kept[~np.asarray(pc.fill_null(pc.equal(phase, "X"), True), dtype=bool)]] = -1  # flows, instants: not activities
     bucket = np.where(code >= 0, _ROUTE_BUCKET[np.maximum(code, 0)], -1)
-    category = pa.array([v for _, v in _ROUTE.values()], pa.string())
+    category = pa.array([v for _, v in ROUTE.values()], pa.string())
     out = []
-    for b, (what, type_) in enumerate(zip(_BUCKET_WHAT, _BUCKET_TYPES, strict=True)):
+    for b, (what, type_) in enumerate(zip(BUCKET_WHAT, BUCKET_TYPES, strict=True)):
         idx = np.flatnonzero(bucket == b)
         evs = [events[i] for i in idx.tolist()]
         table = _typed_table(evs, path, what, type_, doubles)
@@ -473,7 +474,7 @@ def _typed_table(events: list, path: Path, what: str, type_: pa.StructType, doub
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
         return _typed_columns(events, path, what, type_, doubles)  # numbers as strings: field by field
     cols = {f.name: top[_EVENT_TUPLE.get_field_index(f.name)] for f in type_ if f.name != "args"}
-    for t in _TIMES:
+    for t in TIMES:
         cols[t] = ns_column(list(map(attrgetter(t), events)), path, what, t, doubles=doubles)
     cols.update(zip(args_type.names, args))
     return pa.table(cols)
@@ -484,7 +485,7 @@ def _typed_columns(events: list, path: Path, what: str, type_: pa.StructType, do
     for f in type_:
         if f.name != "args":
             cols[f.name] = _typed_column(list(map(attrgetter(f.name), events)), f, path, what, f.name)
-    for t in _TIMES:
+    for t in TIMES:
         cols[t] = ns_column(list(map(attrgetter(t), events)), path, what, t, doubles=doubles)
     args = list(map(attrgetter("args"), events))
     for f in type_.field("args").type:
@@ -502,7 +503,8 @@ def _typed_column(values: list, field: pa.Field, path: Path, what: str, label: s
 # --- what the tables are checked and joined by ---------------------------------------
 
 
-def _require(table: pa.Table, path: Path, what: str, columns=("name", "ts", "dur")) -> None:
+def require(table: pa.Table, path: Path, what: str, columns=("name", "ts", "dur")) -> None:
+    """A one-line ValueError naming ``path`` where an event of ``table`` (``what``) lacks one of ``columns``."""
     for col in columns:
         nulls = table.column(col).null_count
         if nulls:
@@ -512,7 +514,7 @@ def _require(table: pa.Table, path: Path, what: str, columns=("name", "ts", "dur
             raise ValueError(f"{path}: {what} event{label} has no {col!r} ({nulls} such events)")
 
 
-def _times(table: pa.Table, path: Path, what: str) -> tuple[np.ndarray, np.ndarray]:
+def event_times(table: pa.Table, path: Path, what: str) -> tuple[np.ndarray, np.ndarray]:
     """(start, duration) in int64 ns of events whose ``ts``/``dur`` were required; an end
     past int64 fails (numpy would wrap)."""
     start = table.column("ts").to_numpy()
@@ -580,8 +582,8 @@ def _mapped(values, mapping: dict) -> pa.Array:
 
 
 def _sync_rows(rows: pa.Table, source: str, kind: pa.Array, tid, path: Path) -> pa.Table:
-    _require(rows, path, f"{source} sync")
-    start, dur = _times(rows, path, f"{source} sync")
+    require(rows, path, f"{source} sync")
+    start, dur = event_times(rows, path, f"{source} sync")
     if (dur < 0).any():
         i = int(np.flatnonzero(dur < 0)[0])
         raise ValueError(f"{path}: {source} sync event {rows.column('name')[i].as_py()!r:.60} has negative duration")
@@ -616,7 +618,7 @@ def _sync_rows(rows: pa.Table, source: str, kind: pa.Array, tid, path: Path) -> 
 # --- bulk column building ----------------------------------------------------------
 
 
-def _events_table(events: list, path: Path, what: str, type_: pa.StructType) -> pa.Table:
+def events_table(events: list, path: Path, what: str, type_: pa.StructType) -> pa.Table:
     """The fields of ``type_`` for a list of event dicts, as a flat table (args.* flattened),
     ``ts``/``dur`` as exact ns (a float literal's text is its ``FloatText``)."""
     try:
@@ -626,7 +628,7 @@ def _events_table(events: list, path: Path, what: str, type_: pa.StructType) -> 
     top = arr.flatten()
     cols = {f.name: top[i] for i, f in enumerate(type_)}
     args = cols.pop("args").flatten()
-    for t in _TIMES:
+    for t in TIMES:
         cols[t] = ns_column([e.get(t) for e in events], path, what, t)
     for i, f in enumerate(type_.field("args").type):
         cols[f.name] = args[i]
@@ -699,7 +701,8 @@ def _bad(path, what, label, value):
 # Both readers refuse it with this message: the dict path here (``args_error``), the C
 # scanner through ``chrome_columns`` (``_kineto.BadArgs``).
 
-_JSON_KIND = {"[": "an array", '"': "a string", "t": "a boolean", "f": "a boolean", "n": "null"}  # else a number
+# what a JSON value that is not an object is, by its first character, for one-line errors
+JSON_KIND = {"[": "an array", '"': "a string", "t": "a boolean", "f": "a boolean", "n": "null"}  # else a number
 
 
 def json_kind(value) -> str:
