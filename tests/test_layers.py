@@ -37,7 +37,7 @@ LAYERS = [
     ("overlapviz.api", {"overlapviz.dataset", "overlapviz.ingest", "overlapviz.analysis", "overlapviz.figures",
                         "overlapviz.export", "overlapviz.distributed"}),
     ("overlapviz.collectors", {"overlapviz.lifetime", "overlapviz.dataset", "overlapviz.ingest", "overlapviz.analysis"}),
-    ("overlapviz.dashboards", {"overlapviz", "overlapviz.dataset", "overlapviz.domain", "overlapviz.ingest",
+    ("overlapviz.dashboards", {"overlapviz", "overlapviz.lifetime", "overlapviz.dataset", "overlapviz.domain", "overlapviz.ingest",
                                "overlapviz.analysis", "overlapviz.figures", "overlapviz.export", "overlapviz.distributed",
                                "overlapviz.testing"}),  # soak.py builds its traces with overlapviz.testing
     ("overlapviz.cli", {"overlapviz._version", "overlapviz.lifetime", "overlapviz.dataset", "overlapviz.domain",
