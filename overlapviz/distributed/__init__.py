@@ -26,8 +26,11 @@ functions take it. What runs where:
 * ``timeline_counts_on`` / ``timeline_window_on``: per-rank raster counts summed on the
   client (zoomed out), or the kernels of a time window read from each rank's file (zoomed in).
 
-The modules: ``cluster`` (addresses, the client, tasks in order), ``ingest``,
-``partitions`` (kernels files in batches), ``analysis`` (analyze, explain), ``residency``, ``timeline``.
+The seam: a task calls the public functions the local path calls (named above: ``driver.ingest_file``,
+``add_parts`` and ``add_run``; ``explain.explain_rank``; ``breakdown.timeline_of``; ``metrics.overlap_table``;
+``residency.rank_shapes``), never a private one (tests/test_layers.py checks it). The modules: ``cluster``
+(addresses, the client, tasks in order: ``gather_in_order``), ``ingest``, ``partitions`` (kernels files in
+batches: ``plan_batches``), ``analysis`` (analyze, explain, breakdown), ``residency``, ``timeline``.
 Dask is an optional extra (``pip install 'overlapviz[dask]'``): importing this package
 needs none of it (``client_for`` names the extra when it is missing), and the local path
 never imports it. docs/dask.md is the user's page.
