@@ -37,7 +37,7 @@ def selfcheck(pads=(0, 32768, 65536, 98304, 114688, 163840), sizes=(2048, 4096))
     from overlapviz.collectors import extension
     from overlapviz.collectors.config import TILES
     from overlapviz.collectors.manifest import device_row, versions
-    from overlapviz.collectors.workload import _standin_expected
+    from overlapviz.collectors.workload import standin_expected
 
     report: dict = {"versions": versions()}
     t0 = time.perf_counter()
@@ -65,7 +65,7 @@ def selfcheck(pads=(0, 32768, 65536, 98304, 114688, 163840), sizes=(2048, 4096))
         for ranks in (2, 3, 8):
             data = torch.randn(4 * 10007, device="cuda", generator=gen)
             peer = torch.randn_like(data)
-            want = _standin_expected(data, peer, ranks, coll)
+            want = standin_expected(data, peer, ranks, coll)
             ext.standin(coll, data, peer, ranks, 5, 512, 23552, 0.0)
             standin_ok[f"{coll} n={ranks}"] = bool(torch.equal(data, want))
     report["standin_correct"] = standin_ok

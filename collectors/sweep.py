@@ -57,6 +57,7 @@ from pathlib import Path
 from overlapviz.collectors import manifest as mf
 from overlapviz.collectors.config import CollectConfig, coerce, preset, run_id as make_run_id
 from overlapviz.collectors.launch import child_env, python_command
+from overlapviz.lifetime import signals_interrupt
 
 RUNS_DIR = "runs"
 PARTIAL = ".{run_id}.partial-{pid}"  # a configuration being recorded by sweep process <pid> (hidden)
@@ -563,23 +564,23 @@ def run_sweep(sweep: Sweep, out: str | os.PathLike, *, launcher: str | None = No
             bar.write(f"{result.run_id}: failed: {result.error}")
         bar.update(1)
 
-    previous = _sigterm_interrupts()  # SLURM's time limit, `timeout`: stop the ranks, not only this process
-    try:
-        batched = [(c, rid, rd) for c, rid, rd in todo if batch and launcher is None and c.single_process]
-        alone = [item for item in todo if item not in batched]
-        groups: dict = {}
-        for c, _, rd in batched:  # one batch process per CUDA_DEVICE_MAX_CONNECTIONS, in sweep order
-            groups.setdefault(c.cuda_max_connections, []).append((c, rd))
-        for items in groups.values():
-            bar.set_postfix_str(f"batch of {len(items)}")
-            run_batch(items, out, env=env, on_done=done)
-        for cfg, rid, rd in alone:
-            bar.set_postfix_str(rid[:60])
-            done(run_one(cfg, rd, launcher=launcher, env=env))
-    finally:
-        bar.close()
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+    # SLURM's time limit, `timeout`: SIGTERM interrupts, so the running configuration's ranks are stopped, not only this
+    # process (they run in sessions of their own, for a timeout to kill all of them)
+    with signals_interrupt((signal.SIGTERM,)):
+        try:
+            batched = [(c, rid, rd) for c, rid, rd in todo if batch and launcher is None and c.single_process]
+            alone = [item for item in todo if item not in batched]
+            groups: dict = {}
+            for c, _, rd in batched:  # one batch process per CUDA_DEVICE_MAX_CONNECTIONS, in sweep order
+                groups.setdefault(c.cuda_max_connections, []).append((c, rd))
+            for items in groups.values():
+                bar.set_postfix_str(f"batch of {len(items)}")
+                run_batch(items, out, env=env, on_done=done)
+            for cfg, rid, rd in alone:
+                bar.set_postfix_str(rid[:60])
+                done(run_one(cfg, rd, launcher=launcher, env=env))
+        finally:
+            bar.close()
     order = {make_run_id(c): i for i, c in enumerate(sweep.configs)}
     return sorted(outcomes, key=lambda o: order[o.run_id])
 
@@ -588,22 +589,6 @@ def _write_text_atomic(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     tmp.write_text(text)
     os.replace(tmp, path)
-
-
-def _sigterm_interrupts():
-    """Make SIGTERM raise KeyboardInterrupt here, so that the running configuration's process group is killed.
-
-    The ranks run in their own sessions (a timeout must kill all of them, not this
-    process); without this a SIGTERM to the sweep would leave them running. Returns the
-    previous handler (None where signals cannot be set: not the main thread).
-    """
-    def interrupt(signum, frame):
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    try:
-        return signal.signal(signal.SIGTERM, interrupt)
-    except ValueError:
-        return None
 
 
 def finished_run_dirs(out: str | os.PathLike) -> list[Path]:

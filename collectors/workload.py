@@ -558,7 +558,7 @@ class Workload:
             before = self.send.clone()
             self.comm()
             self.synchronize()
-            want = _standin_expected(before, self.recv, cfg.standin_ranks, cfg.collective)
+            want = standin_expected(before, self.recv, cfg.standin_ranks, cfg.collective)
             ok = bool(torch.equal(self.send, want))
             if not ok:
                 raise RuntimeError("stand-in collective is wrong: its result differs from the ring reference")
@@ -588,7 +588,7 @@ class Workload:
         return {"comm_check": f"{cfg.collective} through {d.backend} gave the right result on every rank"}
 
 
-def _standin_expected(data, peer, n_ranks: int, collective: str):
+def standin_expected(data, peer, n_ranks: int, collective: str):
     """What the stand-in kernel must leave in ``data`` (see collectors/ovz_kernels.cu)."""
     out = data.clone()
     n_vec = data.numel() // 4

@@ -6,7 +6,6 @@ import contextlib
 import os
 import secrets
 import shutil
-import signal
 import sys
 import threading
 import traceback
@@ -24,6 +23,7 @@ from bokeh.util.token import generate_secret_key
 from panel.io.state import set_curdoc
 from panel.viewable import Viewer
 
+from overlapviz import lifetime
 from overlapviz.figures import charts as figures
 from overlapviz.dashboards import references, security, serialization
 from overlapviz.dashboards.pages import CollectivesPage, ComparePage, OverviewPage, ResidencyPage, TimelinePage, WhyPage
@@ -259,24 +259,23 @@ def serve(dataset: str | os.PathLike, *, show: bool = False, on_ready: Callable[
     """
     listening = listen(dataset, **options)
     server, leftovers = listening.server, []
-    if threading.current_thread() is threading.main_thread():
-        # a batch job's end (SIGTERM) stops the server as Ctrl-C does (Panel handles SIGINT), so the socket
-        # file and the token file are removed
-        signal.signal(signal.SIGTERM, lambda *_: server.io_loop.asyncio_loop.call_soon_threadsafe(server.io_loop.stop))
-    server.io_loop.asyncio_loop.set_exception_handler(_closed_quietly)
-    try:
-        server.start()
-        if on_ready is not None:
-            on_ready(listening)
-        if show and listening.unix_socket is None:
-            leftovers.append(security.open_browser(listening.url))
-        server.io_loop.start()
-    finally:
-        server.stop()
-        if listening.unix_socket is not None:
-            listening.unix_socket.unlink(missing_ok=True)
-        for folder in leftovers:
-            shutil.rmtree(folder, ignore_errors=True)
+    # a batch job's end (SIGTERM) stops the server as Ctrl-C does (Panel handles SIGINT), so the socket
+    # file and the token file are removed
+    with lifetime.signals_call(lambda: server.io_loop.asyncio_loop.call_soon_threadsafe(server.io_loop.stop)):
+        server.io_loop.asyncio_loop.set_exception_handler(_closed_quietly)
+        try:
+            server.start()
+            if on_ready is not None:
+                on_ready(listening)
+            if show and listening.unix_socket is None:
+                leftovers.append(security.open_browser(listening.url))
+            server.io_loop.start()
+        finally:
+            server.stop()
+            if listening.unix_socket is not None:
+                listening.unix_socket.unlink(missing_ok=True)
+            for folder in leftovers:
+                shutil.rmtree(folder, ignore_errors=True)
 
 
 def _closed_quietly(loop, context: dict) -> None:

@@ -30,12 +30,13 @@ import numpy as np
 import pandas as pd
 
 from overlapviz.figures import timeline as ftl
+from overlapviz.figures.raster import coverage  # the timeline's raster rule
 from overlapviz.analysis import budget, metrics, speedup
 from overlapviz.analysis.residency import by_rank
 from overlapviz.dashboards import store
 from overlapviz.distributed import timeline as dtl
 
-KINDS = tuple(ftl._KINDS)  # the timeline's kinds, in its raster's order
+KINDS = tuple(ftl.KINDS)  # the timeline's kinds, in its raster's order
 _GLYPH_COLUMNS = ftl.TIMELINE_COLUMNS + ["launch_ns"]  # what store._read_kernels reads
 _DICTIONARY = ("run_id", "name", "kind")
 
@@ -47,7 +48,7 @@ class DaskSource:
         self.client = client
         self.analyses = {"analyze": self.analyze, "explain": self.explain, "kernel_residency": self.residency,
                          "config_table": self.config_table, "compare": self.compare}  # fmt: skip
-        self._runs = store._Memo(8)  # _Run per (path, stamp, run_id): lanes, bands, the why; no kernels
+        self._runs = store.Memo(8)  # _Run per (path, stamp, run_id): lanes, bands, the why; no kernels
 
     def analyze(self, dataset_path, *, per: str = "rank", run_ids=None) -> pd.DataFrame:
         from overlapviz.distributed import analyze_on
@@ -74,7 +75,7 @@ class DaskSource:
 
     def compare(self, dataset_path, run_a: str, run_b: str) -> pd.DataFrame:
         """``speedup.compare`` (as ``store._compare``) with the two runs' metrics and explain from the cluster."""
-        table = store.load_analysis(dataset_path, store._stamp(dataset_path), "config_table")
+        table = store.load_analysis(dataset_path, store.dataset_stamp(dataset_path), "config_table")
         return speedup.compare(dataset_path, run_a, run_b, table=table, analyze=self.analyze, explain=self.explain)
 
     def timeline(self, path: str, stamp: str, run_id: str, ranks: tuple[int, ...] | None) -> DaskTimeline:
@@ -119,7 +120,7 @@ class _Run:
             self.why = pd.concat([why, dtl.blocker_positions_on(client, path, run_id, why)], axis=1)
         except store.Unavailable:
             pass
-        self._selections = store._Memo(16)
+        self._selections = store.Memo(16)
 
     def selection(self, ranks: tuple[int, ...] | None) -> _Selection:
         return self._selections.get(ranks, lambda: _Selection(self, ranks))
@@ -157,8 +158,8 @@ class _Selection:
         ext = pd.DataFrame({
             "rank": np.concatenate([np.full(len(r["steps"]["step"]), k, np.int64) for k, r in parts]),
             "step": np.concatenate([r["steps"]["step"] for _, r in parts]).astype(np.int64),
-            "x0": np.concatenate([ftl._ms(r["steps"]["lo"], origin_ns) for _, r in parts]),
-            "x1": np.concatenate([ftl._ms(r["steps"]["hi"], origin_ns) for _, r in parts]),
+            "x0": np.concatenate([ftl.ms_from(r["steps"]["lo"], origin_ns) for _, r in parts]),
+            "x1": np.concatenate([ftl.ms_from(r["steps"]["hi"], origin_ns) for _, r in parts]),
         }).sort_values(["rank", "step"], kind="stable").reset_index(drop=True)  # fmt: skip
         lanes = pd.DataFrame({"rank": np.array([k for k, _ in parts], np.int64),
                               "y0": [min(self.lane_of[(k, s)] for s in r["step_streams"]) for k, r in parts],
@@ -177,19 +178,19 @@ def _view(run: _Run, sel: _Selection, kernels: pd.DataFrame, waits=None) -> ftl.
     view.lanes, view.n_lanes = sel.lanes, len(sel.lanes)
     view.lane_labels = [f"rank {r} · stream {s}" for r, s in zip(sel.lanes["rank"], sel.lanes["stream"])]
     if len(kernels):
-        pairs, inverse = np.unique(np.stack([ftl._i64(kernels["rank"]), ftl._i64(kernels["stream"])], axis=1), axis=0,
+        pairs, inverse = np.unique(np.stack([ftl.int64_filled(kernels["rank"]), ftl.int64_filled(kernels["stream"])], axis=1), axis=0,
                                    return_inverse=True)  # fmt: skip
         view.lane = np.array([sel.lane_of[(int(r), int(s))] for r, s in pairs], np.int64)[inverse.ravel()]
     view.why_source, view.waits_source = sel.why_source, sel.waits_source
     view.why = view._join_why(_near(sel.why_source, kernels))
     view.waits = view._waits(waits) if waits is not None else sel.empty.waits
-    view.parts_present = (np.bincount(view.waits["part"], minlength=len(ftl._PARTS)) > 0) if view.waits is not None else \
-        np.zeros(len(ftl._PARTS), bool)  # fmt: skip
+    view.parts_present = (np.bincount(view.waits["part"], minlength=len(ftl.PARTS)) > 0) if view.waits is not None else \
+        np.zeros(len(ftl.PARTS), bool)  # fmt: skip
     return view
 
 
 def _to_pandas(rows) -> pd.DataFrame:
-    return rows.to_pandas(types_mapper=store._NULLABLE.get)  # as store._read_kernels
+    return rows.to_pandas(types_mapper=store.NULLABLE.get)  # as store._read_kernels
 
 
 def _near(why: pd.DataFrame | None, kernels: pd.DataFrame) -> pd.DataFrame | None:
@@ -225,10 +226,10 @@ class DaskTimeline:
     def x_extent(self) -> tuple[float, float]:
         if not self.sel.n:
             return (0.0, 1.0)
-        lo = float(ftl._ms(np.array([self.sel.start_ns]), self.origin_ns)[0])
+        lo = float(ftl.ms_from(np.array([self.sel.start_ns]), self.origin_ns)[0])
         if self.waits is not None and len(self.waits["start_ms"]):
             lo = min(lo, float(self.waits["start_ms"][0]))
-        return (lo, float(ftl._ms(np.array([self.sel.end_ns]), self.origin_ns)[0]))
+        return (lo, float(ftl.ms_from(np.array([self.sel.end_ns]), self.origin_ns)[0]))
 
     def n_visible(self, x_range) -> int:
         if x_range is None:
@@ -250,14 +251,14 @@ class DaskTimeline:
         if not self.n_lanes:
             kern = np.zeros((len(KINDS), 1, width), np.int64)
         img = np.zeros((height * ftl.ROWS_PER_LANE, width, 4), np.uint8)
-        k_rgba = ftl._shade(kern, ftl._rgb([ftl.KIND_COLORS[k] for k in KINDS]))
+        k_rgba = ftl.shade(kern, ftl.rgb([ftl.KIND_COLORS[k] for k in KINDS]))
         for r in range(1, 7):
             img[r :: ftl.ROWS_PER_LANE] = k_rgba
         if self.waits is not None:
             w = self.waits
             m = (w["end_ms"] >= x0) & (w["start_ms"] <= x1)
-            waits = ftl._coverage(w["start_ms"][m], w["end_ms"][m], w["lane"][m], w["part"][m], len(ftl._PARTS), height, width, x0, x1)
-            w_rgba = ftl._shade(waits, ftl._rgb([ftl.CAUSE_COLORS[p] for p in ftl._PARTS]))
+            waits = coverage(w["start_ms"][m], w["end_ms"][m], w["lane"][m], w["part"][m], len(ftl.PARTS), height, width, x0, x1)
+            w_rgba = ftl.shade(waits, ftl.rgb([ftl.CAUSE_COLORS[p] for p in ftl.PARTS]))
             for r in (7, 8):
                 img[r :: ftl.ROWS_PER_LANE] = w_rgba
         return hv.RGB(img[::-1], bounds=(x0, -0.5, x1, height - 0.5), kdims=["time_ms", "lane"], vdims=list("RGBA"))

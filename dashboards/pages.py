@@ -400,7 +400,7 @@ class TimelinePage(Page):
 
     def _title(self, run_id: str) -> str:
         """The run's timeline title, before the count of kernels in view (``ftl.view_labels`` adds it)."""
-        return figures._title(f"Timeline of {run_id}", self.store.is_stand_in(run_id))
+        return figures.plot_title(f"Timeline of {run_id}", self.store.is_stand_in(run_id))
 
     def _say(self, note: str) -> None:
         """Set the note above the plot after the frame being drawn is sent: a pane updated while the page around
@@ -636,7 +636,7 @@ class ComparePage(Page):
         _on_zoom(self._pane, self._selection, x_range, lambda x_range, drawn: False)
 
     def _label(self, which: str, run: str) -> str:
-        return figures._title(f"{which.upper()}: {run}", self.store.is_stand_in(run))
+        return figures.plot_title(f"{which.upper()}: {run}", self.store.is_stand_in(run))
 
     def window(self):
         if self.content.startswith("copy\0"):

@@ -37,7 +37,7 @@ class Unavailable(ValueError):
 
 def _compare(path: str, run_a: str, run_b: str) -> pd.DataFrame:
     """``speedup.compare`` of two runs, given the configuration table the store keeps (not computed per pair)."""
-    return speedup.compare(path, run_a, run_b, table=load_analysis(path, _stamp(path), "config_table"), explain=_explain)
+    return speedup.compare(path, run_a, run_b, table=load_analysis(path, dataset_stamp(path), "config_table"), explain=_explain)
 
 
 def _explain(path: str, **kwargs) -> pd.DataFrame:
@@ -58,15 +58,16 @@ ANALYSES = {
     "breakdown": breakdown.breakdown,
 }
 PAUSABLE = ("explain", "kernel_residency", "breakdown")  # analyses that call yield_to_pages between ranks
-_NULLABLE = {pa.int32(): pd.Int32Dtype(), pa.int64(): pd.Int64Dtype(), pa.bool_(): pd.BooleanDtype()}
+# Arrow -> pandas types where a column may hold nulls (``to_pandas(types_mapper=NULLABLE.get)``)
+NULLABLE = {pa.int32(): pd.Int32Dtype(), pa.int64(): pd.Int64Dtype(), pa.bool_(): pd.BooleanDtype()}
 # `serve --scheduler`: a dashboards.dask_source.DaskSource computes the analyses it has and the timelines on its cluster
 ENGINE: dict = {"dask": None}
 # `serve --device-name`: the GPU the traces ran on, for ranks whose trace does not say (``residency.device_table``); part
-# of every table's key (``_stamp``): the tables of one dataset under two names are two sets
+# of every table's key (``dataset_stamp``): the tables of one dataset under two names are two sets
 DEVICE: dict = {"name": None}
 
 
-class _Memo:
+class Memo:
     """A bounded cache where each key is computed once, even when several threads (the warm-up and a
     session) ask for it at the same time: the later ones wait for the first. Exceptions are kept too."""
 
@@ -132,12 +133,12 @@ _WAITERS: set = set()  # threads waiting for a table another thread computes
 _YIELDING: set = set()  # background threads past what the first pages wait for: they pause for pages (yield_to_pages)
 
 
-_TABLES = _Memo(256)  # small tables and analysis results, per (path, stamp, name, args)
-_FIGURES = _Memo(64)  # serialized static figures (common.static_plot): apart, so that figures never evict tables
-_TIMELINES = _Memo(10)  # TimelineData per (path, stamp, run, ranks[, kernels alone]): a 1M-kernel run is ~150 MB
+_TABLES = Memo(256)  # small tables and analysis results, per (path, stamp, name, args)
+_FIGURES = Memo(64)  # serialized static figures (common.static_plot): apart, so that figures never evict tables
+_TIMELINES = Memo(10)  # TimelineData per (path, stamp, run, ranks[, kernels alone]): a 1M-kernel run is ~150 MB
 
 
-def _stamp(path: str) -> str:
+def dataset_stamp(path: str) -> str:
     """Cache key part that changes when the dataset is rewritten (ingest replaces the directory)."""
     meta = Path(path) / schema.METADATA_FILE
     return f"{meta.stat().st_mtime_ns}" + (f" device={DEVICE['name']}" if DEVICE["name"] else "")
@@ -270,7 +271,7 @@ def _frame_of(table: pa.Table) -> pd.DataFrame:
         if pa.types.is_integer(col.type) and col.null_count == 0:
             cols[name] = col.to_numpy()
         else:
-            cols[name] = col.to_pandas(types_mapper=_NULLABLE.get)
+            cols[name] = col.to_pandas(types_mapper=NULLABLE.get)
     return pd.DataFrame(cols, copy=False)
 
 
@@ -338,7 +339,7 @@ def load_timeline(path: str, stamp: str, run_id: str, ranks: tuple[int, ...] | N
     return _TIMELINES.get((path, stamp, run_id, tuple(ranks), full is kernels), subset)
 
 
-_FILES = _Memo(4)  # files a button downloads, per (path, stamp, kind, run): a 1M-kernel run's Perfetto trace is ~30 MB
+_FILES = Memo(4)  # files a button downloads, per (path, stamp, kind, run): a 1M-kernel run's Perfetto trace is ~30 MB
 
 
 def perfetto_trace(path: str, stamp: str, run_id: str) -> bytes:
@@ -557,7 +558,7 @@ class DataStore(param.Parameterized):
         busy(2.0)  # a session begins: its first page comes before the background tables
         self.path = str(Path(path).resolve())
         schema.read_metadata(self.path)  # ValueError naming the path when it is not a dataset
-        self.stamp = _stamp(self.path)
+        self.stamp = dataset_stamp(self.path)
         self.runs = load_runs(self.path, self.stamp)
         labels = self.run_labels()
         self.param.run_id.objects = labels

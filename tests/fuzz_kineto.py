@@ -25,7 +25,7 @@ from overlapviz.ingest import _kineto, chrome_columns  # the C code is what is i
 
 DATA = Path(__file__).parent / "data"
 SEEDS = [DATA / "hostile" / "event_sync_trace.json.gz", DATA / "hostile" / "mi250_rocm62_kineto.json.gz"]
-CATS, META_KEYS = chrome_columns._CATS, chrome_columns._META_KEYS
+CATS, META_KEYS = chrome_columns._CATS, chrome_columns.META_KEYS
 
 
 def check(data: bytes) -> None:
@@ -40,7 +40,7 @@ def check(data: bytes) -> None:
     events = doc.get("traceEvents") if isinstance(doc, dict) else None
     if isinstance(events, list):
         assert out["n_events"] == len(events), (out["n_events"], len(events))
-    for cols, type_ in zip(out["buckets"], chrome_columns._BUCKET_TYPES, strict=True):
+    for cols, type_ in zip(out["buckets"], chrome_columns.BUCKET_TYPES, strict=True):
         chrome_columns._table(cols, type_).validate(full=True)
 
 

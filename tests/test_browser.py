@@ -173,7 +173,7 @@ def _warmed(dataset, cache: Path, seconds: float = 2.0) -> bool:
     os.environ["OVERLAPVIZ_CACHE_DIR"] = str(cache)
     try:
         path = str(Path(dataset).resolve())
-        stamp = store._stamp(path)
+        stamp = store.dataset_stamp(path)
         last = [table_cache.disk_file(path, stamp, n) for n in ("derived:delays", repr(("analysis", "config_table", (), ())))]
     finally:
         if before is None:

@@ -29,7 +29,7 @@ KINETO = sorted(
 # real traces with cuda_sync records, sync calls, epoch-scale integer µs, zero-length memsets
 KINETO_REAL = sorted((DATA / "kineto_real").rglob("*.json.gz"))
 CATS = chrome_columns._CATS
-META_KEYS = chrome_events._META_KEYS
+META_KEYS = chrome_events.META_KEYS
 
 needs_c = pytest.mark.skipif(chrome_columns._kineto is None, reason="the C scanner is not built (no C compiler)")
 

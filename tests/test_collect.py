@@ -564,15 +564,15 @@ def test_a_partial_attempt_is_published_whole_and_leftovers_of_dead_sweeps_go(tm
 
 
 def test_standin_reference_is_a_ring_all_reduce_seen_from_rank_0():
-    from overlapviz.collectors.workload import _standin_expected
+    from overlapviz.collectors.workload import standin_expected
 
     data = torch.arange(24, dtype=torch.float32)  # 6 float4 vectors -> chunks of 2 vectors for n = 3
     peer = torch.full((24,), 100.0)
-    out = _standin_expected(data, peer, 3, "all_reduce")
+    out = standin_expected(data, peer, 3, "all_reduce")
     assert torch.equal(out[:8], peer[:8])  # chunk 0: all-gather only
     assert torch.equal(out[8:16], data[8:16] + 100)  # chunk 1: reduce-scatter only
     assert torch.equal(out[16:], peer[16:])  # chunk 2: reduced, then overwritten by the all-gather
-    a2a = _standin_expected(data, peer, 3, "all_to_all")
+    a2a = standin_expected(data, peer, 3, "all_to_all")
     assert torch.equal(a2a[:8], data[:8]) and torch.equal(a2a[8:], peer[8:])
     assert torch.equal(data, torch.arange(24, dtype=torch.float32))  # the argument is left alone
 

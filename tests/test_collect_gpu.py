@@ -65,11 +65,11 @@ def test_pad_beyond_the_device_limit_is_refused_naming_the_field():
 @pytest.mark.parametrize("collective", ["all_reduce", "all_to_all"])
 @pytest.mark.parametrize("ranks", [2, 5, 8])
 def test_standin_matches_ring_reference(ext, collective, ranks):
-    from overlapviz.collectors.workload import _standin_expected
+    from overlapviz.collectors.workload import standin_expected
 
     data = torch.randn(4 * 4099, device="cuda")
     peer = torch.randn_like(data)
-    want = _standin_expected(data, peer, ranks, collective)
+    want = standin_expected(data, peer, ranks, collective)
     ext.standin(collective, data, peer, ranks, 7, 512, 23552, 0.0)
     assert torch.equal(data, want)
 

@@ -229,6 +229,61 @@ def test_signals_deferred_holds_signals_here_and_not_in_a_forked_child():
     assert "KeyboardInterrupt" in p.stderr and p.returncode == -signal.SIGINT, p.stderr  # SIGINT, once the block ended
 
 
+_INTERRUPT = """
+import os, signal, threading, time
+from overlapviz import lifetime
+
+def wait():
+    time.sleep(5)  # a handler runs within it
+    print("not interrupted", flush=True)
+
+before = signal.getsignal(signal.SIGTERM)
+try:
+    with lifetime.signals_interrupt():
+        pid = os.fork()
+        if pid == 0:
+            time.sleep(5)
+            os._exit(7)
+        time.sleep(0.3)  # past the child's start
+        os.kill(pid, signal.SIGTERM)  # the default action there: it dies by it
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            wait()
+        except KeyboardInterrupt as exc:
+            print("first", exc, flush=True)
+        os.kill(os.getpid(), signal.SIGHUP)  # not once: every signal interrupts
+        wait()
+except KeyboardInterrupt as exc:
+    print("again", exc, flush=True)
+print(os.WTERMSIG(os.waitpid(pid, 0)[1]), signal.getsignal(signal.SIGTERM) is before, flush=True)
+calls = []
+with lifetime.signals_call(lambda: calls.append("called")):
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(0.2)
+    print(*calls, flush=True)
+def thread():  # no signal reaches a thread but the main one: nothing is set
+    with lifetime.signals_interrupt(), lifetime.signals_call(print):
+        print(signal.getsignal(signal.SIGTERM) is before, flush=True)
+threading.Thread(target=thread).start()
+time.sleep(0.2)
+with lifetime.signals_interrupt(once=True):
+    try:
+        os.kill(os.getpid(), signal.SIGTERM)
+        wait()
+    except KeyboardInterrupt:
+        print("once", flush=True)
+    os.kill(os.getpid(), signal.SIGTERM)  # a second signal: its default action, at once
+    wait()
+"""
+
+
+def test_signals_interrupt_unwinds_here_and_ends_a_forked_child():
+    p = subprocess.run([sys.executable, "-c", _INTERRUPT], capture_output=True, text=True, timeout=60)
+    assert p.stdout.splitlines() == [f"first signal {int(signal.SIGTERM)}", f"again signal {int(signal.SIGHUP)}",
+                                     f"{int(signal.SIGTERM)} True", "called", "True", "once"], p.stdout + p.stderr  # fmt: skip
+    assert p.returncode == -signal.SIGTERM, p.stderr
+
+
 def test_a_dataset_moved_aside_by_a_killed_replacement_goes_back(tmp_path):
     """Where the file system has no atomic exchange, a replacement is two renames; a run killed
     between them left the old dataset aside and ``-o`` missing: the next run puts it back."""

@@ -536,7 +536,7 @@ def test_background_analysis_yields_to_a_page_being_drawn_unless_a_page_waits_fo
     store.yield_to_pages(limit=3.0)  # a page's own thread never pauses
     assert time.monotonic() - t0 < 0.1
     # a session waiting for a table the background thread computes lifts the pause
-    memo, started = store._Memo(4), threading.Event()
+    memo, started = store.Memo(4), threading.Event()
     paused = {}
 
     def compute():

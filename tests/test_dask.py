@@ -446,10 +446,8 @@ def test_residency_device_name_as_local(client, no_device, device):
         assert set(local["device_name"]) == {"NVIDIA A100-SXM4-80GB", device}  # ranks 0-1 keep theirs: rows per device
     pdt.assert_frame_equal(ovd.residency_on(client, no_device, device=device), local)
     # all four ranks in one task (ranks with limits and without, or of two GPUs, in one stacked frame)
-    from overlapviz.distributed import residency as dres
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(dres, "_batches", lambda root, files, client=None: [files])
+    with pytest.MonkeyPatch.context() as mp:  # the batches of every call on the cluster (partitions.plan_batches)
+        mp.setattr(partitions, "file_batches", lambda root, files, client=None: [files])
         pdt.assert_frame_equal(ovd.residency_on(client, no_device, device=device), local)
 
 
@@ -532,7 +530,7 @@ def test_progress_is_fed_by_task_completions(client, dataset):
 
     bar = Bar()
     futures = [client.submit(pow, 2, i, key=f"ovz-test-pow-{i}") for i in range(20)]
-    out = list(cluster._in_order(client, futures, bar, str))
+    out = list(cluster.in_order(client, futures, bar, str))
     del futures
     assert [v for _, v in out] == [2**i for i in range(20)] and bar.n == 20
 
@@ -580,7 +578,7 @@ def _layers(overlay) -> list:
 def _timelines(dataset, run_id, ranks):
     from overlapviz.dashboards import store
 
-    path, stamp = str(Path(dataset).resolve()), store._stamp(str(Path(dataset).resolve()))
+    path, stamp = str(Path(dataset).resolve()), store.dataset_stamp(str(Path(dataset).resolve()))
     dask = store.ENGINE["dask"]
     store.ENGINE["dask"] = None
     try:
@@ -645,7 +643,7 @@ def test_dashboard_tables_and_focus_on_the_cluster(engine, dataset, client, monk
         monkeypatch.setitem(engine.analyses, name, lambda *a, _real=real, _name=name, **k: calls.append(_name) or _real(*a, **k))
     monkeypatch.setenv(store.TABLE_CACHE_ENV, "0")
     path = str(Path(dataset).resolve())
-    stamp = f"{store._stamp(path)}-dask"  # a key of its own: computed here, not taken from the memo
+    stamp = f"{store.dataset_stamp(path)}-dask"  # a key of its own: computed here, not taken from the memo
     pdt.assert_frame_equal(store.load_analysis(path, stamp, "analyze", per="step"), metrics.analyze(dataset, per="step"))
     pdt.assert_frame_equal(store.load_analysis(path, stamp, "explain"), explain_lib.explain(dataset))
     assert calls == ["analyze", "explain"]
@@ -720,7 +718,7 @@ def test_server_reads_no_kernels_under_scheduler(engine, dataset, monkeypatch):
 
     monkeypatch.setenv(store.TABLE_CACHE_ENV, "0")
     path = str(Path(dataset).resolve())
-    stamp = store._stamp(path)
+    stamp = store.dataset_stamp(path)
     runs = schema.read_frame(dataset, "runs")
     pair = tuple(runs.loc[runs["run_id"].str.startswith("cb-"), "run_id"][:2])
     explained = explain_lib.explain(dataset, run_ids=["scenario-sm_resources_regs_sync-events-on"])

@@ -193,15 +193,15 @@ def test_input_bytes_reads_the_gzip_trailer(tmp_path):
 
 def _record_reads(monkeypatch, log: Path):
     """Make every process append '<pid> <file>' to ``log`` when it ingests a file."""
-    real = driver._ingest_file
+    real = driver.ingest_file
 
     def spy(path, *args):
         with open(log, "a") as fh:
             fh.write(f"{os.getpid()} {Path(path).name}\n")
         return real(path, *args)
 
-    spy.__module__, spy.__qualname__ = driver.__name__, "_ingest_file"  # pickled by that name
-    monkeypatch.setattr(driver, "_ingest_file", spy)
+    spy.__module__, spy.__qualname__ = driver.__name__, "ingest_file"  # pickled by that name
+    monkeypatch.setattr(driver, "ingest_file", spy)
 
 
 def test_parent_and_worker_both_read_and_write_and_the_result_is_the_in_process_one(tmp_path, monkeypatch):

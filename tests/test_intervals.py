@@ -198,3 +198,33 @@ def test_intersect_measure_with_keys_too_wide_to_combine():
     b = intervals.merge([0, 1], [-big + 50, 5], [big, 7])
     assert intervals.intersect_measure(a, b, 2).tolist() == [50, 2]
     assert intervals.measure(intervals.intersect(a, b), 2).tolist() == [50, 2]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(-5, 5)), min_size=1, max_size=40), st.sampled_from([0, 1 << 61]))
+def test_grouped_cummax_is_each_groups_running_maximum(rows, offset):
+    # offset: epoch-scale values whose spread cannot be shifted group by group (the fallback through ranks)
+    g = np.sort(np.array([r[0] for r in rows], np.int64))
+    e = np.array([r[1] for r in rows], np.int64) * (1 + offset // 8) + offset
+    want = [max(e[j] for j in range(len(g)) if g[j] == g[i] and j <= i) for i in range(len(g))]
+    assert intervals.grouped_cummax(g, e).tolist() == [int(w) for w in want]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2), st.integers(0, 12), st.integers(0, 6)), max_size=40))
+def test_stream_previous_is_the_latest_ending_earlier_row_of_the_stream(rows):
+    from overlapviz.analysis.dependencies import stream_previous, stream_ready
+
+    stream = np.array([r[0] for r in rows], np.int64)
+    start = np.array([r[1] for r in rows], np.int64)
+    end = start + np.array([r[2] for r in rows], np.int64)
+    # brute force: in (stream, start, end) order, the earlier row of the stream with the greatest end, the last on a tie
+    order = sorted(range(len(rows)), key=lambda i: (stream[i], start[i], end[i], i))
+    want = [-1] * len(rows)
+    for pos, i in enumerate(order):
+        before = [j for j in order[:pos] if stream[j] == stream[i]]
+        if before:
+            top = max(end[j] for j in before)
+            want[i] = [j for j in before if end[j] == top][-1]
+    assert stream_previous(stream, start, end).tolist() == want
+    assert stream_ready(stream, start, end).tolist() == [int(end[w]) if w >= 0 else -1 for w in want]

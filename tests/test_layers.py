@@ -37,7 +37,7 @@ LAYERS = [
     ("overlapviz.api", {"overlapviz.dataset", "overlapviz.ingest", "overlapviz.analysis", "overlapviz.figures",
                         "overlapviz.export", "overlapviz.distributed"}),
     ("overlapviz.collectors", {"overlapviz.lifetime", "overlapviz.dataset", "overlapviz.ingest", "overlapviz.analysis"}),
-    ("overlapviz.dashboards", {"overlapviz", "overlapviz.dataset", "overlapviz.domain", "overlapviz.ingest",
+    ("overlapviz.dashboards", {"overlapviz", "overlapviz.lifetime", "overlapviz.dataset", "overlapviz.domain", "overlapviz.ingest",
                                "overlapviz.analysis", "overlapviz.figures", "overlapviz.export", "overlapviz.distributed",
                                "overlapviz.testing"}),  # soak.py builds its traces with overlapviz.testing
     ("overlapviz.cli", {"overlapviz._version", "overlapviz.lifetime", "overlapviz.dataset", "overlapviz.domain",
@@ -177,3 +177,85 @@ def test_the_checks_see_a_cycle_and_a_layer_breach(tmp_path):
 def test_no_module_is_over_800_lines(module):
     n = len(MODULES[module].read_text().splitlines())
     assert n <= MAX_LINES, f"{MODULES[module].relative_to(ROOT)} has {n} lines (split it by job)"
+
+
+def _private_uses(name: str, path: Path) -> list[str]:
+    """The private names (one leading underscore) of other overlapviz modules that ``name`` uses:
+    ``from overlapviz.x import _y``, and ``m._y`` / ``overlapviz.x._y`` where ``m`` names a module of
+    the package. A private module (``cli._table``, the C scanner ``ingest._kineto``) is its
+    package's: the modules under that package may import it; a private name in a module is that
+    module's alone."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    is_pkg = path.name == "__init__.py"
+
+    def private(n: str) -> bool:
+        return n.startswith("_") and not n.startswith("__")
+
+    def outside(module: str) -> bool:  # a private module ``pkg._m`` (or a module under it) seen from outside ``pkg``
+        parts = module.split(".")
+        return any(private(p) and not (name + ".").startswith(".".join(parts[:i]) + ".") for i, p in enumerate(parts) if i)
+
+    modules, found = {}, []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                here = name.split(".") if is_pkg else name.split(".")[:-1]
+                base = ".".join(here[: len(here) - (node.level - 1)] + ([base] if base else []))
+            if base.split(".")[0] != "overlapviz" or base == name:
+                continue
+            for a in node.names:
+                full = f"{base}.{a.name}"
+                # a module, or a C extension (ingest._kineto, built from its .c beside it)
+                is_module = full in MODULES or ROOT.joinpath(*full.split(".")).with_suffix(".c").exists()
+                if is_module:
+                    modules[a.asname or a.name] = full
+                    if outside(full):
+                        found.append(full)
+                elif private(a.name):
+                    found.append(full)
+            if outside(base):
+                found.append(base)
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.split(".")[0] == "overlapviz":
+                    if a.asname:
+                        modules[a.asname] = a.name
+                    if outside(a.name):
+                        found.append(a.name)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and private(node.attr):
+            chain, v = [], node.value
+            while isinstance(v, ast.Attribute):
+                chain.append(v.attr)
+                v = v.value
+            if isinstance(v, ast.Name):
+                owner = ".".join([modules.get(v.id, v.id), *reversed(chain)])
+                if owner in MODULES and owner != name:
+                    found.append(f"{owner}.{node.attr}")
+    return sorted(set(found))
+
+
+def test_no_private_name_is_used_across_modules():
+    # what another module needs is public, with a docstring: a private name is its module's to change
+    used = sorted(f"{m} uses {u}" for m, p in MODULES.items() for u in _private_uses(m, p))
+    assert not used, f"{len(used)} private names used across modules (make them public):\n" + "\n".join(used)
+
+
+def test_the_check_sees_private_names_across_modules(tmp_path):
+    a = tmp_path / "a.py"
+    a.write_text("from overlapviz.ingest.driver import _ingest_file, ingest\nfrom overlapviz.analysis import explain\n"
+                 "import overlapviz.distributed.cluster as cl\nimport overlapviz.ingest.pool\n"
+                 "def f():\n    return explain._explain_rank, cl._key, overlapviz.ingest.pool._x, explain.__doc__, explain.KEYS\n")  # fmt: skip
+    assert _private_uses("overlapviz.distributed.fake", a) == [
+        "overlapviz.analysis.explain._explain_rank", "overlapviz.distributed.cluster._key",
+        "overlapviz.ingest.driver._ingest_file", "overlapviz.ingest.pool._x"]  # fmt: skip
+    # a private module is its package's: its siblings may import it, a module outside may not
+    b = tmp_path / "b.py"
+    b.write_text("from overlapviz.cli._table import render\nfrom overlapviz.ingest import _kineto\n")
+    assert _private_uses("overlapviz.cli.fake", b) == ["overlapviz.ingest._kineto"]
+    assert _private_uses("overlapviz.ingest.fake", b) == ["overlapviz.cli._table"]
+    # a module's own private names, and names it merely calls private, are its own
+    c = tmp_path / "c.py"
+    c.write_text("from overlapviz.figures.raster import coverage as _coverage\nfrom overlapviz import __version__\n")
+    assert _private_uses("overlapviz.distributed.fake", c) == []

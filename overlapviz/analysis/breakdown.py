@@ -38,7 +38,8 @@ import pyarrow.compute as pc
 
 from overlapviz.dataset import schema
 from overlapviz.analysis import clocks, intervals, peers
-from overlapviz.analysis.explain import _DICTIONARY, _READ, _ints, _per_rank, _strs, rank_links
+from overlapviz.analysis import explain
+from overlapviz.analysis.explain import int_column, per_rank, str_column, rank_links
 
 __all__ = ["PARTS", "COLUMNS", "LABELS", "READ", "breakdown", "run_totals", "arrivals", "rank_waits", "rank_timelines",
            "timeline_of", "group_rows", "finish", "RankTimeline"]
@@ -189,7 +190,7 @@ def _clock_notes(dataset_path, run_ids) -> pd.DataFrame:
     return pd.DataFrame({"run_id": dom["run_id"], "rank": dom["rank"].astype(np.int64), "clock_note": dom["clock_note"]})
 
 
-_ARRIVAL_COLS = ["run_id", "rank", "name", "kind", "collective", "comm_group", "comm_seq", "start_ns", "end_ns"]
+ARRIVAL_COLUMNS = ["run_id", "rank", "name", "kind", "collective", "comm_group", "comm_seq", "start_ns", "end_ns"]
 
 
 def arrivals(comm: pd.DataFrame, domains: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -244,8 +245,8 @@ def arrivals(comm: pd.DataFrame, domains: pd.DataFrame | None = None) -> pd.Data
     return per[cols].reset_index(drop=True)
 
 
-READ = list(dict.fromkeys(_READ + ["comm_group", "comm_seq"]))  # the kernels columns a timeline reads
-DICTIONARY = _DICTIONARY
+READ = list(dict.fromkeys(explain.READ + ["comm_group", "comm_seq"]))  # the kernels columns a timeline reads
+DICTIONARY = explain.DICTIONARY
 
 
 def rank_waits(dataset_path, comm: pd.DataFrame, run_ids=None) -> dict:
@@ -265,8 +266,8 @@ def rank_timelines(dataset_path, *, run_ids=None, pause=None):
     if run_ids is not None and syncs.num_rows:
         syncs = syncs.filter(pc.is_in(syncs.column("run_id"), pa.array(list(run_ids), pa.string())))
     comm_rows = k.filter(pc.equal(k.column("kind").cast(pa.string()), "comm"))
-    waits = rank_waits(dataset_path, comm_rows.select(_ARRIVAL_COLS).to_pandas(), run_ids)
-    for rk in _per_rank(k):
+    waits = rank_waits(dataset_path, comm_rows.select(ARRIVAL_COLUMNS).to_pandas(), run_ids)
+    for rk in per_rank(k):
         if pause is not None:
             pause()
         run_id, rank = rk.column("run_id")[0].as_py(), int(rk.column("rank")[0].as_py())
@@ -280,7 +281,7 @@ def timeline_of(run_id: str, rank: int, k: pa.Table, syncs: pa.Table | None, wai
     """The :class:`RankTimeline` of one rank's rows (``waits``: its instances' arrival and last
     arrival arrays, or None; ``links``: :func:`overlapviz.analysis.explain.rank_links` of the same
     rows, when already computed)."""
-    kind = _strs(k, "kind")
+    kind = str_column(k, "kind")
     comm = np.flatnonzero(kind == "comm")
     links = rank_links(k, syncs) if links is None else links
     start, end, lane, launch = links.start, links.end, links.lane, links.launch
@@ -344,8 +345,8 @@ def timeline_of(run_id: str, rank: int, k: pa.Table, syncs: pa.Table | None, wai
     label[free & ~dep & idle] = LABELS.index("host_idle")
     return RankTimeline(
         run_id=run_id, rank=rank, seg_start=lo, seg_end=hi, label=label, next_kernel=next_k, gate=gate,
-        names=_strs(k, "name"), kind=kind, start=start, end=end, launch=launch, launch_tid=links.launch_tid,
-        step=_ints(k, "step"), exposed=intervals.subtract(comm_set, comp_set), syncs=links.syncs,
+        names=str_column(k, "name"), kind=kind, start=start, end=end, launch=launch, launch_tid=links.launch_tid,
+        step=int_column(k, "step"), exposed=intervals.subtract(comm_set, comp_set), syncs=links.syncs,
         peers_matched=waits is not None and len(waits[0]) > 0,
     )  # fmt: skip
 

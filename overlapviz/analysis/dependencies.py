@@ -38,6 +38,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from overlapviz.analysis import intervals
+
 __all__ = ["Ready", "stream_previous", "stream_ready", "dependency_ready"]
 
 UNKNOWN = -1
@@ -63,14 +65,14 @@ def stream_previous(stream: np.ndarray, start: np.ndarray, end: np.ndarray) -> n
     if not n:
         return out
     order = np.lexsort((end, start, stream))
-    s, e = stream[order], end[order]
+    s, e = np.asarray(stream[order], np.int64), np.asarray(end[order], np.int64)
     first = np.ones(n, bool)
     first[1:] = s[1:] != s[:-1]
-    best = np.empty(n, np.int64)  # running argmax of end within each stream (position in order)
-    idx = np.arange(n)
-    for g_lo, g_hi in _runs(first):
-        reach = np.maximum.accumulate(e[g_lo:g_hi])
-        best[g_lo:g_hi] = g_lo + np.maximum.accumulate(np.where(e[g_lo:g_hi] == reach, idx[: g_hi - g_lo], 0))
+    # running argmax of end within each stream (position in order, the last on a tie): the rows that reach
+    # their stream's running maximum, latest so far; a stream's first row always reaches it, so one
+    # accumulate over all streams never carries a position into the next stream
+    reach = intervals.grouped_cummax(s, e)
+    best = np.maximum.accumulate(np.where(e == reach, np.arange(n), 0))
     prev = np.full(n, UNKNOWN, np.int64)
     prev[1:] = order[best[:-1]]
     prev[first] = UNKNOWN
@@ -83,12 +85,6 @@ def stream_ready(stream: np.ndarray, start: np.ndarray, end: np.ndarray, previou
     (``previous``: :func:`stream_previous` of the same arrays, when already computed)."""
     prev = stream_previous(stream, start, end) if previous is None else previous
     return np.where(prev >= 0, end[np.maximum(prev, 0)], UNKNOWN) if len(prev) else np.full(0, UNKNOWN, np.int64)
-
-
-def _runs(first: np.ndarray):
-    idx = np.flatnonzero(first)
-    ends = np.append(idx[1:], len(first))
-    return zip(idx.tolist(), ends.tolist())
 
 
 def _last_before(times: np.ndarray, values: np.ndarray, at: np.ndarray, *, strict: bool = True) -> np.ndarray:

@@ -60,25 +60,26 @@ EXTRA = [
     "residency_note", "launch_call_ns", "ready_part", "ready_blocker", "ready_blocking_resource", "stream_previous", "stream_previous_kind", "launch_to_start_us",
     "clock_domain",
 ]  # fmt: skip
-_READ = [
+READ = [
     "run_id", "rank", "device", "stream", "correlation", "name", "kind", "is_host", "start_ns", "end_ns", "grid_x",
     "grid_y", "grid_z", "block_x", "block_y", "block_z", "regs_per_thread", "shared_mem_bytes", "sgprs", "accum_vgprs",
     "launch_ns", "launch_tid", "step", "collective", "comm_group", "comm_seq",
 ]  # fmt: skip
 # the launch call's end (launch_call), where the dataset's schema has it
-_READ += [c for c in ("launch_end_ns",) if c in schema.KERNELS.names]
-_DICTIONARY = ("run_id", "name", "kind", "collective", "comm_group")  # read without a string per row
+READ += [c for c in ("launch_end_ns",) if c in schema.KERNELS.names]
+DICTIONARY = ("run_id", "name", "kind", "collective", "comm_group")  # read without a string per row
 _SYNC_INTS = ("tid", "start_ns", "end_ns", "correlation", "stream", "wait_on_stream", "wait_on_record_correlation")
 _HOST_WAITS = ("stream_sync", "context_sync", "event_sync")  # calls that block the host until the GPU catches up
 _RESOURCE = {"blocks": "block_slots"}  # the fit model's names -> DESIGN.md's
 
 
-def _ints(table: pa.Table, name: str) -> np.ndarray:
+def int_column(table: pa.Table, name: str) -> np.ndarray:
+    """An integer column as an int64 array, null as ``UNKNOWN`` (-1)."""
     col = table.column(name)
     return pc.fill_null(col, UNKNOWN).to_numpy().astype(np.int64) if len(col) else np.empty(0, np.int64)
 
 
-def _strs(table: pa.Table, name: str) -> np.ndarray:
+def str_column(table: pa.Table, name: str) -> np.ndarray:
     """A string column as an object array (dictionary-encoded columns decoded through their dictionary)."""
     col = table.column(name)
     if not len(col):
@@ -110,14 +111,14 @@ def explain(dataset_path: str | os.PathLike, *, run_ids=None, kinds: tuple[str, 
     """
     if pause is not None:
         pause()
-    k = schema.read_kernels(dataset_path, columns=_READ, run_ids=run_ids, dictionary=_DICTIONARY)
+    k = schema.read_kernels(dataset_path, columns=READ, run_ids=run_ids, dictionary=DICTIONARY)
     syncs = schema.read_table(dataset_path, "syncs") if "syncs" in schema.TABLES else None
     if syncs is not None and run_ids is not None:
         syncs = syncs.filter(pc.is_in(syncs.column("run_id"), pa.array(list(run_ids), pa.string())))
     dev_limits = device_table(dataset_path, device)
     carveouts = run_carveouts(dataset_path)
     parts = []
-    for rk in _per_rank(k):
+    for rk in per_rank(k):
         if pause is not None:
             pause()
         g = {"run_id": rk.column("run_id")[0].as_py(), "rank": rk.column("rank")[0].as_py()}
@@ -128,10 +129,10 @@ def explain(dataset_path: str | os.PathLike, *, run_ids=None, kinds: tuple[str, 
         links = rank_links(rk, rs)
         if on_rank is not None:
             on_rank(g["run_id"], int(g["rank"]), rk, rs, links)
-        part = _explain_rank(rk, rs, dev_limits, carveouts, kinds, links=links)
+        part = explain_rank(rk, rs, dev_limits, carveouts, kinds, links=links)
         if part is not None:
             parts.append(part)
-    out = pd.concat(parts, ignore_index=True) if parts else _empty()
+    out = pd.concat(parts, ignore_index=True) if parts else empty_records()
     out = peers.attach_peer_wait(out, clocks.clock_domains(dataset_path, run_ids))
     return out[KEYS + EXTRA].sort_values(["run_id", "rank", "start_ns"], kind="stable").reset_index(drop=True)
 
@@ -143,13 +144,13 @@ def _lanes(device: np.ndarray, stream: np.ndarray, host: np.ndarray) -> np.ndarr
     return pd.factorize(pd.MultiIndex.from_arrays([device, stream, host]))[0].astype(np.int64)
 
 
-def _per_rank(k: pa.Table):
+def per_rank(k: pa.Table):
     """``k``'s rows of each run x rank, in run, rank order: slices where a rank's rows are
     contiguous (the dataset stores one file per run x rank), else taken."""
     if not k.num_rows:
         return
     run = k.column("run_id").combine_chunks().dictionary_encode()
-    code = run.indices.to_numpy(zero_copy_only=False).astype(np.int64) * (1 << 32) + _ints(k, "rank")
+    code = run.indices.to_numpy(zero_copy_only=False).astype(np.int64) * (1 << 32) + int_column(k, "rank")
     cut = np.flatnonzero(code[1:] != code[:-1]) + 1
     lo, hi = np.concatenate([[0], cut]), np.concatenate([cut, [len(code)]])
     names = run.dictionary.to_pylist()
@@ -162,7 +163,8 @@ def _per_rank(k: pa.Table):
         yield k.take(pa.array(np.flatnonzero(code == key)))
 
 
-def _empty() -> pd.DataFrame:
+def empty_records() -> pd.DataFrame:
+    """The records of no kernel: ``explain``'s columns (less ``peer_wait_us``), no rows."""
     return pd.DataFrame({c: pd.Series(dtype=object) for c in KEYS + EXTRA if c != "peer_wait_us"})
 
 
@@ -190,23 +192,23 @@ class Links:
 
 
 def rank_links(k: pa.Table, syncs: pa.Table | None) -> Links:
-    """:class:`Links` of one rank's rows ``k`` (the ``_READ`` columns) and its ``syncs`` rows."""
-    kind = _strs(k, "kind")
+    """:class:`Links` of one rank's rows ``k`` (the ``READ`` columns) and its ``syncs`` rows."""
+    kind = str_column(k, "kind")
     host = pc.fill_null(k.column("is_host"), False).to_numpy(zero_copy_only=False)
     gpu = (~host) & (kind != "")
-    stream, start, end = _ints(k, "stream"), _ints(k, "start_ns"), _ints(k, "end_ns")
-    device = _ints(k, "device")
-    launch, launch_tid = _ints(k, "launch_ns"), _ints(k, "launch_tid")
+    stream, start, end = int_column(k, "stream"), int_column(k, "start_ns"), int_column(k, "end_ns")
+    device = int_column(k, "device")
+    launch, launch_tid = int_column(k, "launch_ns"), int_column(k, "launch_tid")
     # a stream is a (device, stream) pair; host activities (CPU-only traces) run on their thread
     lane = _lanes(device, stream, host)
     previous = stream_previous(lane, start, end)
     s_ready = stream_ready(lane, start, end, previous)
     sync_cols = {}
     if syncs is not None and syncs.num_rows:
-        sync_cols = {c: _ints(syncs, c) for c in _SYNC_INTS}
-        sync_cols["kind"] = _strs(syncs, "kind")
-        sync_cols["name"] = _strs(syncs, "name")
-        sync_cols["source"] = _strs(syncs, "source")
+        sync_cols = {c: int_column(syncs, c) for c in _SYNC_INTS}
+        sync_cols["kind"] = str_column(syncs, "kind")
+        sync_cols["name"] = str_column(syncs, "name")
+        sync_cols["source"] = str_column(syncs, "source")
         # the stream ids syncs name are the trace's; map them onto this rank's lanes
         ids, first = np.unique(np.where(host, UNKNOWN, stream), return_index=True)
         for c in ("stream", "wait_on_stream"):
@@ -225,9 +227,9 @@ def rank_links(k: pa.Table, syncs: pa.Table | None) -> Links:
     return Links(host, lane, stream, device, start, end, launch, launch_tid, s_ready, dep, dep_src, prod, sync_cols, previous)
 
 
-def _explain_rank(k: pa.Table, syncs: pa.Table | None, dev_limits: dict, carveouts: dict, kinds=("comm",),
+def explain_rank(k: pa.Table, syncs: pa.Table | None, dev_limits: dict, carveouts: dict, kinds=("comm",),
                   links: Links | None = None) -> pd.DataFrame | None:  # fmt: skip
-    kind = _strs(k, "kind")
+    kind = str_column(k, "kind")
     is_comm = np.isin(kind, list(kinds))
     if not is_comm.any():
         return None
@@ -251,7 +253,7 @@ def _explain_rank(k: pa.Table, syncs: pa.Table | None, dev_limits: dict, carveou
     ready_wait = np.where(ready_ns != UNKNOWN, start_c - ready_ns, UNKNOWN)
     # the time inside a long launch call (module loading: the first NCCL launch of a process); the
     # ready part is then counted from the call's own end
-    E = _ints(k, "launch_end_ns")[c] if "launch_end_ns" in k.column_names else np.full(len(c), UNKNOWN, np.int64)
+    E = int_column(k, "launch_end_ns")[c] if "launch_end_ns" in k.column_names else np.full(len(c), UNKNOWN, np.int64)
     call_end = np.where((E != UNKNOWN) & (L != UNKNOWN), np.minimum(np.maximum(E, L), start_c), UNKNOWN)
     # an ordinary launch call (5-30 µs) is the launch path itself, part of launch latency: only a call
     # longer than LAUNCH_LATENCY_NS (module loading, the first NCCL launch of a process) is its own part
@@ -259,7 +261,7 @@ def _explain_rank(k: pa.Table, syncs: pa.Table | None, dev_limits: dict, carveou
     call_wait = np.where(call_end != UNKNOWN, call_end - L, 0)
     after_call = np.where((ready_wait != UNKNOWN) & (call_end != UNKNOWN), start_c - np.maximum(ready_ns, call_end), ready_wait)
 
-    names = _strs(k, "name")
+    names = str_column(k, "name")
     room = _sm_room(k, names, c, ready_ns, host, kind, device, lane, start, end, dev_limits, carveouts)
     # a race at ready: the collective and a computation kernel became ready together (both waited on
     # the same event or stream end) and the computation took the SMs first, microseconds after ready.
@@ -291,16 +293,16 @@ def _explain_rank(k: pa.Table, syncs: pa.Table | None, dev_limits: dict, carveou
         a = np.asarray(a, np.int64)
         return pd.arrays.IntegerArray(a, a == UNKNOWN)
 
-    pcorr = np.where(prod[c] >= 0, _ints(k, "correlation")[np.maximum(prod[c], 0)], UNKNOWN)
+    pcorr = np.where(prod[c] >= 0, int_column(k, "correlation")[np.maximum(prod[c], 0)], UNKNOWN)
     pstream = np.where(prod[c] >= 0, stream[np.maximum(prod[c], 0)], UNKNOWN)
     out = pd.DataFrame(
         {
-            "run_id": _strs(k, "run_id")[c],
-            "rank": _ints(k, "rank")[c],
+            "run_id": str_column(k, "run_id")[c],
+            "rank": int_column(k, "rank")[c],
             "stream": nint(stream[c]),
-            "correlation": nint(_ints(k, "correlation")[c]),
+            "correlation": nint(int_column(k, "correlation")[c]),
             "name": names[c],
-            "collective": _strs(k, "collective")[c],
+            "collective": str_column(k, "collective")[c],
             "start_ns": start_c,
             "launch_ns": nint(L),
             "stream_ready_ns": nint(S),
@@ -315,7 +317,7 @@ def _explain_rank(k: pa.Table, syncs: pa.Table | None, dev_limits: dict, carveou
             "comm_blocks_fit_per_sm": pd.array(np.where(np.isnan(fit), None, fit).tolist(), dtype="Float64").astype("Int64"),
             "kind": kind[c],
             "device": nint(device[c]),
-            "step": nint(_ints(k, "step")[c]),
+            "step": nint(int_column(k, "step")[c]),
             "end_ns": end[c],
             "launch_tid": nint(launch_tid[c]),
             "start_minus_launch_ns": nint(total),
@@ -330,8 +332,8 @@ def _explain_rank(k: pa.Table, syncs: pa.Table | None, dev_limits: dict, carveou
             "free_sms": pd.array(np.where(np.isnan(room["free"]), None, room["free"]).tolist(), dtype="Float64").astype("Int64"),
             "sms_with_room": pd.array(np.where(np.isnan(room["with_room"]), None, room["with_room"]).tolist(), dtype="Float64").astype("Int64"),
             "num_sms": pd.array(np.where(np.isnan(room["num_sms"]), None, room["num_sms"]).tolist(), dtype="Float64").astype("Int64"),
-            "comm_group": _strs(k, "comm_group")[c],
-            "comm_seq": nint(_ints(k, "comm_seq")[c]),
+            "comm_group": str_column(k, "comm_group")[c],
+            "comm_seq": nint(int_column(k, "comm_seq")[c]),
             "host_wait_ns": nint(host_wait),
             "host_wait_call": host_wait_call,
             "residency_note": room["note"],
@@ -526,12 +528,12 @@ def _occupancy(k: pa.Table, rows: np.ndarray, dev_limits: dict, carveouts: dict)
     # one occupancy per distinct launch shape: group the rows by their shape's integers (the name by
     # its dictionary index), without a pandas row per kernel
     t = k.take(pa.array(rows))
-    name_idx = pd.factorize(_strs(t, "name"))[0].astype(np.int64)
-    run_idx = pd.factorize(_strs(t, "run_id"))[0].astype(np.int64)
+    name_idx = pd.factorize(str_column(t, "name"))[0].astype(np.int64)
+    run_idx = pd.factorize(str_column(t, "run_id"))[0].astype(np.int64)
     bx, by, bz = (pc.fill_null(t.column(c), -1 if c == "block_x" else 1).to_numpy().astype(np.int64) for c in ("block_x", "block_y", "block_z"))
     threads = np.where(bx < 0, -1, bx * by * bz)
-    key = np.stack([run_idx, _ints(t, "rank"), _ints(t, "device"), name_idx, threads, _ints(t, "regs_per_thread"),
-                    _ints(t, "shared_mem_bytes"), _ints(t, "sgprs"), _ints(t, "accum_vgprs")])  # fmt: skip
+    key = np.stack([run_idx, int_column(t, "rank"), int_column(t, "device"), name_idx, threads, int_column(t, "regs_per_thread"),
+                    int_column(t, "shared_mem_bytes"), int_column(t, "sgprs"), int_column(t, "accum_vgprs")])  # fmt: skip
     order = np.lexsort(key[::-1])
     ks = key[:, order]
     new = np.ones(n, bool)

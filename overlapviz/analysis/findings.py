@@ -134,7 +134,7 @@ def findings(dataset_path: str | os.PathLike, *, run_ids=None, device: str | Non
 def _arrivals(dataset_path, explained: pd.DataFrame, run_ids) -> pd.DataFrame:
     """:func:`overlapviz.analysis.breakdown.arrivals` of the communication kernels (``explained``'s
     comm records carry every column it needs)."""
-    comm = explained.loc[explained["kind"] == "comm", bd._ARRIVAL_COLS] if len(explained) else explained
+    comm = explained.loc[explained["kind"] == "comm", bd.ARRIVAL_COLUMNS] if len(explained) else explained
     if not len(comm):
         return bd.arrivals(comm)
     for c in ("run_id", "name", "kind", "collective", "comm_group"):

@@ -67,7 +67,7 @@ def merge(group, start, end) -> IntervalSet:
         g, s, e = group[order], start[order], end[order]
     # running maximum of ends, restarted at each group: shift each group's ends above
     # every earlier group's so one global accumulate stays within groups
-    reach = _grouped_cummax(g, e)
+    reach = grouped_cummax(g, e)
     new_group = np.empty(len(g), bool)
     new_group[0] = True
     np.not_equal(g[1:], g[:-1], out=new_group[1:])
@@ -111,8 +111,21 @@ def sort_order(group: np.ndarray, key: np.ndarray) -> np.ndarray | None:
     return np.lexsort((key, group))
 
 
-def _grouped_cummax(g: np.ndarray, e: np.ndarray) -> np.ndarray:
-    """Cumulative maximum of ``e`` restarting where ``g`` (sorted) changes."""
+def grouped_cummax(g: np.ndarray, e: np.ndarray) -> np.ndarray:
+    """Running maximum of ``e`` within each run of equal ``g``, vectorized (no loop over groups).
+
+    Parameters
+    ----------
+    g : numpy.ndarray of int64
+        Group of each row, each group's rows contiguous (sorted by group, say); not empty.
+    e : numpy.ndarray of int64
+        Values (ns), parallel to ``g``.
+
+    Returns
+    -------
+    numpy.ndarray of int64
+        Per row, the maximum of ``e`` over its group's rows up to and including it.
+    """
     lo, hi = int(e.min()), int(e.max())
     span = hi - lo + 1
     codes = np.cumsum(np.r_[False, g[1:] != g[:-1]], dtype=_I64)

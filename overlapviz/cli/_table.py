@@ -132,7 +132,7 @@ def _distinct_names(values: list, limit: int) -> list[str]:
         k = names.index(str(v))
         if k:
             tag = f" ({k + 1})"
-            out[i] = (s if limit is None else vocabulary._cut(s, limit - len(tag))) + tag
+            out[i] = (s if limit is None else vocabulary.shorten(s, limit - len(tag))) + tag
     return out
 
 

@@ -5,9 +5,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
-import sys
-import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -94,6 +91,7 @@ def ingest(sources, out, run_id, overwrite, append, skip_bad, workers, rule_text
     sizes differ, or one says its world is 1 process) are a run each, named after the
     file (docs/ingest.md).
     """
+    from overlapviz import lifetime
     from overlapviz.dataset import schema
     from overlapviz.ingest import ingest as run_ingest
     from overlapviz.ingest.files import display, printable
@@ -101,7 +99,9 @@ def ingest(sources, out, run_id, overwrite, append, skip_bad, workers, rule_text
     skipped: list[tuple[str, str]] = []
     before = _runs_of(out) if append else set()
     try:
-        with _terminate_as_interrupt(), _left_out_on_stderr():
+        # SIGTERM and SIGHUP (a job killed by its scheduler, a closed terminal) unwind like Ctrl-C, so the temporary
+        # directory is removed on the way out; the next ingest of the same output removes what a SIGKILL left
+        with lifetime.signals_interrupt(once=True), _left_out_on_stderr():
             rules = build_rules(rule_texts, comm_patterns, rules_file)
             if scheduler:
                 if workers is not None:
@@ -222,47 +222,3 @@ def _left_out_on_stderr():
         warnings.simplefilter("always", LeftOut)
         warnings.showwarning = show
         yield
-
-
-@contextlib.contextmanager
-def _terminate_as_interrupt():
-    """SIGTERM and SIGHUP (a job killed by its scheduler, a closed terminal) unwind like
-    Ctrl-C (SIGINT) while an ingest runs, so its temporary directory is removed on the way out.
-    Only SIGKILL skips that; the next ingest of the same output removes what it left.
-
-    An interrupt that lands in a finalizer is swallowed by Python, which then prints its
-    traceback ("Exception ignored in ..."): not printed here, and the ingest goes on to
-    its end (a complete dataset); a second signal ends the process at once.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    owner = os.getpid()
-    hit = []
-
-    def interrupt(signum, frame):
-        if os.getpid() != owner or hit:  # a forked reader inherited this handler, or a second signal
-            signal.signal(signum, signal.SIG_DFL)
-            os.kill(os.getpid(), signum)
-            return
-        hit.append(signum)
-        raise KeyboardInterrupt
-
-    def unraisable(info, previous=sys.unraisablehook):
-        if not (isinstance(info.exc_value, KeyboardInterrupt) and hit):
-            previous(info)
-
-    saved = {}
-    for sig in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)):
-        if sig is not None:
-            try:
-                saved[sig] = signal.signal(sig, interrupt)
-            except (ValueError, OSError):
-                pass
-    saved_hook, sys.unraisablehook = sys.unraisablehook, unraisable
-    try:
-        yield
-    finally:
-        sys.unraisablehook = saved_hook
-        for sig, handler in saved.items():
-            signal.signal(sig, handler)

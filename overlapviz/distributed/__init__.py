@@ -6,14 +6,14 @@ functions take it. What runs where:
 
 * ``ingest_on``: the client discovers the runs (as ``overlapviz ingest``); each trace file
   is one task that reads it, classifies it and writes its ranks' kernels files into the
-  dataset's temporary directory on the shared file system (``driver._ingest_file``), staged
+  dataset's temporary directory on the shared file system (``driver.ingest_file``), staged
   per attempt and renamed into place, so a retried task (its worker died) never leaves a
   torn file. The small per-rank parts come back to the client, which adds them in file
   order and commits the dataset atomically (``schema.DatasetWriter``), as the local path does.
 * ``analyze_on``: one task per batch of kernels files computes ``metrics.overlap_table``
   (every group is one run x rank, so batches never split a group); the client concatenates
   and sorts. ``explain_on``: one task per batch explains its ranks
-  (``explain._explain_rank``) and keeps the records; matching a collective across ranks
+  (``explain.explain_rank``) and keeps the records; matching a collective across ranks
   needs every rank of its group, so each batch's instance table (latest start, rank count)
   is reduced over the batches as a tree, then each batch adds the peer wait
   (``peers.attach_peer_wait``'s arithmetic); the client receives the records or, with
@@ -26,8 +26,11 @@ functions take it. What runs where:
 * ``timeline_counts_on`` / ``timeline_window_on``: per-rank raster counts summed on the
   client (zoomed out), or the kernels of a time window read from each rank's file (zoomed in).
 
-The modules: ``cluster`` (addresses, the client, tasks in order), ``ingest``,
-``partitions`` (kernels files in batches), ``analysis`` (analyze, explain), ``residency``, ``timeline``.
+The seam: a task calls the public functions the local path calls (named above: ``driver.ingest_file``,
+``add_parts`` and ``add_run``; ``explain.explain_rank``; ``breakdown.timeline_of``; ``metrics.overlap_table``;
+``residency.rank_shapes``), never a private one (tests/test_layers.py checks it). The modules: ``cluster``
+(addresses, the client, tasks in order: ``gather_in_order``), ``ingest``, ``partitions`` (kernels files in
+batches: ``plan_batches``), ``analysis`` (analyze, explain, breakdown), ``residency``, ``timeline``.
 Dask is an optional extra (``pip install 'overlapviz[dask]'``): importing this package
 needs none of it (``client_for`` names the extra when it is missing), and the local path
 never imports it. docs/dask.md is the user's page.

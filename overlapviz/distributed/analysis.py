@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 from pathlib import Path
 
@@ -11,13 +10,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from overlapviz.dataset import schema
-from overlapviz.distributed.cluster import _check_workers, _in_order, _key, _progress
-from overlapviz.distributed.partitions import (
-    _batches,
-    _kernel_files,
-    _rank_of_file,
-    _read_file,
-)
+from overlapviz.distributed.cluster import gather_in_order
+from overlapviz.distributed.partitions import kernel_files, plan_batches, rank_of_file, read_file
 from overlapviz.ingest.files import display
 
 __all__ = ["analyze_on", "breakdown_on", "explain_on"]
@@ -31,7 +25,7 @@ def _analyze_batch(root: str, per: str, where: str, rels: list[str]):
     from overlapviz.analysis import metrics
 
     columns = list(metrics.INPUT_COLUMNS) + (["step"] if per == "step" else [])
-    parts = [_read_file(root, rel, columns, ("run_id", "kind"), where) for rel in rels]
+    parts = [read_file(root, rel, columns, ("run_id", "kind"), where) for rel in rels]
     table = parts[0] if len(parts) == 1 else pa.concat_tables(parts)
     try:
         return "ok", metrics.overlap_table(table, per=per)
@@ -89,25 +83,16 @@ def analyze_on(client, dataset_path: str | os.PathLike, *, per: str = "rank", ru
     if per not in metrics.PER:
         raise ValueError(f"per={per!r}: expected one of {', '.join(metrics.PER)}")
     run_ids = metrics.check_runs(dataset_path, run_ids)
-    files = _kernel_files(dataset_path, run_ids)
+    files = kernel_files(dataset_path, run_ids)
     if not files:
         return metrics.analyze_table(dataset_path, per=per, run_ids=run_ids)  # nothing to spread
-    root = os.path.abspath(dataset_path)
-    _check_workers(client)
-    batches = _batches(root, files, client)
-    prefix = _key("ovz-analyze")
-    futures = [client.submit(_analyze_batch, root, per, str(dataset_path), b, key=f"{prefix}-{i}", retries=0)
-               for i, b in enumerate(batches)]  # fmt: skip
-    bar = _progress(len(batches), progress, "analyze")
-    tables, problems = [], []
-    try:
-        what = lambda i: display(os.path.join(str(dataset_path), batches[i][0]))
-        with contextlib.closing(_in_order(client, futures, bar, what)) as results:
-            del futures
-            for _, (status, value) in results:
-                (tables if status == "ok" else problems).append(value)
-    finally:
-        bar.close()
+    root, batches, prefix = plan_batches(client, dataset_path, files, "analyze")
+    results = gather_in_order(
+        client, lambda: [client.submit(_analyze_batch, root, per, str(dataset_path), b, key=f"{prefix}-{i}", retries=0)
+                         for i, b in enumerate(batches)],
+        progress=progress, desc="analyze", what=lambda i: display(os.path.join(str(dataset_path), batches[i][0])))  # fmt: skip
+    tables = [value for status, value in results if status == "ok"]
+    problems = [value for status, value in results if status != "ok"]
     if problems:
         _raise_problems(dataset_path, problems)
     table = pa.concat_tables(tables)
@@ -122,17 +107,17 @@ def analyze_on(client, dataset_path: str | os.PathLike, *, per: str = "rank", ru
 
 
 def _explain_batch(root: str, kinds: tuple, where: str, items: list[tuple]) -> list[tuple]:
-    """``explain._explain_rank`` of each ``(file, run_id, rank, device limits, carve-outs)``:
+    """``explain.explain_rank`` of each ``(file, run_id, rank, device limits, carve-outs)``:
     ``(run_id, rank, frame, comm mask, instance keys)`` for each rank with kernels of ``kinds``."""
     from overlapviz.analysis import explain
 
     out = []
     for rel, run_id, rank, dev_limits, carveouts in items:
-        k = _read_file(root, rel, explain._READ, explain._DICTIONARY, where)
+        k = read_file(root, rel, explain.READ, explain.DICTIONARY, where)
         if not k.num_rows:
             continue
-        _check_rank(k, rel, run_id, rank, where)
-        part = explain._explain_rank(k, _rank_syncs(root, run_id, rank), dev_limits, carveouts, kinds)
+        check_rank(k, rel, run_id, rank, where)
+        part = explain.explain_rank(k, _rank_syncs(root, run_id, rank), dev_limits, carveouts, kinds)
         if part is not None:
             out.append((run_id, rank, part, *_comm_instances(part)))
     return out
@@ -228,7 +213,7 @@ def _with_peers(parts: list[tuple], instances, summary: bool, dom_of: dict) -> l
     return out
 
 
-def _rank_items(dataset_path, files: list[str], device: str | None) -> list[tuple]:
+def rank_items(dataset_path, files: list[str], device: str | None) -> list[tuple]:
     """``(file, run_id, rank, that rank's device limits, its run's carve-out)`` of each kernels file: what a task needs
     to compute per-rank occupancy (``occupancy.limits_for`` looks only at the rank's own limits and ``--device-name``'s).
 
@@ -249,14 +234,14 @@ def _rank_items(dataset_path, files: list[str], device: str | None) -> list[tupl
     items = []
     for rel in files:
         run_id = run_of_key.get(Path(rel).parent.name)
-        rank = _rank_of_file(rel)
+        rank = rank_of_file(rel)
         if run_id is None or rank < 0:
             raise ValueError(f"{dataset_path}: kernels file {rel} belongs to no run of the runs table")
         items.append((rel, run_id, rank, by_rank.get((run_id, rank), {}) | given, {run_id: carveouts[run_id]}))
     return items
 
 
-def _check_rank(table: pa.Table, rel: str, run_id: str, rank: int, where: str) -> None:
+def check_rank(table: pa.Table, rel: str, run_id: str, rank: int, where: str) -> None:
     """A kernels file holds the run x rank its path names (its rows get that rank's limits)."""
     got = (table.column("run_id")[0].as_py(), table.column("rank")[0].as_py())
     if got != (run_id, rank):
@@ -282,42 +267,32 @@ def explain_on(client, dataset_path: str | os.PathLike, *, run_ids=None, kinds: 
 
     from overlapviz.analysis import clocks, explain, peers
 
-    items = _rank_items(dataset_path, _kernel_files(dataset_path, run_ids), device)
+    items = rank_items(dataset_path, kernel_files(dataset_path, run_ids), device)
     doms = clocks.clock_domains(dataset_path, run_ids)
     dom_of = {(r, int(k)): d for r, k, d in zip(doms["run_id"], doms["rank"], doms["clock_domain"])}
     results = []
     if items:
-        root = os.path.abspath(dataset_path)
-        _check_workers(client)
-        batches = _batches(root, [it[0] for it in items], client)
-        lookup = {it[0]: it for it in items}
-        prefix = _key("ovz-explain")
-        ranks = [client.submit(_explain_batch, root, tuple(kinds), str(dataset_path), [lookup[r] for r in b],
-                               key=f"{prefix}-{i}", retries=0) for i, b in enumerate(batches)]  # fmt: skip
-        tables = [client.submit(_instance_table, f, dom_of, key=f"{prefix}-instances-{i}") for i, f in enumerate(ranks)]
-        level = 0
-        while len(tables) > 1:  # a tree of merges: no one task (nor the client) takes every batch's table
-            level += 1
-            tables = [client.submit(_merge_instances, *tables[i : i + 8], key=f"{prefix}-merge{level}-{i}")
-                      for i in range(0, len(tables), 8)]  # fmt: skip
-        done = [client.submit(_with_peers, f, tables[0], summary, dom_of, key=f"{prefix}-peers-{i}") for i, f in enumerate(ranks)]
-        del ranks, tables
-        bar = _progress(len(batches), progress, "explain")
-        try:
-            # every batch waits on every other's instance table: a failure is the dataset's (its
-            # ValueError names the file)
-            what = lambda i: display(dataset_path)
-            with contextlib.closing(_in_order(client, done, bar, what)) as got:
-                del done
-                for _, part in got:
-                    results.extend(part)
-        finally:
-            bar.close()
+        root, batches, prefix = plan_batches(client, dataset_path, items, "explain")
+
+        def submit():
+            ranks = [client.submit(_explain_batch, root, tuple(kinds), str(dataset_path), b, key=f"{prefix}-{i}", retries=0)
+                     for i, b in enumerate(batches)]  # fmt: skip
+            tables = [client.submit(_instance_table, f, dom_of, key=f"{prefix}-instances-{i}") for i, f in enumerate(ranks)]
+            level = 0
+            while len(tables) > 1:  # a tree of merges: no one task (nor the client) takes every batch's table
+                level += 1
+                tables = [client.submit(_merge_instances, *tables[i : i + 8], key=f"{prefix}-merge{level}-{i}")
+                          for i in range(0, len(tables), 8)]  # fmt: skip
+            return [client.submit(_with_peers, f, tables[0], summary, dom_of, key=f"{prefix}-peers-{i}") for i, f in enumerate(ranks)]
+
+        # every batch waits on every other's instance table: a failure is the dataset's (its ValueError names the file)
+        for part in gather_in_order(client, submit, progress=progress, desc="explain", what=lambda i: display(dataset_path)):
+            results.extend(part)
     if summary:
         results.sort(key=lambda row: (row["run_id"], row["rank"]))
         return pd.DataFrame(results)
     if not results:
-        out = peers.attach_peer_wait(explain._empty())
+        out = peers.attach_peer_wait(explain.empty_records())
     else:
         results.sort(key=lambda p: (p[0], p[1]))  # explain's order: run, then rank
         out = pd.concat([p[2] for p in results], ignore_index=True)
@@ -333,10 +308,10 @@ def _breakdown_batch(root: str, per: str, where: str, items: list[tuple], waits:
 
     out = []
     for rel, run_id, rank in items:
-        k = _read_file(root, rel, bd.READ, bd.DICTIONARY, where)
+        k = read_file(root, rel, bd.READ, bd.DICTIONARY, where)
         if not k.num_rows:
             continue
-        _check_rank(k, rel, run_id, rank, where)
+        check_rank(k, rel, run_id, rank, where)
         tl = bd.timeline_of(run_id, rank, k, _rank_syncs(root, run_id, rank), waits.get((run_id, rank)))
         out.extend(bd.group_rows(tl, per))
     return out
@@ -352,30 +327,21 @@ def breakdown_on(client, dataset_path: str | os.PathLike, *, run_ids=None, per: 
 
     if per not in ("rank", "step"):
         raise ValueError(f"per={per!r}: expected rank or step")
-    files = _kernel_files(dataset_path, run_ids)
-    comm = schema.read_kernels(dataset_path, columns=bd._ARRIVAL_COLS, run_ids=run_ids,
+    files = kernel_files(dataset_path, run_ids)
+    comm = schema.read_kernels(dataset_path, columns=bd.ARRIVAL_COLUMNS, run_ids=run_ids,
                                filter=pc.field("kind") == "comm").to_pandas()  # fmt: skip
     waits = bd.rank_waits(dataset_path, comm, run_ids)
-    items = [(it[0], it[1], it[2]) for it in _rank_items(dataset_path, files, None)]
+    items = [(it[0], it[1], it[2]) for it in rank_items(dataset_path, files, None)]
     rows: list[dict] = []
     if items:
-        root = os.path.abspath(dataset_path)
-        _check_workers(client)
-        batches = _batches(root, [it[0] for it in items], client)
-        lookup = {it[0]: it for it in items}
-        prefix = _key("ovz-breakdown")
-        futures = []
-        for i, b in enumerate(batches):
-            mine = [lookup[r] for r in b]
-            w = {(r, k): waits[(r, k)] for _, r, k in mine if (r, k) in waits}
-            futures.append(client.submit(_breakdown_batch, root, per, str(dataset_path), mine, w, key=f"{prefix}-{i}", retries=0))
-        bar = _progress(len(batches), progress, "breakdown")
-        try:
-            what = lambda i: display(os.path.join(str(dataset_path), batches[i][0]))
-            with contextlib.closing(_in_order(client, futures, bar, what)) as got:
-                del futures
-                for _, part in got:
-                    rows.extend(part)
-        finally:
-            bar.close()
+        root, batches, prefix = plan_batches(client, dataset_path, items, "breakdown")
+
+        def submit():
+            return [client.submit(_breakdown_batch, root, per, str(dataset_path), b,
+                                  {(r, k): waits[(r, k)] for _, r, k in b if (r, k) in waits}, key=f"{prefix}-{i}", retries=0)
+                    for i, b in enumerate(batches)]  # fmt: skip
+
+        what = lambda i: display(os.path.join(str(dataset_path), batches[i][0][0]))
+        for part in gather_in_order(client, submit, progress=progress, desc="breakdown", what=what):
+            rows.extend(part)
     return bd.finish(dataset_path, rows, per, run_ids)

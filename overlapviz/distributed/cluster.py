@@ -7,7 +7,7 @@ import os
 import re
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from overlapviz import __version__
 
@@ -148,7 +148,7 @@ def _worker_facts() -> dict:
     return {"version": __version__, "cwd": os.getcwd()}
 
 
-def _check_workers(client) -> bool:
+def check_workers(client) -> bool:
     """Check the workers run this overlapviz; True when each one's working directory is this
     process's (relative paths then mean the same files there)."""
     _wait_for_workers(client, str(client.scheduler.address), WAIT_FOR_WORKERS_S)
@@ -166,7 +166,8 @@ def _check_workers(client) -> bool:
 # --- tasks in order ---------------------------------------------------------------------------
 
 
-def _progress(total: int, enabled: bool | None, desc: str):
+def task_progress(total: int, enabled: bool | None, desc: str):
+    """A progress bar of ``total`` tasks named ``desc`` (``pool.progress_bar``; None: when stderr is a terminal)."""
     from overlapviz.ingest import pool
 
     enabled = sys.stderr.isatty() if enabled is None else enabled
@@ -176,7 +177,7 @@ def _progress(total: int, enabled: bool | None, desc: str):
     return bar
 
 
-def _in_order(client, futures: list, bar, what, stops=lambda value: False) -> Iterator[tuple[int, object]]:
+def in_order(client, futures: list, bar, what, stops=lambda value: False) -> Iterator[tuple[int, object]]:
     """``(i, result)`` of each future in submission order, fed by the cluster's task progress
     (``distributed.as_completed``; each completion moves ``bar``).
 
@@ -221,6 +222,24 @@ def _in_order(client, futures: list, bar, what, stops=lambda value: False) -> It
             client.cancel(list(pending.values()))
 
 
+def gather_in_order(client, submit: Callable[[], list], *, progress: bool | None, desc: str,
+                    what: Callable[[int], str]) -> list:  # fmt: skip
+    """The results of the futures ``submit()`` returns, in their order, with a progress bar moved as they finish.
+
+    ``submit`` puts the call's tasks on the cluster and returns the futures whose results the
+    client wants; only this function holds them, so each is released as soon as its result is
+    here (``in_order``: the first failed task in order raises its one line, naming ``what(i)``).
+    """
+    futures = submit()
+    bar = task_progress(len(futures), progress, desc)
+    try:
+        with contextlib.closing(in_order(client, futures, bar, what)) as got:
+            del futures
+            return [value for _, value in got]
+    finally:
+        bar.close()
+
+
 def _task_error(status: str, exc, what: str) -> ValueError:
     """A failed task's error as the one line the local path raises (its ValueError as it is)."""
     if isinstance(exc, tuple) and len(exc) == 3:  # as_completed(with_results=True) hands (type, value, traceback)
@@ -237,5 +256,6 @@ def _task_error(status: str, exc, what: str) -> ValueError:
     return ValueError(f"{what}: failed on the Dask cluster ({_first_line(exc)})")
 
 
-def _key(prefix: str) -> str:
+def task_key(prefix: str) -> str:
+    """A Dask key no other call shares: ``prefix`` and a random suffix."""
     return f"{prefix}-{uuid.uuid4().hex[:12]}"

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from overlapviz.dataset import schema
-from overlapviz.distributed.cluster import _check_workers, _in_order, _key, _progress
+from overlapviz.distributed.cluster import check_workers, in_order, task_key, task_progress
 from overlapviz.ingest.files import display
 
 __all__ = ["ingest_on"]
@@ -44,7 +44,7 @@ def _active_in(directory: str) -> int:
 
 
 def _ingest_task(path: str, reader_name: str, rules_json: str, file_index: int, run_id: str, directory: str) -> tuple:
-    """One trace file on a worker: ``driver._ingest_file`` into a folder of its own under
+    """One trace file on a worker: ``driver.ingest_file`` into a folder of its own under
     ``STAGING``, then each kernels file renamed into ``directory`` (atomic: a second attempt
     of this file, its first worker presumed dead, can only replace a whole file by the same
     whole file). ``("ok", parts)``, or ``("error", message)`` for the file's one-line error
@@ -69,7 +69,7 @@ def _ingest_staged(path: str, reader_name: str, rules_json: str, file_index: int
         except OSError as exc:
             raise ValueError(f"cannot write the dataset while ingesting {display(path)}: {exc.strerror or exc}") from None
         try:
-            parts = driver._ingest_file(path, reader_name, rules_json, file_index, run_id, attempt)
+            parts = driver.ingest_file(path, reader_name, rules_json, file_index, run_id, attempt)
             for part in parts:
                 final = os.path.join(directory, part.kernels_file)
                 try:
@@ -136,13 +136,13 @@ def ingest_on(client, sources: Sequence[str | os.PathLike] | str | os.PathLike, 
     if isinstance(sources, (str, os.PathLike)):
         sources = [sources]
     runs = discover(sources, run_id=run_id)
-    same_cwd = _check_workers(client)
+    same_cwd = check_workers(client)
     while True:
         # files grouped by directory that turn out not to be one job's ranks are ingested again as a run per file,
         # as the local path does (driver.ingest)
         try:
             return _ingest_runs(client, sources, runs, out, rules, overwrite, progress, same_cwd, align_clocks)
-        except driver._Disagree as d:
+        except driver.NotOneJob as d:
             runs = runs[: d.index] + split_run(runs[d.index]) + runs[d.index + 1 :]
             check_unique(runs)
 
@@ -153,7 +153,7 @@ def _ingest_runs(client, sources, runs, out, rules, overwrite: bool, progress, s
     from overlapviz.ingest.discover import input_paths
     from overlapviz.domain.rules import default_rules
 
-    run_rules = {r.run_id: driver._run_rules(r, rules) for r in runs}
+    run_rules = {r.run_id: driver.rules_for_run(r, rules) for r in runs}
     shared = {rs.to_json() for rs in run_rules.values()}
     default_set = next(iter(run_rules.values())) if len(shared) == 1 else (rules or default_rules())
     tasks = [(ri, fi, path, reader) for ri, r in enumerate(runs) for fi, (path, reader) in enumerate(r.files)]
@@ -165,24 +165,24 @@ def _ingest_runs(client, sources, runs, out, rules, overwrite: bool, progress, s
             os.mkdir(os.path.join(directory, STAGING))
         except OSError as exc:
             raise ValueError(f"{display(out)}: cannot write here: {exc.strerror or exc}") from None
-        state = [driver._RunState() for _ in runs]
-        prefix = _key("ovz-ingest")
+        state = [driver.RunState() for _ in runs]
+        prefix = task_key("ovz-ingest")
         futures = [
             client.submit(_ingest_task, str(path) if same_cwd else os.path.abspath(path), reader,
                           rules_json[runs[ri].run_id], fi, runs[ri].run_id, directory, key=f"{prefix}-{n}",
                           priority=_size(path) >> 20, retries=0)  # biggest first: the shortest tail
             for n, (ri, fi, path, reader) in enumerate(tasks)
         ]  # fmt: skip
-        bar = _progress(len(tasks), progress, "ingest")
+        bar = task_progress(len(tasks), progress, "ingest")
         try:
             stops = lambda value: value[0] != "ok"
-            with contextlib.closing(_in_order(client, futures, bar, lambda i: display(tasks[i][2]), stops)) as results:
+            with contextlib.closing(in_order(client, futures, bar, lambda i: display(tasks[i][2]), stops)) as results:
                 del futures
                 for i, (status, parts) in results:
                     if status != "ok":
                         raise ValueError(parts)
                     ri, _, path, _ = tasks[i]
-                    driver._add_parts(writer, runs[ri], state[ri], path, parts, ri)
+                    driver.add_parts(writer, runs[ri], state[ri], path, parts, ri)
         except BaseException as exc:
             # before the writer removes the directory; briefly when the user interrupts
             _drain(client, directory, 5.0 if isinstance(exc, KeyboardInterrupt) else DRAIN_TIMEOUT_S)
@@ -192,7 +192,7 @@ def _ingest_runs(client, sources, runs, out, rules, overwrite: bool, progress, s
         shutil.rmtree(os.path.join(directory, STAGING), ignore_errors=True)  # what workers that died left
         done = [(r, st) for r, st in zip(runs, state) if st.ranks or not r.files]  # as driver._ingest_runs
         for r, st in done:
-            driver._add_run(writer, r, st, run_rules[r.run_id], align_clocks)
+            driver.add_run(writer, r, st, run_rules[r.run_id], align_clocks)
         meta = {"runs": [r.run_id for r, _ in done], "ingested_from": [display(s) for s in sources]}
         cycles = list(dict.fromkeys(r.cycles for r, _ in done if r.cycles))
         if cycles:  # how per-cycle files became runs (ingest's summary line says it)

@@ -11,12 +11,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from overlapviz.dataset import schema
+from overlapviz.distributed.cluster import check_workers, task_key
 
 BATCH_BYTES = 64 << 20  # analysis tasks read about this much Parquet each (or one bigger file)
 BATCH_FILES = 64  # and at most this many files
 
 
-def _kernel_files(dataset_path, run_ids) -> list[str]:
+def kernel_files(dataset_path, run_ids) -> list[str]:
     """The kernels files ``schema.read_kernels`` would read, in its order (relative paths)."""
     files = list(schema.read_metadata(dataset_path).get("kernel_files", []))
     if run_ids is not None:
@@ -25,7 +26,7 @@ def _kernel_files(dataset_path, run_ids) -> list[str]:
     return files
 
 
-def _batches(root: str, files: list[str], client=None) -> list[list[str]]:
+def file_batches(root: str, files: list[str], client=None) -> list[list[str]]:
     """Consecutive runs of ``files`` of about ``BATCH_BYTES`` (and at most ``BATCH_FILES``)
     each, and at least four per worker thread of ``client``'s cluster where there are files
     enough (a small dataset in one task would keep every worker but one idle)."""
@@ -45,7 +46,22 @@ def _batches(root: str, files: list[str], client=None) -> list[list[str]]:
     return out + ([cur] if cur else [])
 
 
-def _read_file(root: str, rel: str, columns: Sequence[str], dictionary: Sequence[str] = (), where: str = "",
+def plan_batches(client, dataset_path, items: list, name: str) -> tuple[str, list[list], str]:
+    """The work of one call on the cluster: ``(root, batches, prefix)``.
+
+    ``root`` is the dataset's absolute path (what the tasks read), ``batches`` are ``items`` in
+    the batches of ``file_batches`` (an item is a kernels file's relative path, or a tuple that
+    starts with it), ``prefix`` starts the call's task keys (``ovz-NAME-...``). The workers are
+    checked first (``cluster.check_workers``).
+    """
+    root = os.path.abspath(dataset_path)
+    check_workers(client)
+    files = [it if isinstance(it, str) else it[0] for it in items]
+    lookup = dict(zip(files, items))
+    return root, [[lookup[f] for f in b] for b in file_batches(root, files, client)], task_key(f"ovz-{name}")
+
+
+def read_file(root: str, rel: str, columns: Sequence[str], dictionary: Sequence[str] = (), where: str = "",
                filter=None) -> pa.Table:  # fmt: skip
     """One kernels file as ``schema.read_kernels`` returns its rows (same columns, types, dictionaries)."""
     wanted = list(columns)
@@ -68,6 +84,7 @@ def _read_file(root: str, rel: str, columns: Sequence[str], dictionary: Sequence
     return schema.conform(table, target, where=where or root)
 
 
-def _rank_of_file(rel: str) -> int:
+def rank_of_file(rel: str) -> int:
+    """The rank a kernels file's name states (``rank3.parquet``: 3), -1 for another name."""
     m = re.match(r"^rank(\d+)\.parquet$", Path(rel).name)
     return int(m.group(1)) if m else -1

@@ -14,16 +14,15 @@ same two middle values, the same ``(a + b) / 2``). The client receives one row p
 
 from __future__ import annotations
 
-import contextlib
 import os
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from overlapviz.distributed.analysis import _check_rank, _rank_items
-from overlapviz.distributed.cluster import _check_workers, _in_order, _key, _progress
-from overlapviz.distributed.partitions import _batches, _kernel_files, _read_file
+from overlapviz.distributed.analysis import check_rank, rank_items
+from overlapviz.distributed.cluster import gather_in_order
+from overlapviz.distributed.partitions import kernel_files, plan_batches, read_file
 from overlapviz.ingest.files import display
 
 __all__ = ["residency_on"]
@@ -43,9 +42,9 @@ def _shapes_batch(root: str, where: str, items: list[tuple]):
 
     tables, dev_limits, carveouts = [], {}, {}
     for rel, run_id, rank, limits, carveout in items:
-        t = _read_file(root, rel, residency.KERNEL_COLUMNS, (), where)
+        t = read_file(root, rel, residency.KERNEL_COLUMNS, (), where)
         if t.num_rows:
-            _check_rank(t, rel, run_id, rank, where)
+            check_rank(t, rel, run_id, rank, where)
         tables.append(t)
         dev_limits |= limits  # each rank's own keys (and --device-name's, the same in every item)
         carveouts |= carveout
@@ -148,36 +147,28 @@ def residency_on(client, dataset_path: str | os.PathLike, *, run_ids=None, devic
     """
     from overlapviz.analysis import residency
 
-    files = _kernel_files(dataset_path, run_ids)
+    files = kernel_files(dataset_path, run_ids)
     if not files:
         return residency.kernel_residency(dataset_path, run_ids=run_ids, device=device)  # nothing to spread
-    items = _rank_items(dataset_path, files, device)
+    items = rank_items(dataset_path, files, device)
     carveouts = residency.run_carveouts(dataset_path)
-    root = os.path.abspath(dataset_path)
-    _check_workers(client)
-    batches = _batches(root, files, client)
-    lookup = {it[0]: it for it in items}
-    prefix = _key("ovz-residency")
-    parts = [client.submit(_shapes_batch, root, str(dataset_path), [lookup[r] for r in b], key=f"{prefix}-{i}", retries=0)
-             for i, b in enumerate(batches)]  # fmt: skip
-    level, tree = 0, list(parts)
-    while len(tree) > 1:  # consecutive partials merged in order: no one task (nor the client) takes every rank's rows
-        level += 1
-        tree = [client.submit(_merge, *tree[i : i + 8], key=f"{prefix}-merge{level}-{i}") for i in range(0, len(tree), 8)]
-    # each batch's end (nothing of it comes here), in file order: the first bad file is the one the local path meets
-    ends = [client.submit(_nothing, p, key=f"{prefix}-done-{i}") for i, p in enumerate(parts)]
-    del parts
-    bar = _progress(len(batches), progress, "residency")
-    try:
-        what = lambda i: display(os.path.join(str(dataset_path), batches[i][0]))
-        with contextlib.closing(_in_order(client, ends, bar, what)) as done:
-            del ends
-            for _ in done:
-                pass
-        total = tree[0].result()
-    finally:
-        bar.close()
-    del tree
+    root, batches, prefix = plan_batches(client, dataset_path, items, "residency")
+    merged = []
+
+    def submit():
+        parts = [client.submit(_shapes_batch, root, str(dataset_path), b, key=f"{prefix}-{i}", retries=0)
+                 for i, b in enumerate(batches)]  # fmt: skip
+        level, tree = 0, list(parts)
+        while len(tree) > 1:  # consecutive partials merged in order: no one task (nor the client) takes every rank's rows
+            level += 1
+            tree = [client.submit(_merge, *tree[i : i + 8], key=f"{prefix}-merge{level}-{i}") for i in range(0, len(tree), 8)]
+        merged.append(tree[0])
+        # each batch's end (nothing of it comes here), in file order: the first bad file is the one the local path meets
+        return [client.submit(_nothing, p, key=f"{prefix}-done-{i}") for i, p in enumerate(parts)]
+
+    gather_in_order(client, submit, progress=progress, desc="residency",
+                    what=lambda i: display(os.path.join(str(dataset_path), batches[i][0][0])))  # fmt: skip
+    total = merged.pop().result()
     return residency.finish_shapes(_finish(total), carveouts)
 
 

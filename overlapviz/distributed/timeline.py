@@ -12,12 +12,12 @@ import pyarrow.compute as pc
 
 from overlapviz.dataset import schema
 from overlapviz.figures.raster import coverage as _coverage  # the figure's own rule, no HoloViews import
-from overlapviz.distributed.cluster import _key
+from overlapviz.distributed.cluster import task_key
 from overlapviz.distributed.partitions import (
-    _batches,
-    _kernel_files,
-    _rank_of_file,
-    _read_file,
+    file_batches,
+    kernel_files,
+    rank_of_file,
+    read_file,
 )
 
 __all__ = ["KINDS", "timeline_counts_on", "timeline_window_on"]
@@ -29,7 +29,7 @@ def _extent_batch(root: str, where: str, rels: list[str]) -> tuple[set, tuple[in
     """The ``(rank, stream)`` lanes of some kernels files, and their first start and last end."""
     lanes, span = set(), None
     for rel in rels:
-        t = _read_file(root, rel, ["rank", "stream", "start_ns", "end_ns"], (), where)
+        t = read_file(root, rel, ["rank", "stream", "start_ns", "end_ns"], (), where)
         if not t.num_rows:
             continue
         pairs = pa.table({"r": t.column("rank").cast(pa.int64()), "s": pc.fill_null(t.column("stream"), -1)})
@@ -46,7 +46,7 @@ def _counts_batch(root: str, where: str, rows: dict, n_rows: int, x0_ns: int, x1
     parts = []
     window = (pc.field("end_ns") >= x0_ns) & (pc.field("start_ns") <= x1_ns)
     for rel in rels:
-        t = _read_file(root, rel, ["rank", "stream", "kind", "start_ns", "end_ns"], ("kind",), where, filter=window)
+        t = read_file(root, rel, ["rank", "stream", "kind", "start_ns", "end_ns"], ("kind",), where, filter=window)
         if not t.num_rows:
             continue
         rank = t.column("rank").to_numpy(zero_copy_only=False).astype(np.int64)
@@ -91,18 +91,18 @@ def timeline_counts_on(client, dataset_path: str | os.PathLike, run_id: str, *, 
         ``i * n_rows // len(lanes)``.
     counts
         int64 array ``(len(KINDS), n_rows, width)``: how many kernels of each kind cover each
-        pixel column of each row (``figures_timeline._shade`` colours it).
+        pixel column of each row (``figures.timeline.shade`` colours it).
     x_range_ns
         The window rasterized.
 
     The client holds the raster and the lanes, whatever the number of kernels; each task
     sends the rows of its own ranks only.
     """
-    files = sorted(_kernel_files(dataset_path, [run_id]), key=_rank_of_file)  # rank order: a batch's rows are consecutive
+    files = sorted(kernel_files(dataset_path, [run_id]), key=rank_of_file)  # rank order: a batch's rows are consecutive
     root = os.path.abspath(dataset_path)
-    batches = _batches(root, files, client)
+    batches = file_batches(root, files, client)
     where = str(dataset_path)
-    extents = client.gather([client.submit(_extent_batch, root, where, b, key=_key("ovz-extent")) for b in batches])
+    extents = client.gather([client.submit(_extent_batch, root, where, b, key=task_key("ovz-extent")) for b in batches])
     lanes = sorted(set().union(*(lanes for lanes, _ in extents)))
     if x_range_ns is None:
         spans = [span for _, span in extents if span is not None]
@@ -112,7 +112,7 @@ def timeline_counts_on(client, dataset_path: str | os.PathLike, run_id: str, *, 
     n_rows = len(lanes) if height is None else max(1, min(int(height), len(lanes)))
     rows = {lane: i * n_rows // max(len(lanes), 1) for i, lane in enumerate(lanes)}
     [rows_f] = client.scatter([rows], broadcast=False, hash=False)  # a key per call, as in view_counts_on
-    parts = [client.submit(_counts_batch, root, where, rows_f, n_rows, x0, x1, int(width), b, key=_key("ovz-raster"))
+    parts = [client.submit(_counts_batch, root, where, rows_f, n_rows, x0, x1, int(width), b, key=task_key("ovz-raster"))
              for b in batches]  # fmt: skip
     total = np.zeros((len(KINDS), n_rows, int(width)), np.int64)
     from distributed import as_completed
@@ -125,7 +125,7 @@ def timeline_counts_on(client, dataset_path: str | os.PathLike, run_id: str, *, 
 
 def _window_batch(root: str, where: str, columns: list[str], x0_ns: int, x1_ns: int, rels: list[str]) -> pa.Table:
     window = (pc.field("end_ns") >= x0_ns) & (pc.field("start_ns") <= x1_ns)
-    parts = [_read_file(root, rel, columns, (), where, filter=window) for rel in rels]
+    parts = [read_file(root, rel, columns, (), where, filter=window) for rel in rels]
     return pa.concat_tables(parts)
 
 
@@ -137,7 +137,7 @@ def timeline_window_on(client, dataset_path: str | os.PathLike, run_id: str, x_r
     sorted by ``start_ns``, so most are skipped); rows come back in run x rank file order,
     each rank's by start. Columns: ``figures_timeline.TIMELINE_COLUMNS`` by default.
     """
-    files = _kernel_files(dataset_path, [run_id])
+    files = kernel_files(dataset_path, [run_id])
     if ranks is not None:
         wanted = {f"rank{int(r)}.parquet" for r in ranks}
         files = [f for f in files if Path(f).name in wanted]
@@ -148,9 +148,9 @@ def timeline_window_on(client, dataset_path: str | os.PathLike, run_id: str, x_r
     if not files:
         return target.empty_table()
     root = os.path.abspath(dataset_path)
-    batches = _batches(root, files, client)
+    batches = file_batches(root, files, client)
     futures = [client.submit(_window_batch, root, str(dataset_path), cols, int(x_range_ns[0]), int(x_range_ns[1]), b,
-                             key=_key("ovz-window")) for b in batches]  # fmt: skip
+                             key=task_key("ovz-window")) for b in batches]  # fmt: skip
     return pa.concat_tables(client.gather(futures))
 
 
@@ -175,7 +175,7 @@ def ns_bounds(origin_ns: int, lo_ms: float, hi_ms: float) -> tuple[int, int]:
 
 
 def _ms_of(col, origin_ns: int) -> np.ndarray:
-    return (col.to_numpy().astype(np.int64) - int(origin_ns)) / 1e6  # figures_timeline._ms, the same operations
+    return (col.to_numpy().astype(np.int64) - int(origin_ns)) / 1e6  # figures.timeline.ms_from, the same operations
 
 
 def _rank_summary_batch(root: str, where: str, kinds: tuple, rels: list[str]) -> list[dict]:
@@ -183,7 +183,7 @@ def _rank_summary_batch(root: str, where: str, kinds: tuple, rels: list[str]) ->
     step its first start and last end (the step bands), with the streams of the kernels that have a step."""
     out = []
     for rel in rels:
-        t = _read_file(root, rel, ["rank", "stream", "kind", "start_ns", "end_ns", "step"], ("kind",), where)
+        t = read_file(root, rel, ["rank", "stream", "kind", "start_ns", "end_ns", "step"], ("kind",), where)
         if not t.num_rows:
             continue
         ranks = pc.unique(t.column("rank")).to_pylist()
@@ -240,7 +240,7 @@ def _view_counts_batch(root: str, where: str, lanes: dict, kinds: tuple, origin_
     cut = (pc.field("end_ns") >= bounds_ns[0]) & (pc.field("start_ns") <= bounds_ns[1])
     parts, n = [], 0
     for rel in rels:
-        t = _read_file(root, rel, ["rank", "stream", "kind", "start_ns", "end_ns"], ("kind",), where, filter=cut)
+        t = read_file(root, rel, ["rank", "stream", "kind", "start_ns", "end_ns"], ("kind",), where, filter=cut)
         s, e = _ms_of(t.column("start_ns"), origin_ns), _ms_of(t.column("end_ns"), origin_ns)
         keep = (e >= mask_ms[0]) & (s <= mask_ms[1])
         n += int(np.count_nonzero(keep))
@@ -275,7 +275,7 @@ def view_counts_on(client, dataset_path, run_id: str, ranks: Sequence[int] | Non
     [lanes_f] = client.scatter([lanes], broadcast=False, hash=False)
     futures = [client.submit(_view_counts_batch, root, str(dataset_path), lanes_f, tuple(kinds), int(origin_ns),
                              tuple(map(float, mask_ms)), None if cover_ms is None else tuple(map(float, cover_ms)),
-                             None if width is None else int(width), bounds, b, key=_key("ovz-view")) for b in _batches(root, files, client)]  # fmt: skip
+                             None if width is None else int(width), bounds, b, key=task_key("ovz-view")) for b in file_batches(root, files, client)]  # fmt: skip
     n = 0
     from distributed import as_completed
 
@@ -289,10 +289,10 @@ def view_counts_on(client, dataset_path, run_id: str, ranks: Sequence[int] | Non
 
 
 def _files_of(dataset_path, run_id: str, ranks: Sequence[int] | None) -> list[str]:
-    files = sorted(_kernel_files(dataset_path, [run_id]), key=_rank_of_file)
+    files = sorted(kernel_files(dataset_path, [run_id]), key=rank_of_file)
     if ranks is not None:
         wanted = {int(r) for r in ranks}
-        files = [f for f in files if _rank_of_file(f) in wanted]
+        files = [f for f in files if rank_of_file(f) in wanted]
     return files
 
 
@@ -302,8 +302,8 @@ def rank_summaries_on(client, dataset_path, run_id: str, kinds: tuple) -> list[d
     if not files:
         return []
     root = os.path.abspath(dataset_path)
-    futures = [client.submit(_rank_summary_batch, root, str(dataset_path), tuple(kinds), b, key=_key("ovz-summary"))
-               for b in _batches(root, files, client)]  # fmt: skip
+    futures = [client.submit(_rank_summary_batch, root, str(dataset_path), tuple(kinds), b, key=task_key("ovz-summary"))
+               for b in file_batches(root, files, client)]  # fmt: skip
     return [row for part in client.gather(futures) for row in part]
 
 
@@ -319,7 +319,7 @@ def glyph_rows_on(client, dataset_path, run_id: str, ranks: Sequence[int] | None
 
 
 def _rows_batch(root: str, where: str, columns: list[str], dictionary: tuple, cut, rels: list[str]) -> pa.Table | None:
-    parts = [_read_file(root, rel, columns, dictionary, where, filter=cut) for rel in rels]
+    parts = [read_file(root, rel, columns, dictionary, where, filter=cut) for rel in rels]
     return pa.concat_tables(parts) if parts else None
 
 
@@ -329,13 +329,13 @@ def rows_on(client, dataset_path, run_id: str, ranks: Sequence[int] | None, colu
     the workers, in ``schema.read_kernels``' row order (a zoomed-in window's glyphs, the SM budget's resident kernels)."""
     target = pa.schema([pa.field(c, pa.dictionary(pa.int32(), schema.KERNELS.field(c).type)) if c in dictionary
                         else schema.KERNELS.field(c) for c in columns])  # fmt: skip
-    order = {f: i for i, f in enumerate(_kernel_files(dataset_path, [run_id]))}
+    order = {f: i for i, f in enumerate(kernel_files(dataset_path, [run_id]))}
     files = sorted(_files_of(dataset_path, run_id, ranks), key=order.__getitem__)
     if not files:
         return target.empty_table()
     root = os.path.abspath(dataset_path)
     futures = [client.submit(_rows_batch, root, str(dataset_path), list(columns), tuple(dictionary), cut, b,
-                             key=_key("ovz-rows")) for b in _batches(root, files, client)]  # fmt: skip
+                             key=task_key("ovz-rows")) for b in file_batches(root, files, client)]  # fmt: skip
     return pa.concat_tables([t for t in client.gather(futures) if t is not None] or [target.empty_table()])
 
 
@@ -350,10 +350,10 @@ def _blockers_batch(root: str, where: str, records: dict, spread, rels: list[str
     cols = ["run_id", "rank", "device", "stream", "correlation", "name", "kind", "start_ns", "end_ns"]
     out = []
     for rel in rels:
-        rec = records.get(_rank_of_file(rel))
+        rec = records.get(rank_of_file(rel))
         if rec is None or not len(rec):
             continue
-        k = _read_file(root, rel, cols, ("run_id", "name", "kind"), where).to_pandas(
+        k = read_file(root, rel, cols, ("run_id", "name", "kind"), where).to_pandas(
             types_mapper={pa.int32(): pd.Int32Dtype(), pa.int64(): pd.Int64Dtype(), pa.bool_(): pd.BooleanDtype()}.get)
         both = pd.concat([rec, spread], ignore_index=False) if len(spread) else rec
         out.append(budget.blocker_positions(both, k).loc[rec.index])
@@ -382,10 +382,10 @@ def blocker_positions_on(client, dataset_path, run_id: str, records):
     files = _files_of(dataset_path, run_id, sorted(set(int(r) for r in want["rank"])))
     root = os.path.abspath(dataset_path)
     futures = []
-    for b in _batches(root, files, client):
-        mine = {_rank_of_file(f) for f in b}
+    for b in file_batches(root, files, client):
+        mine = {rank_of_file(f) for f in b}
         recs = {r: g for r, g in want.groupby(want["rank"].astype(int)) if r in mine}
-        futures.append(client.submit(_blockers_batch, root, str(dataset_path), recs, spread, b, key=_key("ovz-blockers")))
+        futures.append(client.submit(_blockers_batch, root, str(dataset_path), recs, spread, b, key=task_key("ovz-blockers")))
     parts = [p for p in client.gather(futures) if p is not None]
     got = pd.concat(parts) if parts else empty
     return got.reindex(records.index).astype("Int64")

@@ -190,10 +190,11 @@ def short_name(name: str, limit: int | None = 40, *, templates: bool = False) ->
         group, _, rest = rest.partition(":")
         body, _, seq = rest.rpartition("#")
         whole = f"{head}:{group}:{function_name(body, templates=templates)}"
-        return f"{whole}#{seq}" if limit is None else _cut(whole, limit - len(seq) - 1) + f"#{seq}"
+        return f"{whole}#{seq}" if limit is None else shorten(whole, limit - len(seq) - 1) + f"#{seq}"
     short = function_name(name, templates=templates)
-    return short if limit is None else _cut(short, limit)
+    return short if limit is None else shorten(short, limit)
 
 
-def _cut(s: str, limit: int) -> str:
+def shorten(s: str, limit: int) -> str:
+    """``s`` cut to ``limit`` characters, the last one an ellipsis where it was cut."""
     return s if len(s) <= limit else s[: max(1, limit - 1)] + "…"

@@ -562,12 +562,12 @@ def build_figure(
         except ValueError:
             m = src.metrics()
             deltas = metric_deltas(m.loc[m["run_id"].isin([a, b])], a, b)
-        labels = (figures._title(f"A: {a}", src.is_stand_in(a)), figures._title(f"B: {b}", src.is_stand_in(b)))
+        labels = (figures.plot_title(f"A: {a}", src.is_stand_in(a)), figures.plot_title(f"B: {b}", src.is_stand_in(b)))
         return figures_timeline.compare(src.timeline(a, list(ranks or []), **tl), src.timeline(b, list(ranks or []), **tl), deltas, labels=labels, x_range=window_ms,
                                         width=width)  # fmt: skip
     (run_id,) = _pick_runs(src, dataset, runs, 1)
     if figure == "timeline":
-        title = figures._title(f"Timeline of {run_id}", src.is_stand_in(run_id))
+        title = figures.plot_title(f"Timeline of {run_id}", src.is_stand_in(run_id))
         return figures_timeline.timeline(src.timeline(run_id, list(ranks or []), **tl), x_range=window_ms, steps=src.steps(run_id), width=width,
                                          title=title)  # fmt: skip
     if figure == "residency":

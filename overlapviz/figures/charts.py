@@ -50,7 +50,7 @@ def legend_points(items: dict) -> hv.Points:
         color="entry", cmap=items, marker="square", size=10, show_legend=True, default_tools=[])
 
 
-def _plain(frame: pd.DataFrame) -> pd.DataFrame:
+def plain_frame(frame: pd.DataFrame) -> pd.DataFrame:
     """NumPy-backed columns for HoloViews, which reshapes and flattens them (pandas extension arrays refuse).
 
     Strings become object; nullable numbers become float64 with NaN (int64 when no value is missing).
@@ -92,7 +92,7 @@ def hv_title(text: str) -> str:
     return str(text).replace("{", "{{").replace("}", "}}")
 
 
-def _title(base: str, stand_in: bool) -> str:
+def plot_title(base: str, stand_in: bool) -> str:
     """A plot title, the stand-in marked on a second line (one line would be clipped)."""
     return f"{base}\n({STAND_IN_NOTE})" if stand_in else base
 
@@ -348,7 +348,7 @@ def heatmap(table: pd.DataFrame, *, value: str = "time_ratio", width: int = 1100
     rows = list(dict.fromkeys(grid["label"]))
     cols = list(dict.fromkeys(grid.sort_values("pad_sort", kind="stable")["shaping"]))
     stand_in = bool(grid.get("stand_in", pd.Series(False, index=grid.index)).fillna(False).astype(bool).any())
-    sub = _plain(grid[["shaping", "label", value, "run_id", "text", "text_color"]])
+    sub = plain_frame(grid[["shaping", "label", value, "run_id", "text", "text_color"]])
     xdim = hv.Dimension("shaping", label="Occupancy shaping (smem pad per GEMM block)", values=cols)
     ydim = hv.Dimension("label", label="configuration", values=rows[::-1])
     workloads = grid["workload"].dropna().unique() if "workload" in grid else []
@@ -364,7 +364,7 @@ def heatmap(table: pd.DataFrame, *, value: str = "time_ratio", width: int = 1100
                 hover_tooltips=[("run", "@{run_id}"), ("configuration", "@{label}"), ("shaping", "@{shaping}"),
                                 (VALUE_SHORT[value], "@{text}")])  # fmt: skip
         * labels.opts(text_font_size="10pt", text_color="text_color")
-    ).opts(title=hv_title(_title(what, stand_in)), width=width, height=max(220, row_height * len(rows) + 140),
+    ).opts(title=hv_title(plot_title(what, stand_in)), width=width, height=max(220, row_height * len(rows) + 140),
            fontsize={"title": TITLE_FONT}, toolbar="right", ylabel="")  # fmt: skip
 
 
@@ -402,7 +402,7 @@ def speedup_bars(table: pd.DataFrame, *, width: int = 900, height: int | None = 
         color="#0072B2", size=9, tools=["hover"], default_tools=["save"],
         hover_tooltips=[("run", "@{run_id}"), ("speedup", "@{speedup}{0.000}×"), ("95% CI", "@{low}{0.000} – @{high}{0.000}")])  # fmt: skip
     ref = hv.VLine(1.0).opts(color="black", line_dash="dashed", line_width=1)
-    return (ci * points * ref).opts(title=_title("Speedup over baseline overlap (median iteration, 95% CI)", stand_in),
+    return (ci * points * ref).opts(title=plot_title("Speedup over baseline overlap (median iteration, 95% CI)", stand_in),
                                     width=width, height=height, show_grid=True, fontsize={"title": TITLE_FONT})  # fmt: skip
 
 
@@ -440,7 +440,7 @@ def ranks(metrics: pd.DataFrame, *, width: int = 560, height: int = 320, toleran
         ],
         ignore_index=True,
     )
-    comm = hv.Bars(_plain(stacked), kdims=[hv.Dimension("rank", label="Rank"), hv.Dimension("part", label="Communication")],
+    comm = hv.Bars(plain_frame(stacked), kdims=[hv.Dimension("rank", label="Rank"), hv.Dimension("part", label="Communication")],
                    vdims=[hv.Dimension("t", label=f"Communication time ({unit})")]).opts(
         stacked=True, cmap={"overlapped": "#009E73", "exposed": "#D55E00"}, tools=["hover"], width=width, default_tools=["save"],
         height=height, title="Communication per rank: overlapped vs exposed", legend_position="right", fontsize={"title": TITLE_FONT},
@@ -450,7 +450,7 @@ def ranks(metrics: pd.DataFrame, *, width: int = 560, height: int = 320, toleran
         {"rank": rank, "span_ms": pd.to_numeric(metrics["span_us"]) / 1e3,
          "status": np.where(strag, f"span > median + {tolerance:.0%}", "normal")}
     )  # fmt: skip
-    span = hv.Bars(_plain(spans), kdims=[hv.Dimension("rank", label="Rank")],
+    span = hv.Bars(plain_frame(spans), kdims=[hv.Dimension("rank", label="Rank")],
                    vdims=[hv.Dimension("span_ms", label="GPU span (ms)"), "status"]).opts(
         color=hv.dim("status").categorize({"normal": "#0072B2"}, default="#CC79A7"), tools=["hover"], default_tools=["save"],
         width=width, height=height, title=f"GPU span per rank (pink: > median + {tolerance:.0%})", fontsize={"title": TITLE_FONT},
@@ -494,7 +494,7 @@ def residency(table: pd.DataFrame, *, width: int = 1000, top: int = RESIDENCY_TO
     more = f"top {len(shapes)} of {n_all} by time, all in the table; " if n_all > len(shapes) else ""
     # the limiter as a second key of one-segment stacks: HoloViews then draws its legend (a colour by dim has none)
     limiters = list(dict.fromkeys(shapes["limiter"]))
-    return hv.Bars(_plain(shapes[::-1]), kdims=[hv.Dimension("kernel", label="Kernel launch shape"), hv.Dimension("limiter", label="limited by")],
+    return hv.Bars(plain_frame(shapes[::-1]), kdims=[hv.Dimension("kernel", label="Kernel launch shape"), hv.Dimension("limiter", label="limited by")],
                    vdims=[hv.Dimension("blocks_per_sm", label="Resident blocks per SM"), "name", "time"]).opts(
         stacked=True, cmap={lim: palette.get(lim, "#999999") for lim in limiters}, invert_axes=True, tools=["hover"],
         default_tools=["save"], width=width, height=max(200, 24 * len(shapes) + 110), show_legend=True,

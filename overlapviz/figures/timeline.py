@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from overlapviz.figures import charts as figures
-from overlapviz.figures.charts import CAUSE_COLORS, CAUSE_LABELS, KIND_COLORS, _plain, fmt_bytes, int_text
+from overlapviz.figures.charts import CAUSE_COLORS, CAUSE_LABELS, KIND_COLORS, plain_frame, fmt_bytes, int_text
 from overlapviz.figures.raster import coverage as _coverage  # the raster rule the Dask workers share
 
 MAX_GLYPHS = 20_000  # above this many kernels in view the timeline is rasterized
@@ -27,19 +27,20 @@ WHY_COLUMNS = [
     "cause", "blocking_resource", "blocker", "comm_blocks_fit_per_sm", "free_sms", "num_sms", "producer",
     "dependency_ready_ns", "producer_stream", "peer_wait_us", "residency_note",
 ]  # fmt: skip
-_KINDS = list(KIND_COLORS)
-_PARTS = ["stream_order", "dependency", "sm_resources", "launch_latency", "unknown"]
+KINDS = list(KIND_COLORS)  # the kernel kinds, in the raster's order
+PARTS = ["stream_order", "dependency", "sm_resources", "launch_latency", "unknown"]  # the wait tracks' parts, in order
 _TOOLS = ["xwheel_zoom", "xpan", "xbox_zoom", "reset"]  # time only: lanes never zoom away
 
 
-def _i64(s: pd.Series) -> np.ndarray:
+def int64_filled(s: pd.Series) -> np.ndarray:
     """A nullable integer column as int64 with -1 for null."""
     if pd.api.types.is_integer_dtype(s.dtype):
         return s.to_numpy(dtype=np.int64, na_value=-1)
     return pd.to_numeric(s, errors="coerce").astype("Float64").fillna(-1).to_numpy(np.float64).astype(np.int64)
 
 
-def _ms(ns: np.ndarray, origin: int) -> np.ndarray:
+def ms_from(ns: np.ndarray, origin: int) -> np.ndarray:
+    """Times in ns as ms after ``origin`` (ns): the int64 difference first, then the division."""
     return (np.asarray(ns, np.int64) - origin) / 1e6
 
 
@@ -67,7 +68,7 @@ class TimelineData:
     def __init__(self, kernels: pd.DataFrame, *, residency=None, why=None, waits=None, origin_ns: int | None = None):
         # rows keep their order (a dataset stores each rank's kernels sorted by start): nothing here needs a global sort
         frame = kernels.reset_index(drop=True)
-        rank, stream = _i64(frame["rank"]), _i64(frame["stream"])
+        rank, stream = int64_filled(frame["rank"]), int64_filled(frame["stream"])
         scode, suniq = pd.factorize(stream)
         width = max(len(suniq), 1)
         lane_code, lane_key = pd.factorize(rank * width + scode)
@@ -82,8 +83,8 @@ class TimelineData:
         start_ns = frame["start_ns"].to_numpy(np.int64)
         self.origin_ns = (int(start_ns.min()) if len(frame) else 0) if origin_ns is None else int(origin_ns)
         self.frame = frame
-        self.start_ms = _ms(start_ns, self.origin_ns)
-        self.end_ms = _ms(frame["end_ns"].to_numpy(np.int64), self.origin_ns)
+        self.start_ms = ms_from(start_ns, self.origin_ns)
+        self.end_ms = ms_from(frame["end_ns"].to_numpy(np.int64), self.origin_ns)
         self.kind_code = _kind_codes(frame["kind"])
         self.residency = residency
         self._bands = None
@@ -91,9 +92,9 @@ class TimelineData:
         self.why_source, self.waits_source = why, waits  # as given (a rank selection is cut from them)
         self.why = self._join_why(why)
         self.waits = self._waits(waits)
-        self.kinds_present = np.bincount(self.kind_code, minlength=len(_KINDS)) > 0
-        self.parts_present = (np.bincount(self.waits["part"], minlength=len(_PARTS)) > 0) if self.waits is not None else \
-            np.zeros(len(_PARTS), bool)  # fmt: skip
+        self.kinds_present = np.bincount(self.kind_code, minlength=len(KINDS)) > 0
+        self.parts_present = (np.bincount(self.waits["part"], minlength=len(PARTS)) > 0) if self.waits is not None else \
+            np.zeros(len(PARTS), bool)  # fmt: skip
 
     def with_why(self, *, residency=None, why=None, waits=None) -> "TimelineData":
         """This run's kernels with the why added (lanes and times shared, not computed again)."""
@@ -103,15 +104,15 @@ class TimelineData:
         out.why_source, out.waits_source = why, waits
         out.why = out._join_why(why)
         out.waits = out._waits(waits)
-        out.parts_present = (np.bincount(out.waits["part"], minlength=len(_PARTS)) > 0) if out.waits is not None else \
-            np.zeros(len(_PARTS), bool)  # fmt: skip
+        out.parts_present = (np.bincount(out.waits["part"], minlength=len(PARTS)) > 0) if out.waits is not None else \
+            np.zeros(len(PARTS), bool)  # fmt: skip
         return out
 
     # --- the why ---------------------------------------------------------------------
 
     def _lanes_of(self, rank, stream) -> np.ndarray:
         """The lane of each (rank, stream) pair, -1 where the run has no such lane."""
-        r, s = _i64(pd.Series(rank)), _i64(pd.Series(stream))
+        r, s = int64_filled(pd.Series(rank)), int64_filled(pd.Series(stream))
         index = pd.MultiIndex.from_arrays([self.lanes["rank"].to_numpy(np.int64), self.lanes["stream"].to_numpy(np.int64)])
         return index.get_indexer(pd.MultiIndex.from_arrays([r, s])).astype(np.int64)
 
@@ -119,11 +120,11 @@ class TimelineData:
         """The why records aligned to the comm kernel rows of ``frame`` (``row``: its position)."""
         if why is None or not len(why) or not len(self.frame):
             return None
-        comm = np.flatnonzero(self.kind_code == _KINDS.index("comm"))
-        key = pd.DataFrame({"row": comm, "rank": _i64(self.frame["rank"].iloc[comm]), "stream": _i64(self.frame["stream"].iloc[comm]),
+        comm = np.flatnonzero(self.kind_code == KINDS.index("comm"))
+        key = pd.DataFrame({"row": comm, "rank": int64_filled(self.frame["rank"].iloc[comm]), "stream": int64_filled(self.frame["stream"].iloc[comm]),
                             "start_ns": self.frame["start_ns"].to_numpy(np.int64)[comm]})  # fmt: skip
         cols = [c for c in WHY_COLUMNS + ["blocker_stream", "blocker_end_ns"] if c in why]
-        w = why[cols].assign(rank=_i64(why["rank"]), stream=_i64(why["stream"]), start_ns=why["start_ns"].to_numpy(np.int64))
+        w = why[cols].assign(rank=int64_filled(why["rank"]), stream=int64_filled(why["stream"]), start_ns=why["start_ns"].to_numpy(np.int64))
         w = w.drop_duplicates(["rank", "stream", "start_ns"])
         out = key.merge(w, on=["rank", "stream", "start_ns"], how="inner", sort=False).sort_values("row", kind="stable")
         return out.reset_index(drop=True)
@@ -134,11 +135,11 @@ class TimelineData:
         lane = self._lanes_of(waits["rank"], waits["stream"])
         keep = lane >= 0
         w = waits.loc[keep]
-        s = _ms(w["start_ns"].to_numpy(np.int64), self.origin_ns)
+        s = ms_from(w["start_ns"].to_numpy(np.int64), self.origin_ns)
         order = np.argsort(s, kind="stable")
-        part = pd.Categorical(w["part"].astype(str), categories=_PARTS).codes[order]
-        return {"start_ms": s[order], "end_ms": _ms(w["end_ns"].to_numpy(np.int64), self.origin_ns)[order], "lane": lane[keep][order],
-                "part": np.where(part < 0, _PARTS.index("unknown"), part).astype(np.int8), "us": w["us"].to_numpy(np.float64)[order]}  # fmt: skip
+        part = pd.Categorical(w["part"].astype(str), categories=PARTS).codes[order]
+        return {"start_ms": s[order], "end_ms": ms_from(w["end_ns"].to_numpy(np.int64), self.origin_ns)[order], "lane": lane[keep][order],
+                "part": np.where(part < 0, PARTS.index("unknown"), part).astype(np.int8), "us": w["us"].to_numpy(np.float64)[order]}  # fmt: skip
 
     # --- extents and selections ------------------------------------------------------
 
@@ -183,7 +184,7 @@ class TimelineData:
         dur = (sub["end_ns"].to_numpy(np.int64) - sub["start_ns"].to_numpy(np.int64)) / 1e3
         out = pd.DataFrame({
             "start_ms": s, "lane_lo": lane + KERNEL_Y[0], "end_ms": np.maximum(e, s + 1e-9), "lane_hi": lane + KERNEL_Y[1],
-            "kind": np.asarray(_KINDS, dtype=object)[self.kind_code[mask]],
+            "kind": np.asarray(KINDS, dtype=object)[self.kind_code[mask]],
             # the function with its template arguments, no return type or parameter list (a DeepEP or CUTLASS signature
             # ran the tooltip off the window); the whole name is in the Perfetto trace and `overlapviz explain`
             "name": figures.short_names(sub["name"].astype(str), HOVER_NAME_CHARS) if "name" in sub else "",
@@ -199,7 +200,7 @@ class TimelineData:
 
     def comm_frame(self, mask: np.ndarray) -> pd.DataFrame:
         """``hover_frame`` of the comm kernels in ``mask`` with their why (launch, delay, cause, blocker, fit)."""
-        comm = mask & (self.kind_code == _KINDS.index("comm"))
+        comm = mask & (self.kind_code == KINDS.index("comm"))
         out = self.hover_frame(comm)
         rows = np.flatnonzero(comm)
         n = len(rows)
@@ -212,9 +213,9 @@ class TimelineData:
             hit = (w["row"].to_numpy(np.int64)[pos] == rows) if len(w) else np.zeros(n, bool)
             h = w.iloc[pos[hit]]
             idx = np.flatnonzero(hit)
-            launch = _i64(h["launch_ns"])
+            launch = int64_filled(h["launch_ns"])
             cols["launch"][idx] = np.where(launch >= 0, pd.Series((launch - self.origin_ns) / 1e6).map("{:,.3f} ms".format), "unknown")
-            sml = _i64(h["start_minus_launch_ns"])
+            sml = int64_filled(h["start_minus_launch_ns"])
             cols["late"][idx] = np.where(launch >= 0, pd.Series(sml / 1e3).map("{:,.1f} µs".format), "—")
             delay = pd.to_numeric(h["start_delay_us"], errors="coerce").astype("float64")
             cols["ready"][idx] = (delay.map("{:,.1f} µs after ".format) + h["ready_from"].astype(str).map(_READY).fillna("")).where(delay.notna(), "—").to_numpy(object)
@@ -241,7 +242,7 @@ class TimelineData:
             return pd.DataFrame({c: [] for c in cols})
         w = self.waits
         m = np.ones(len(w["start_ms"]), bool) if x_range is None else (w["end_ms"] >= x_range[0]) & (w["start_ms"] <= x_range[1])
-        part = np.asarray(_PARTS, dtype=object)[w["part"][m]]
+        part = np.asarray(PARTS, dtype=object)[w["part"][m]]
         return pd.DataFrame({
             "start_ms": w["start_ms"][m], "lane_lo": w["lane"][m] + WAIT_Y[0], "end_ms": np.maximum(w["end_ms"][m], w["start_ms"][m] + 1e-9),
             "lane_hi": w["lane"][m] + WAIT_Y[1], "part": part, "label": [CAUSE_LABELS.get(p, p) for p in part],
@@ -260,18 +261,18 @@ class TimelineData:
         parts = []
         lane_c = self.lane[w["row"].to_numpy(np.int64)]
         if "producer_stream" in w and "dependency_ready_ns" in w:
-            dep = _i64(w["dependency_ready_ns"])
+            dep = int64_filled(w["dependency_ready_ns"])
             src = self._lanes_of(w["rank"], w["producer_stream"])
             ok = (dep >= 0) & (src >= 0) & (w["cause"].astype(str).to_numpy() == "dependency")
-            t = _ms(dep[ok], self.origin_ns)
+            t = ms_from(dep[ok], self.origin_ns)
             parts.append(pd.DataFrame({"x0": t, "y0": src[ok] + KERNEL_Y[1], "x1": t, "y1": lane_c[ok] + WAIT_Y[0], "what": "producer"}))
         if "blocker_stream" in w and "blocker_end_ns" in w:
-            end = _i64(w["blocker_end_ns"])
+            end = int64_filled(w["blocker_end_ns"])
             src = self._lanes_of(w["rank"], w["blocker_stream"])
             ok = (end >= 0) & (src >= 0)
             start_c = self.start_ms[w["row"].to_numpy(np.int64)[ok]]
             # from when room opened: the blocker's end, or the comm kernel's start while its last wave drained
-            parts.append(pd.DataFrame({"x0": np.minimum(_ms(end[ok], self.origin_ns), start_c), "y0": src[ok] + KERNEL_Y[1],
+            parts.append(pd.DataFrame({"x0": np.minimum(ms_from(end[ok], self.origin_ns), start_c), "y0": src[ok] + KERNEL_Y[1],
                                        "x1": start_c, "y1": lane_c[ok] + KERNEL_Y[0], "what": "blocker"}))  # fmt: skip
         out = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame({c: [] for c in cols})
         return out.iloc[:limit]
@@ -282,7 +283,7 @@ class TimelineData:
         if waits not in self._glyphs:
             mask = self.visible(None)
             none = (0.0, -1.0)
-            self._glyphs[waits] = (self.hover_frame(mask & (self.kind_code != _KINDS.index("comm"))), self.comm_frame(mask),
+            self._glyphs[waits] = (self.hover_frame(mask & (self.kind_code != KINDS.index("comm"))), self.comm_frame(mask),
                                    self.wait_frame(None) if waits else self.wait_frame(none),
                                    self.arrow_frame(None) if waits else self.arrow_frame(none))  # fmt: skip
         return self._glyphs[waits]
@@ -297,17 +298,17 @@ class TimelineData:
         height = max(self.n_lanes, 1)
         width = int(width)
         mask = self.visible(x_range)
-        kern = _coverage(self.start_ms[mask], self.end_ms[mask], self.lane[mask], self.kind_code[mask], len(_KINDS), height, width, x0, x1)
-        colors_k = _rgb([KIND_COLORS[k] for k in _KINDS])
+        kern = _coverage(self.start_ms[mask], self.end_ms[mask], self.lane[mask], self.kind_code[mask], len(KINDS), height, width, x0, x1)
+        colors_k = rgb([KIND_COLORS[k] for k in KINDS])
         img = np.zeros((height * ROWS_PER_LANE, width, 4), np.uint8)  # row 0 = lowest y
-        k_rgba = _shade(kern, colors_k)
+        k_rgba = shade(kern, colors_k)
         for r in range(1, 7):
             img[r::ROWS_PER_LANE] = k_rgba
         if self.waits is not None:
             w = self.waits
             m = (w["end_ms"] >= x0) & (w["start_ms"] <= x1)
-            waits = _coverage(w["start_ms"][m], w["end_ms"][m], w["lane"][m], w["part"][m], len(_PARTS), height, width, x0, x1)
-            w_rgba = _shade(waits, _rgb([CAUSE_COLORS[p] for p in _PARTS]))
+            waits = _coverage(w["start_ms"][m], w["end_ms"][m], w["lane"][m], w["part"][m], len(PARTS), height, width, x0, x1)
+            w_rgba = shade(waits, rgb([CAUSE_COLORS[p] for p in PARTS]))
             for r in (7, 8):
                 img[r::ROWS_PER_LANE] = w_rgba
         return hv.RGB(img[::-1], bounds=(x0, -0.5, x1, height - 0.5), kdims=["time_ms", "lane"], vdims=list("RGBA"))
@@ -325,13 +326,13 @@ _RES = {"registers": "registers", "shared_memory": "shared memory", "shared_memo
 
 
 def _kind_codes(kind: pd.Series) -> np.ndarray:
-    """Each row's index in ``_KINDS`` (unknown kinds are ``other``), through the categories when the column has them."""
-    other = _KINDS.index("other")
+    """Each row's index in ``KINDS`` (unknown kinds are ``other``), through the categories when the column has them."""
+    other = KINDS.index("other")
     if isinstance(kind.dtype, pd.CategoricalDtype):
-        table = np.array([_KINDS.index(c) if c in _KINDS else other for c in kind.cat.categories.astype(str)] + [other], np.int8)
+        table = np.array([KINDS.index(c) if c in KINDS else other for c in kind.cat.categories.astype(str)] + [other], np.int8)
         codes = kind.cat.codes.to_numpy()
         return table[np.where(codes < 0, len(table) - 1, codes)]
-    cat = pd.Categorical(kind.astype(str), categories=_KINDS)
+    cat = pd.Categorical(kind.astype(str), categories=KINDS)
     return np.where(cat.codes < 0, other, cat.codes).astype(np.int8)
 
 
@@ -377,11 +378,12 @@ def _residency_text(sub: pd.DataFrame, residency: pd.DataFrame | str | None) -> 
     ], dtype=object)  # fmt: skip
 
 
-def _rgb(hexes: list[str]) -> np.ndarray:
+def rgb(hexes: list[str]) -> np.ndarray:
+    """``#RRGGBB`` colours as rows of (red, green, blue), 0-255."""
     return np.array([[int(h[i : i + 2], 16) for i in (1, 3, 5)] for h in hexes], np.float64)
 
 
-def _shade(counts: np.ndarray, colors: np.ndarray) -> np.ndarray:
+def shade(counts: np.ndarray, colors: np.ndarray) -> np.ndarray:
     """RGBA per (lane, column): the categories' colours mixed by count, opacity by log count (as datashader's ``how='log'``)."""
     total = counts.sum(axis=0)
     mix = np.einsum("cly,ck->lyk", counts, colors) / np.maximum(total, 1)[..., None]
@@ -404,7 +406,7 @@ def _band_table(data: TimelineData) -> pd.DataFrame:
     numeric = pd.api.types.is_numeric_dtype(raw.dtype) and not pd.api.types.is_bool_dtype(raw.dtype)
     step = (raw if numeric else pd.to_numeric(raw, errors="coerce")).to_numpy(np.float64, na_value=np.nan)
     ok = ~np.isnan(step)
-    rank, stp = _i64(frame["rank"])[ok], step[ok].astype(np.int64)
+    rank, stp = int64_filled(frame["rank"])[ok], step[ok].astype(np.int64)
     start, end, lane = data.start_ms[ok], data.end_ms[ok], data.lane[ok]
     r0, s0 = int(rank.min()), int(stp.min())
     span = int(stp.max()) - s0 + 1
@@ -433,7 +435,7 @@ def step_bands(data: TimelineData, steps: pd.DataFrame | None = None) -> hv.Rect
     if len(ext) and steps is not None and len(steps):
         names = dict(zip(pd.to_numeric(steps["step"], errors="coerce"), steps["name"].astype(str)))
         ext = ext.assign(step_name=[names.get(int(s.split()[-1]), s) for s in ext["step_name"]])
-    el = hv.Rectangles(_plain(ext), vdims=["step_name", "shade"])
+    el = hv.Rectangles(plain_frame(ext), vdims=["step_name", "shade"])
     return el.opts(**_coloured(ext, "shade", {"0": "#ECECEC", "1": "#F7F7F7"}, "#ECECEC"), line_alpha=0, alpha=1.0,
                    default_tools=[], tools=_TOOLS)  # fmt: skip
 
@@ -553,7 +555,7 @@ def timeline_view(
             rects, comm, wait_rects, arrows = data.whole_glyphs(with_waits)
         else:
             mask = data.visible(x_range)
-            rects = data.hover_frame(mask & (data.kind_code != _KINDS.index("comm")))
+            rects = data.hover_frame(mask & (data.kind_code != KINDS.index("comm")))
             comm = data.comm_frame(mask)
             wait_rects = data.wait_frame(x_range) if with_waits else data.wait_frame((0.0, -1.0))
             arrows = data.arrow_frame(x_range) if with_waits else data.arrow_frame((0.0, -1.0))
@@ -576,8 +578,8 @@ def timeline_view(
     bands = step_bands(data, steps)
     xlim = {} if x_range is None else {"xlim": tuple(x_range)}
     height = lane_height(data.n_lanes) * data.n_lanes + 150
-    kinds = tuple(k for i, k in enumerate(_KINDS) if data.kinds_present[i])
-    parts = tuple(p for i, p in enumerate(_PARTS) if with_waits and data.parts_present[i])
+    kinds = tuple(k for i, k in enumerate(KINDS) if data.kinds_present[i])
+    parts = tuple(p for i, p in enumerate(PARTS) if with_waits and data.parts_present[i])
     return (bands * raster * krects * wrects * crects * segs * _legend(kinds, parts)).opts(
         hv.opts.Overlay(
             title=figures.hv_title(title), height=height, yticks=list(enumerate(data.lane_labels)),

@@ -17,10 +17,10 @@ from __future__ import annotations
 from overlapviz.ingest.classify import assign_steps
 from overlapviz.ingest.discover import RunSource, discover
 from overlapviz.ingest.driver import ingest
-from overlapviz.ingest.registry import _registered_readers, detect, readers
+from overlapviz.ingest.registry import registered_readers, detect, readers
 
 __all__ = ["ingest", "readers", "detect", "discover", "assign_steps", "RunSource"]
 
 # The readers (their sniffing and the Kineto reader; rocprof's pandas parsers stay lazy) are
 # what every ingest needs first: imported with the package, not by the first call.
-_registered_readers()
+registered_readers()

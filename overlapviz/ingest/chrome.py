@@ -34,7 +34,7 @@ from overlapviz.ingest import chrome_columns
 from overlapviz.ingest.base import RankTrace
 from overlapviz.ingest.files import read_bytes
 from overlapviz.ingest.text import REPAIRED_KEY, needs_repair, repair_json_text
-from overlapviz.ingest.chrome_events import _require, _times, decode_events, event_tables, sync_table
+from overlapviz.ingest.chrome_events import require, event_times, decode_events, event_tables, sync_table
 from overlapviz.domain.collectives import collective_of
 from overlapviz.domain.devices import amd_arch_from_name
 from overlapviz.dataset.schema import DEVICES, conform
@@ -211,8 +211,8 @@ def _us_text(ns: int) -> str:
 
 
 def _gpu_activities(gpu: pa.Table, runtime: pa.Table, host: pa.Table, main_pid, path: Path) -> pa.Table:
-    _require(gpu, path, "GPU activity")
-    start, dur = _times(gpu, path, "GPU activity")
+    require(gpu, path, "GPU activity")
+    start, dur = event_times(gpu, path, "GPU activity")
     if (dur < 0).any():  # zero is fine: integer-µs traces and memsets have them (DESIGN.md)
         i = int(np.flatnonzero(dur < 0)[0])
         raise ValueError(
@@ -229,7 +229,7 @@ def _gpu_activities(gpu: pa.Table, runtime: pa.Table, host: pa.Table, main_pid, 
     rt_idx = np.full(n, -1, dtype=np.int64)
     rt = runtime.filter(pc.is_valid(runtime.column("correlation"))) if runtime.num_rows else runtime
     if rt.num_rows:
-        _require(rt, path, "runtime", ("ts",))
+        require(rt, path, "runtime", ("ts",))
         r_corr = rt.column("correlation").to_numpy()
         r_start = rt.column("ts").to_numpy()
         r_pid = rt.column("pid").to_numpy(zero_copy_only=False)
@@ -405,8 +405,8 @@ def _steps(host: pa.Table, path: Path) -> pa.Table:
         rows = host.filter(mask)
         if not rows.num_rows:
             continue
-        _require(rows, path, "step range")
-        start, dur = _times(rows, path, "step range")
+        require(rows, path, "step range")
+        start, dur = event_times(rows, path, "step range")
         if (dur < 0).any():
             raise ValueError(f"{path}: step range {rows.column('name')[int(np.argmax(dur < 0))].as_py()!r} has negative duration")
         numbers = pc.extract_regex(rows.column("name"), pattern.pattern.replace("(\\d+)", "(?P<n>\\d+)"))
@@ -479,8 +479,8 @@ def _host_stand_ins(host: pa.Table, main_tid, path: Path) -> pa.Table:
         return pa.table({"name": pa.array([], pa.string())})
     step_like = pc.fill_null(pc.match_substring_regex(host.column("name"), r"^(ProfilerStep|ovz_iter)#\d+$"), False)
     host = host.filter(pc.invert(step_like))
-    _require(host, path, "host")
-    start, dur = _times(host, path, "host")
+    require(host, path, "host")
+    start, dur = event_times(host, path, "host")
     if (dur < 0).any():
         i = int(np.flatnonzero(dur < 0)[0])
         raise ValueError(f"{path}: host event {host.column('name')[i].as_py()!r:.60} has negative duration")

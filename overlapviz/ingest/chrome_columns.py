@@ -18,13 +18,13 @@ import numpy as np
 import pyarrow as pa
 
 from overlapviz.ingest.chrome_events import (
-    _BUCKET_TYPES,
-    _BUCKET_WHAT,
-    _BUCKETS,
-    _JSON_KIND,
-    _META_KEYS,
-    _ROUTE,
-    _TIMES,
+    BUCKET_TYPES,
+    BUCKET_WHAT,
+    BUCKETS,
+    JSON_KIND,
+    META_KEYS,
+    ROUTE,
+    TIMES,
     CATEGORY,
     args_error,
 )
@@ -37,7 +37,7 @@ except ImportError:  # built without a C compiler: the Python reader reads every
 __all__ = ["available", "scan_tables"]
 
 # what the scanner keeps: each category's name and bucket (GPU activity, runtime, host, sync)
-_CATS = [(cat.encode(), _BUCKETS.index(bucket)) for cat, (bucket, _) in _ROUTE.items()]
+_CATS = [(cat.encode(), BUCKETS.index(bucket)) for cat, (bucket, _) in ROUTE.items()]
 
 
 def available() -> bool:
@@ -62,7 +62,7 @@ def scan_tables(raw: bytes) -> tuple[list[pa.Table], dict, int] | None:
         ``dur`` as exact int64 ns) and ``category``, like ``chrome_events.event_tables``
         builds.
     meta
-        The keys of ``chrome_events._META_KEYS`` present at the top level, decoded.
+        The keys of ``chrome_events.META_KEYS`` present at the top level, decoded.
     n_events
         Every event of ``traceEvents``, kept or not.
 
@@ -75,13 +75,13 @@ def scan_tables(raw: bytes) -> tuple[list[pa.Table], dict, int] | None:
     if not available():
         return None
     try:
-        out = _kineto.scan(raw, _CATS, _META_KEYS)
+        out = _kineto.scan(raw, _CATS, META_KEYS)
         view = memoryview(raw)
         meta = {k: msgspec.json.decode(view[a:b]) for k, (a, b) in out["meta"].items()}
-        tables = [_table(cols, type_) for cols, type_ in zip(out["buckets"], _BUCKET_TYPES, strict=True)]
+        tables = [_table(cols, type_) for cols, type_ in zip(out["buckets"], BUCKET_TYPES, strict=True)]
     except _kineto.BadArgs as exc:
         index, bucket, name, first = exc.args
-        raise ValueError(args_error(_BUCKET_WHAT[bucket], index, name, _JSON_KIND.get(first, "a number"))) from None
+        raise ValueError(args_error(BUCKET_WHAT[bucket], index, name, JSON_KIND.get(first, "a number"))) from None
     except (_kineto.Unsupported, msgspec.DecodeError, pa.ArrowInvalid):
         return None
     return tables, meta, out["n_events"]
@@ -92,7 +92,7 @@ def _table(cols: dict, type_: pa.StructType) -> pa.Table:
     event type says which it reads), named by their trace keys."""
     n = cols["n"]
     table = {f.name: _column(cols, f, n) for f in type_ if f.name != "args"}
-    table.update({t: _numbers(cols, t, np.int64) for t in _TIMES})  # int64 ns
+    table.update({t: _numbers(cols, t, np.int64) for t in TIMES})  # int64 ns
     table.update({f.name: _column(cols, f, n) for f in type_.field("args").type})
     table["category"] = CATEGORY.take(pa.array(np.frombuffer(cols["cat"], np.int8)))
     return pa.table(table)

@@ -48,9 +48,9 @@ _RUNTIME_CATS = {
 _HOST_CATS = {"cpu_op": "cpu_op", "Operator": "cpu_op", "user_annotation": "user_annotation"}
 # CUPTI's synchronization records (Kineto >= 2023): which stream waited on which event
 _SYNC_CATS = {"cuda_sync": "cuda_sync"}
-_ROUTE = {**{k: ("gpu", v) for k, v in _GPU_CATS.items()}, **{k: ("runtime", v) for k, v in _RUNTIME_CATS.items()}}
-_ROUTE.update({k: ("host", v) for k, v in _HOST_CATS.items()})
-_ROUTE.update({k: ("sync", v) for k, v in _SYNC_CATS.items()})
+ROUTE = {**{k: ("gpu", v) for k, v in _GPU_CATS.items()}, **{k: ("runtime", v) for k, v in _RUNTIME_CATS.items()}}
+ROUTE.update({k: ("host", v) for k, v in _HOST_CATS.items()})
+ROUTE.update({k: ("sync", v) for k, v in _SYNC_CATS.items()})
 
 # what PyTorch records of a collective: on record_param_comms (torch >= 2.1), and copied
 # by Kineto onto the NCCL kernels it launched (pytorch/kineto output_json.cpp
@@ -85,7 +85,7 @@ _ARG_TYPES = {
     **_SYNC_ARGS,
 }
 _TOP_TYPES = {"name": pa.string(), "pid": pa.int64(), "tid": pa.int64()}
-_TIMES = ("ts", "dur")  # int64 ns columns after the top-level ones, by decimal_us_to_ns
+TIMES = ("ts", "dur")  # int64 ns columns after the top-level ones, by decimal_us_to_ns
 
 
 def _event_type(*args: str) -> pa.StructType:
@@ -100,9 +100,9 @@ _GPU_EVENT = _event_type(*[a for a in _ARG_TYPES if a not in _SYNC_ARGS])
 _RUNTIME_EVENT = _event_type("correlation", "grid", "block", "shared memory", "stream", "device")
 _HOST_EVENT = _event_type("External id", "Collective name", *_COMM_ARGS)
 _SYNC_EVENT = _event_type("device", "stream", "correlation", *_SYNC_ARGS)
-_BUCKETS = ("gpu", "runtime", "host", "sync")
-_BUCKET_TYPES = (_GPU_EVENT, _RUNTIME_EVENT, _HOST_EVENT, _SYNC_EVENT)
-_BUCKET_WHAT = ("GPU activity", "runtime", "host", "cuda_sync")
+BUCKETS = ("gpu", "runtime", "host", "sync")
+BUCKET_TYPES = (_GPU_EVENT, _RUNTIME_EVENT, _HOST_EVENT, _SYNC_EVENT)
+BUCKET_WHAT = ("GPU activity", "runtime", "host", "cuda_sync")
 
 # --- exact times --------------------------------------------------------------------
 
@@ -253,24 +253,24 @@ class _Event(msgspec.Struct, gc=False):
 
 _ABSENT = msgspec.Raw(b"")
 # the top-level keys a rank reads besides traceEvents; kept raw, decoded when present
-_META_KEYS = ("deviceProperties", "distributedInfo", "baseTimeNanoseconds", "host_name", "hip_runtime_version",
+META_KEYS = ("deviceProperties", "distributedInfo", "baseTimeNanoseconds", "host_name", "hip_runtime_version",
               "cuda_runtime_version", "roctracer_version", "hip_driver_version")  # fmt: skip
 
 
 _Doc = msgspec.defstruct(
-    "_Doc", [("traceEvents", list[_Event | _NOT_OBJECT]), *((key, msgspec.Raw, _ABSENT) for key in _META_KEYS)], gc=False
+    "_Doc", [("traceEvents", list[_Event | _NOT_OBJECT]), *((key, msgspec.Raw, _ABSENT) for key in META_KEYS)], gc=False
 )
 _DOC_DECODER = msgspec.json.Decoder(_Doc, float_hook=str)
 _LIST_DECODER = msgspec.json.Decoder(list[_Event | _NOT_OBJECT], float_hook=str)
 _BARE_LIST = re.compile(rb"\s*\[")  # a document that is a bare event list (no copy of it)
-_ROUTE_KEYS = pa.array(list(_ROUTE), pa.string())
-_ROUTE_BUCKET = np.array([_BUCKETS.index(b) for b, _ in _ROUTE.values()], dtype=np.int8)
-CATEGORY = pa.array([category for _, category in _ROUTE.values()], pa.string())  # kernels.category by _ROUTE index
+_ROUTE_KEYS = pa.array(list(ROUTE), pa.string())
+_ROUTE_BUCKET = np.array([BUCKETS.index(b) for b, _ in ROUTE.values()], dtype=np.int8)
+CATEGORY = pa.array([category for _, category in ROUTE.values()], pa.string())  # kernels.category by ROUTE index
 
 
 def decode_events(raw: bytes, path: Path) -> tuple[list, dict]:
     """``(events, meta)`` of a Kineto document (JSON bytes, valid UTF-8): ``traceEvents``
-    as structs (``event_tables`` reads them) and the keys of ``_META_KEYS`` present at the
+    as structs (``event_tables`` reads them) and the keys of ``META_KEYS`` present at the
     top level, decoded. A bare JSON array is the events of a document without metadata.
 
     Raises
@@ -284,7 +284,7 @@ def decode_events(raw: bytes, path: Path) -> tuple[list, dict]:
         if _BARE_LIST.match(raw):
             return _LIST_DECODER.decode(raw), {}
         doc = _DOC_DECODER.decode(raw)
-        return doc.traceEvents, {k: msgspec.json.decode(v) for k in _META_KEYS if len(v := getattr(doc, k))}
+        return doc.traceEvents, {k: msgspec.json.decode(v) for k in META_KEYS if len(v := getattr(doc, k))}
     except msgspec.DecodeError as exc:  # a RecursionError (nesting past Python's limit) goes up: the driver words it
         raise ValueError(f"{path}: {_json_error(raw, exc)}") from None
 
@@ -318,7 +318,7 @@ def event_tables(events: list, path: Path) -> list[pa.Table]:
     code = _routes(events, path)
     bucket = np.where(code >= 0, _ROUTE_BUCKET[np.maximum(code, 0)], -1)
     out = []
-    for b, (what, type_) in enumerate(zip(_BUCKET_WHAT, _BUCKET_TYPES, strict=True)):
+    for b, (what, type_) in enumerate(zip(BUCKET_WHAT, BUCKET_TYPES, strict=True)):
         idx = np.flatnonzero(bucket == b)
         table = _typed_table([events[i] for i in idx.tolist()], path, what, type_)
         out.append(table.append_column("category", CATEGORY.take(pa.array(code[idx]))))
@@ -329,7 +329,7 @@ _CAT, _PH, _ARGS = attrgetter("cat"), attrgetter("ph"), attrgetter("args")
 
 
 def _routes(events: list, path: Path) -> np.ndarray:
-    """Each event's index in ``_ROUTE``, -1 where ingest does not keep it (another category,
+    """Each event's index in ``ROUTE``, -1 where ingest does not keep it (another category,
     a category that is not a string, or not a complete event)."""
     try:
         cats = list(map(_CAT, events))
@@ -345,7 +345,7 @@ def _routes(events: list, path: Path) -> np.ndarray:
     kept, kept_events = kept[complete], list(compress(kept_events, complete))
     if set(map(type, map(_ARGS, kept_events))) - {_Args}:
         i, e = next((i, e) for i, e in zip(kept.tolist(), kept_events) if type(e.args) is not _Args)
-        what = _BUCKET_WHAT[_ROUTE_BUCKET[code[i]]]
+        what = BUCKET_WHAT[_ROUTE_BUCKET[code[i]]]
         raise ValueError(f"{path}: {args_error(what, i, e.name, json_kind(e.args))}")
     if stop < len(events):
         raise ValueError(f"{path}: traceEvents holds a {type(events[stop]).__name__}, not an event object")
@@ -376,7 +376,7 @@ def _typed_table(events: list, path: Path, what: str, type_: pa.StructType) -> p
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
         return _typed_columns(events, path, what, type_)  # numbers as strings, odd values: field by field
     cols = {f.name: top[_EVENT_TUPLE.get_field_index(f.name)] for f in type_ if f.name != "args"}
-    for t in _TIMES:
+    for t in TIMES:
         cols[t] = ns_column(list(map(attrgetter(t), events)), path, what, t)
     cols.update(zip(args_type.names, args))
     return pa.table(cols)
@@ -387,7 +387,7 @@ def _typed_columns(events: list, path: Path, what: str, type_: pa.StructType) ->
     for f in type_:
         if f.name != "args":
             cols[f.name] = _lenient_column(list(map(attrgetter(f.name), events)), f, path, what, f.name)
-    for t in _TIMES:
+    for t in TIMES:
         cols[t] = ns_column(list(map(attrgetter(t), events)), path, what, t)
     args = list(map(_ARGS, events))
     for f in type_.field("args").type:
@@ -398,7 +398,7 @@ def _typed_columns(events: list, path: Path, what: str, type_: pa.StructType) ->
 # --- what the tables are checked and joined by ---------------------------------------
 
 
-def _require(table: pa.Table, path: Path, what: str, columns=("name", "ts", "dur")) -> None:
+def require(table: pa.Table, path: Path, what: str, columns=("name", "ts", "dur")) -> None:
     for col in columns:
         nulls = table.column(col).null_count
         if nulls:
@@ -408,7 +408,7 @@ def _require(table: pa.Table, path: Path, what: str, columns=("name", "ts", "dur
             raise ValueError(f"{path}: {what} event{label} has no {col!r} ({nulls} such events)")
 
 
-def _times(table: pa.Table, path: Path, what: str) -> tuple[np.ndarray, np.ndarray]:
+def event_times(table: pa.Table, path: Path, what: str) -> tuple[np.ndarray, np.ndarray]:
     """(start, duration) in int64 ns of events whose ``ts``/``dur`` were required; an end
     past int64 fails (numpy would wrap)."""
     start = table.column("ts").to_numpy()
@@ -476,8 +476,8 @@ def _mapped(values, mapping: dict) -> pa.Array:
 
 
 def _sync_rows(rows: pa.Table, source: str, kind: pa.Array, tid, path: Path) -> pa.Table:
-    _require(rows, path, f"{source} sync")
-    start, dur = _times(rows, path, f"{source} sync")
+    require(rows, path, f"{source} sync")
+    start, dur = event_times(rows, path, f"{source} sync")
     if (dur < 0).any():
         i = int(np.flatnonzero(dur < 0)[0])
         raise ValueError(f"{path}: {source} sync event {rows.column('name')[i].as_py()!r:.60} has negative duration")
@@ -564,7 +564,7 @@ def _bad(path, what, label, value):
 # Both readers refuse it with this message: the Python reader (``_routes``), the C
 # scanner through ``chrome_columns`` (``_kineto.BadArgs``).
 
-_JSON_KIND = {"[": "an array", '"': "a string", "t": "a boolean", "f": "a boolean", "n": "null"}  # else a number
+JSON_KIND = {"[": "an array", '"': "a string", "t": "a boolean", "f": "a boolean", "n": "null"}  # else a number
 
 
 def json_kind(value) -> str:

@@ -50,7 +50,7 @@ __all__ = ["MANIFEST", "MANIFEST_FORMAT", "LeftOut", "RunSource", "check_distinc
 
 MANIFEST = "manifest.json"
 MANIFEST_FORMAT = "overlapviz-run/1"
-_TIMINGS_RE = re.compile(r"^timings_rank(\d+)\.json$")
+TIMINGS_RE = re.compile(r"^timings_rank(\d+)\.json$")
 _SKIP_NAMES = {MANIFEST}
 # in a directory scan, files with these endings are documentation, code or outputs, never
 # traces (files named on the command line are always sniffed)
@@ -338,7 +338,7 @@ def _discover_dir(d: Path, depth: int, visited: set | None = None, skipped: list
         for p in entries
         if _regular(p)
         and p.name not in _SKIP_NAMES
-        and not _TIMINGS_RE.match(p.name)
+        and not TIMINGS_RE.match(p.name)
         and not p.name.lower().endswith(_SKIP_SUFFIXES)
     ]
     traces = []
@@ -358,7 +358,7 @@ def _discover_dir(d: Path, depth: int, visited: set | None = None, skipped: list
         manifest = _read_manifest(manifest_path)
         run = manifest.get("run") or {}
         rid = display(str(run.get("run_id") or d.name))
-        timings = [p for p in entries if _TIMINGS_RE.match(p.name) and _regular(p)]
+        timings = [p for p in entries if TIMINGS_RE.match(p.name) and _regular(p)]
         if not traces and run.get("status", "ok") != "failed":
             raise ValueError(f"{display(d)}: manifest says the run succeeded but there are no traces in it")
         return [RunSource(rid, traces, manifest, d, timings)]

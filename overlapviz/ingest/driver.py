@@ -19,7 +19,7 @@ from overlapviz.dataset import schema
 from overlapviz.ingest import align, pool
 from overlapviz.ingest.base import RankTrace, rank_from_name
 from overlapviz.ingest.classify import finish_kernels, set_column, split_multi_gpu
-from overlapviz.ingest.discover import _TIMINGS_RE, MANIFEST, RunSource, check_unique, discover, input_paths, split_run
+from overlapviz.ingest.discover import TIMINGS_RE, MANIFEST, RunSource, check_unique, discover, input_paths, split_run
 from overlapviz.ingest.files import display, input_bytes, read_regular
 from overlapviz.ingest.ranges import check_ranges, check_time_span, check_value, time_extremes
 from overlapviz.ingest.registry import reader_named
@@ -34,7 +34,7 @@ RELEASE_MIN_BYTES = 8 * 1024 * 1024
 
 
 @dataclass
-class _RankPart:
+class RankPart:
     """What the parent needs of one rank a process read and wrote: its small tables and facts."""
 
     rank: int
@@ -54,8 +54,8 @@ DEBUG_ENV = "OVERLAPVIZ_DEBUG"
 INTERNAL_ERROR = "internal error"
 
 
-def _ingest_file(path: str, reader_name: str, rules_json: str, file_index: int, run_id: str,
-                 directory: str) -> list[_RankPart]:
+def ingest_file(path: str, reader_name: str, rules_json: str, file_index: int, run_id: str,
+                 directory: str) -> list[RankPart]:
     """Read one trace file, finish its kernels and write each rank's kernels file into the
     dataset's temporary ``directory``; return only the small per-rank parts.
 
@@ -85,11 +85,11 @@ def _ingest_file(path: str, reader_name: str, rules_json: str, file_index: int, 
         if os.environ.get(DEBUG_ENV, "") not in ("", "0"):
             raise
         first = (str(exc).strip().splitlines() or [""])[0][:300]
-        raise ValueError(f"{shown}: {INTERNAL_ERROR} while reading this file ({type(exc).__name__}: {first}{_where(exc)}); "
+        raise ValueError(f"{shown}: {INTERNAL_ERROR} while reading this file ({type(exc).__name__}: {first}{raised_at(exc)}); "
                          f"please report it (set {DEBUG_ENV}=1 for the traceback)") from None  # fmt: skip
 
 
-def _where(exc: BaseException) -> str:
+def raised_at(exc: BaseException) -> str:
     """`` at ingest/chrome.py:LINE in function``: the innermost frame of ``exc``'s traceback in overlapviz's own code
     (else the innermost frame), so that an internal error's one line says where it happened, in a worker process too."""
     import traceback
@@ -115,18 +115,18 @@ class _Skipped:
     why: str
 
 
-def _ingest_file_or_skip(*args) -> list[_RankPart] | _Skipped:
-    """``_ingest_file``, a file it cannot read coming back as ``_Skipped`` (``--skip-bad``);
+def _ingest_file_or_skip(*args) -> list[RankPart] | _Skipped:
+    """``ingest_file``, a file it cannot read coming back as ``_Skipped`` (``--skip-bad``);
     the dataset's own write errors still raise."""
     try:
-        return _ingest_file(*args)
+        return ingest_file(*args)
     except ValueError as exc:
         if str(exc).startswith("cannot write the dataset"):
             raise
         return _Skipped(str(exc))
 
 
-class _Disagree(Exception):
+class NotOneJob(Exception):
     """The files of a directory-grouped run are not the ranks of one job (``discover.split_run``)."""
 
     def __init__(self, index: int):
@@ -142,7 +142,7 @@ def _naming(message: str, path: str) -> str:
 
 
 def _read_and_write(path: str, reader_name: str, rules_json: str, file_index: int, run_id: str,
-                    directory: str) -> list[_RankPart]:  # fmt: skip
+                    directory: str) -> list[RankPart]:  # fmt: skip
     reader = reader_named(reader_name)
     traces = reader.read(Path(path))
     rules = _rules_from_json(rules_json)
@@ -165,7 +165,7 @@ def _read_and_write(path: str, reader_name: str, rules_json: str, file_index: in
         except OSError as exc:
             raise _WriteError(exc.strerror or str(exc)) from None
         info = {key: display(v) if isinstance(v, str) else v for key, v in t.info.items()}
-        parts.append(_RankPart(rank, rel, n, t.steps, t.devices, info, getattr(t, "syncs", None), _top_device(k),
+        parts.append(RankPart(rank, rel, n, t.steps, t.devices, info, getattr(t, "syncs", None), _top_device(k),
                                extremes))
         big = big or k.nbytes >= RELEASE_MIN_BYTES
         del k
@@ -295,7 +295,7 @@ def ingest(
             return _ingest_runs(sources, runs, out, rules=rules, overwrite=overwrite or append, workers=workers,
                                 progress=progress, skipped=skipped if skip_bad else None, existing=existing,
                                 replace=overwrite, align_clocks=align_clocks)  # fmt: skip
-        except _Disagree as d:
+        except NotOneJob as d:
             runs = runs[: d.index] + split_run(runs[d.index]) + runs[d.index + 1:]
             check_unique(runs)
 
@@ -318,7 +318,7 @@ def _ingest_runs(sources, runs: list[RunSource], out, *, rules, overwrite, worke
     clash = [r.run_id for r in runs if r.run_id in old_ids]
     if clash and not replace:
         raise ValueError(f"{display(out)}: already has run {clash[0]!r} (give --run-id, or --overwrite to replace it)")
-    run_rules = {r.run_id: _run_rules(r, rules) for r in runs}
+    run_rules = {r.run_id: rules_for_run(r, rules) for r in runs}
     # dataset.json records the rules every run shares (each run's own are in runs.kind_rules)
     shared = {rs.to_json() for rs in run_rules.values()}
     default_set = next(iter(run_rules.values())) if len(shared) == 1 else (rules or default_rules())
@@ -335,12 +335,12 @@ def _ingest_runs(sources, runs: list[RunSource], out, *, rules, overwrite, worke
             default_set = rules or default_rules()
     with schema.DatasetWriter(out, overwrite=overwrite, rules=default_set.to_dict(), inputs=inputs) as writer:
         kept = [] if existing is None else _keep_existing(writer, existing, set(clash))
-        state = [_RunState() for _ in runs]
+        state = [RunState() for _ in runs]
         bar = pool.progress_bar(len(tasks), progress)
         rules_json = {rid: rs.to_json() for rid, rs in run_rules.items()}
         jobs = [(t, (str(t[2]), t[3], rules_json[runs[t[0]].run_id], t[1], runs[t[0]].run_id, str(writer.directory)))
                 for t in tasks]
-        work = _ingest_file if skipped is None else _ingest_file_or_skip
+        work = ingest_file if skipped is None else _ingest_file_or_skip
         # closing: on an error the worker is stopped before the writer removes its directory
         with contextlib.closing(pool.ordered_map(work, jobs, n_workers)) as results:
             try:
@@ -348,7 +348,7 @@ def _ingest_runs(sources, runs: list[RunSource], out, *, rules, overwrite, worke
                     if isinstance(parts, _Skipped):
                         skipped.append((display(path), _without_path(parts.why, path)))
                     else:
-                        _add_parts(writer, runs[ri], state[ri], path, parts, ri)
+                        add_parts(writer, runs[ri], state[ri], path, parts, ri)
                     bar.update(1)
             finally:
                 bar.close()
@@ -358,7 +358,7 @@ def _ingest_runs(sources, runs: list[RunSource], out, *, rules, overwrite, worke
             if not done:
                 raise ValueError(f"nothing ingested: every trace was skipped ({len(skipped)})")
         for r, st in done:
-            _add_run(writer, r, st, run_rules[r.run_id], align_clocks)
+            add_run(writer, r, st, run_rules[r.run_id], align_clocks)
         old_from = [] if existing is None else list(existing["meta"].get("ingested_from") or [])
         meta = {"runs": kept + [r.run_id for r, _ in done], "ingested_from": old_from + [display(s) for s in sources]}
         cycles = list(dict.fromkeys(r.cycles for r, _ in done if r.cycles))
@@ -414,7 +414,8 @@ def _keep_existing(writer, existing: dict, replaced: set[str]) -> list[str]:
     return [r for r in existing["tables"]["runs"].column("run_id").to_pylist() if r not in replaced]
 
 
-def _run_rules(run: RunSource, explicit: RuleSet | None) -> RuleSet:
+def rules_for_run(run: RunSource, explicit: RuleSet | None) -> RuleSet:
+    """The kind rules of ``run``: ``explicit`` (``--rules``), else those its manifest records, else the defaults."""
     if explicit is not None:
         return explicit
     recorded = (run.manifest or {}).get("kind_rules")
@@ -427,7 +428,9 @@ def _run_rules(run: RunSource, explicit: RuleSet | None) -> RuleSet:
 
 
 @dataclass
-class _RunState:
+class RunState:
+    """What the files of one run added so far (``add_parts``), until ``add_run`` writes the run."""
+
     ranks: dict = field(default_factory=dict)  # rank -> source path
     infos: list = field(default_factory=list)
     devices: list = field(default_factory=list)  # device names seen, most used first per rank
@@ -439,7 +442,7 @@ class _RunState:
     extremes: tuple | None = None  # the earliest and latest time of its ranks so far (ranges.time_extremes)
 
 
-def _add_parts(writer, run: RunSource, st: _RunState, path: Path, parts: list[_RankPart], index: int) -> None:
+def add_parts(writer, run: RunSource, st: RunState, path: Path, parts: list[RankPart], index: int) -> None:
     """Count one file's ranks (kernels files already written) and add their small tables."""
     repaired = max((p.info.get(REPAIRED_KEY) or 0 for p in parts), default=0)
     if repaired:  # once per file, on stderr: the names are kept, with U+FFFD where they were broken
@@ -452,19 +455,19 @@ def _add_parts(writer, run: RunSource, st: _RunState, path: Path, parts: list[_R
         raise ValueError(_naming(str(exc), str(path))) from None
 
 
-def _check_one_job(run: RunSource, st: _RunState, path: Path, parts: list[_RankPart], index: int) -> None:
-    """Raise _Disagree when ``path``'s ranks show that ``run``'s files are not the ranks of one job."""
+def _check_one_job(run: RunSource, st: RunState, path: Path, parts: list[RankPart], index: int) -> None:
+    """Raise NotOneJob when ``path``'s ranks show that ``run``'s files are not the ranks of one job."""
     for part in parts:
         world = part.info.get("world_size")
         world = int(world) if isinstance(world, (int, np.integer)) and not isinstance(world, bool) else None
         if world is not None and not 0 <= part.rank < world:
             world = None  # a rank outside the world it states: the world size says nothing
         if part.rank in st.ranks or world == 1 or (world is not None and st.world is not None and world != st.world):
-            raise _Disagree(index)
+            raise NotOneJob(index)
         st.world = st.world if world is None else world
 
 
-def _add_file_parts(writer, run: RunSource, st: _RunState, path: Path, parts: list[_RankPart]) -> None:
+def _add_file_parts(writer, run: RunSource, st: RunState, path: Path, parts: list[RankPart]) -> None:
     for part in parts:
         rank = part.rank
         if rank in st.ranks:
@@ -538,7 +541,7 @@ _TIMES = {"kernels": ("start_ns", "end_ns", "launch_ns", "launch_end_ns"), "step
           "syncs": ("start_ns", "end_ns")}  # fmt: skip
 
 
-def _add_clocked(writer, run: RunSource, st: _RunState, mode: str) -> None:
+def _add_clocked(writer, run: RunSource, st: RunState, mode: str) -> None:
     """Decide the run's clocks (``overlapviz.ingest.align``), shift the ranks to align, and add
     their ranks rows, steps and syncs."""
     hosts = {rank: info.get("host") for rank, (info, _) in st.pending.items()}
@@ -600,7 +603,8 @@ def _shift_kernels(directory: Path, run_id: str, rank: int, offset: int) -> None
 _RUN_FACTS = ("world_size", "backend", "nccl_version", "hip_version", "cuda_version", "torch_version", "host")
 
 
-def _add_run(writer, run: RunSource, st: _RunState, rules: RuleSet, align_clocks: str = "auto") -> None:
+def add_run(writer, run: RunSource, st: RunState, rules: RuleSet, align_clocks: str = "auto") -> None:
+    """Write ``run`` once all its files are in: its ranks' clocks aligned (``align_clocks``), its ``runs`` row, its timings."""
     _add_clocked(writer, run, st, align_clocks)
     row: dict = {}
     if run.manifest is not None:
@@ -639,7 +643,7 @@ def _timings(path: Path, run_id: str) -> pa.Table:
     shown = display(path)
     try:
         doc = json.loads(read_regular(path))
-        rank = _whole(doc.get("rank", _TIMINGS_RE.match(path.name).group(1)), "rank")
+        rank = _whole(doc.get("rank", TIMINGS_RE.match(path.name).group(1)), "rank")
         items = doc["iterations"]
         rows = [
             {

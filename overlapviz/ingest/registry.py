@@ -24,11 +24,12 @@ def readers() -> list[Reader]:
 
     Importing them is cheap: each format's parsing modules are imported by its ``read``.
     """
-    return list(_registered_readers())
+    return list(registered_readers())
 
 
 @functools.lru_cache(maxsize=1)
-def _registered_readers() -> tuple[Reader, ...]:
+def registered_readers() -> tuple[Reader, ...]:
+    """The readers of ``READER_MODULES`` that are installed, in the order they are tried."""
     found: list[Reader] = []
     for module in READER_MODULES:
         if importlib.util.find_spec(module) is not None:
@@ -37,7 +38,7 @@ def _registered_readers() -> tuple[Reader, ...]:
 
 
 def reader_named(name: str) -> Reader:
-    for r in _registered_readers():
+    for r in registered_readers():
         if r.name == name:
             return r
     raise ValueError(f"no trace reader named {name!r}")
@@ -46,7 +47,7 @@ def reader_named(name: str) -> Reader:
 def detect(path: Path) -> Reader | None:
     """The reader whose ``sniff`` accepts ``path`` (by content, not by name), or None."""
     head = head_bytes(path)
-    for r in _registered_readers():
+    for r in registered_readers():
         if r.sniff(path, head):
             return r
     return None

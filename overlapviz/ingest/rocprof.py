@@ -19,7 +19,7 @@ import re
 from pathlib import Path
 
 from overlapviz.ingest.base import RankTrace
-from overlapviz.ingest.rocprof_common import _V1_SIBLINGS, _is_v1, _v1_base, v3_group
+from overlapviz.ingest.rocprof_common import V1_SIBLINGS, is_v1, v1_base, v3_group
 
 # --- the readers --------------------------------------------------------------------
 
@@ -37,13 +37,13 @@ def _guarded(read):
             raise
         except (TypeError, AttributeError, KeyError, IndexError, OverflowError, ArithmeticError,
                 UnicodeError, NotImplementedError) as exc:  # fmt: skip
-            from overlapviz.ingest.driver import DEBUG_ENV, _where  # (here: the driver imports the readers)
+            from overlapviz.ingest.driver import DEBUG_ENV, raised_at  # (here: the driver imports the readers)
 
             if os.environ.get(DEBUG_ENV, "") not in ("", "0"):
                 raise  # the traceback, as for an internal error (a one-off "KeyError: 30" in CI had none)
             first = (str(exc).strip().splitlines() or [""])[0][:200]
             raise ValueError(f"{path}: not a well-formed {self.name} file "
-                             f"(unexpected content: {type(exc).__name__}: {first}{_where(exc)})") from None  # fmt: skip
+                             f"(unexpected content: {type(exc).__name__}: {first}{raised_at(exc)})") from None  # fmt: skip
 
     return guarded
 
@@ -67,8 +67,8 @@ class RocprofV1CsvReader(_Reader):
         if not (first.startswith(b"Index,KernelName,") and b"BeginNs" in first):
             return False
         # rocprof wrote <base>.json beside it: that file is the process (it reads this one for details)
-        twin = path.with_name(_v1_base(path) + ".json")
-        return not (twin.exists() and _is_v1(twin))
+        twin = path.with_name(v1_base(path) + ".json")
+        return not (twin.exists() and is_v1(twin))
 
     @_guarded
     def read(self, path: Path) -> list[RankTrace]:
@@ -77,8 +77,8 @@ class RocprofV1CsvReader(_Reader):
         return [read_v1_csv(path)]
 
     def companions(self, path: Path) -> list[Path]:
-        base = _v1_base(path)
-        return [p for p in (path.with_name(base + s) for s in _V1_SIBLINGS) if p.exists()]
+        base = v1_base(path)
+        return [p for p in (path.with_name(base + s) for s in V1_SIBLINGS) if p.exists()]
 
 
 class RocprofV1JsonReader(_Reader):
@@ -100,8 +100,8 @@ class RocprofV1JsonReader(_Reader):
         return [read_v1_json(path)]
 
     def companions(self, path: Path) -> list[Path]:
-        base = _v1_base(path)
-        return [p for p in (path.with_name(base + s) for s in _V1_SIBLINGS + (".csv",)) if p.exists()]
+        base = v1_base(path)
+        return [p for p in (path.with_name(base + s) for s in V1_SIBLINGS + (".csv",)) if p.exists()]
 
 
 class RocprofV3CsvReader(_Reader):

@@ -39,7 +39,7 @@ _V3_NAME = re.compile(
     rf"^(?P<prefix>.*?)(?P<role>{'|'.join(V3_TRACE_ROLES)}|(?:{_V3_API_DOMAINS})_trace|(?:{_V3_STATS})_stats)\.csv$"
 )
 # legacy rocprof v1 writes <base>.csv next to <base>.stats.csv, <base>.json, <base>.sysinfo.txt, ...
-_V1_SIBLINGS = (".stats.csv", ".hip_stats.csv", ".hsa_stats.csv", ".copy_stats.csv", ".sysinfo.txt", ".db", ".txt")
+V1_SIBLINGS = (".stats.csv", ".hip_stats.csv", ".hsa_stats.csv", ".copy_stats.csv", ".sysinfo.txt", ".db", ".txt")
 
 
 def v3_csv_role(path: Path) -> tuple[str, str] | None:
@@ -427,7 +427,7 @@ def check_one_generation(path: Path) -> None:
     except OSError:
         return
     v3 = [n for n in names if n.endswith(".csv") and v3_csv_role(Path(n)) is not None and _is_v3_csv(folder / n)]
-    v1 = [n for n in names if (n.endswith(".csv") or n.endswith(".json")) and _is_v1(folder / n)]
+    v1 = [n for n in names if (n.endswith(".csv") or n.endswith(".json")) and is_v1(folder / n)]
     if v3 and v1:
         raise ValueError(
             f"{folder}: mixes legacy rocprof output ({v1[0]}) with rocprofv3 output ({v3[0]}); "
@@ -450,14 +450,16 @@ def _is_v3_csv(path: Path) -> bool:
     return head.startswith(b'"Kind"') or head.startswith(b'"Domain"') or head.startswith(b'"Node_Id"')
 
 
-def _is_v1(path: Path) -> bool:
+def is_v1(path: Path) -> bool:
+    """Whether ``path`` is rocprof v1 output (``results.csv`` / ``results.json``), by its first bytes."""
     head = _head(path).lstrip(b"\xef\xbb\xbf")
     if path.suffix == ".csv":
         return head.startswith(b'"Index","KernelName"') or head.startswith(b"Index,KernelName")
     return head.lstrip().startswith(b"{") and b'"traceEvents"' in head and b'"BeginNs"' in head
 
 
-def _v1_base(path: Path) -> str:
+def v1_base(path: Path) -> str:
+    """The name a rocprof v1 output file and its siblings (``V1_SIBLINGS``) share: ``results`` of ``results.csv``."""
     name = path.name
     for suffix in (".json", ".csv"):
         if name.endswith(suffix):

@@ -196,9 +196,9 @@ def _v1_sysinfo_devices(path: Path) -> list[dict]:
 
     GPU agents in rocminfo order are HIP devices 0, 1, ... (rocprof's ``gpu-id``).
     """
-    from overlapviz.ingest.rocprof_common import _v1_base, parse_rocminfo, rocminfo_agents
+    from overlapviz.ingest.rocprof_common import v1_base, parse_rocminfo, rocminfo_agents
 
-    sysinfo = path.with_name(_v1_base(path) + ".sysinfo.txt")
+    sysinfo = path.with_name(v1_base(path) + ".sysinfo.txt")
     if not sysinfo.exists():
         return []
     try:

@@ -268,11 +268,11 @@ def _v1_flows(acts: pd.DataFrame, api: pd.DataFrame, events: list[dict]) -> pd.D
 
 def _v1_csv_details(path: Path, acts: pd.DataFrame) -> dict:
     """Grid, block, LDS and registers from the ``<base>.csv`` rocprof wrote beside the JSON, if any."""
-    from overlapviz.ingest.rocprof_common import _v1_base, _is_v1
+    from overlapviz.ingest.rocprof_common import v1_base, is_v1
     from overlapviz.ingest.rocprof_csv import read_v1_csv
 
-    csv_path = path.with_name(_v1_base(path) + ".csv")
-    if not csv_path.exists() or not _is_v1(csv_path):
+    csv_path = path.with_name(v1_base(path) + ".csv")
+    if not csv_path.exists() or not is_v1(csv_path):
         return {}
     detail = read_v1_csv(csv_path).kernels.to_pandas(types_mapper=pd.ArrowDtype)
     keep = ["grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "regs_per_thread", "shared_mem_bytes",
