@@ -382,8 +382,15 @@ def test_a_run_whose_explain_is_computed_is_drawn_with_its_why_in_one_frame(data
     from overlapviz.dashboards.pages import TimelinePage
 
     monkeypatch.setenv(store_mod.TABLE_CACHE_ENV, "0")
-    for thread in list(store_mod._BACKGROUND):  # an earlier test's warm-up (it reads the Compare pair's timelines)
-        thread.join(120)
+    # an earlier test's warm-up (it reads the Compare pair's timelines) stopped after its current table: left to run on
+    # (niced, it outlived a 120 s join on a loaded machine), it computed the run's explain after the clear below
+    store_mod._STOP.set()
+    try:
+        for thread in list(store_mod._BACKGROUND):
+            thread.join(120)
+            assert not thread.is_alive(), f"{thread.name} still runs"
+    finally:
+        store_mod._STOP.clear()
     store_mod._TABLES.clear()
     store_mod._TIMELINES.clear()
     store = store_mod.DataStore(dataset, warm_up=False)
