@@ -26,6 +26,8 @@ from overlapviz.testing import ingest_cli
 from overlapviz.testing import union as reference_union
 
 ROOT = Path(__file__).resolve().parent.parent
+# every real trace set ingested and explained: `pytest -m corpus` and CI run it
+pytestmark = pytest.mark.corpus
 DATA = ROOT / "tests" / "data"
 SWEEP = ROOT / "sample_traces" / "h200_standin_sweep"
 ACTIVITY_CATS = ("kernel", "gpu_memcpy", "gpu_memset")

@@ -111,6 +111,7 @@ REAL = {
 
 
 @pytest.mark.slow
+@pytest.mark.corpus
 @pytest.mark.parametrize("name", sorted(REAL))
 def test_breakdown_equals_independent_on_real_traces(tmp_path, name):
     sources = REAL[name]

@@ -451,16 +451,13 @@ def test_widget_change_updates_the_timeline(loaded):
     before = [t for t in driver.execute_script(TITLES_JS) if t.startswith("Timeline of")]
     value, labels = _configuration_labels(driver)
     target = next(o for o in labels if o != value and "optimized-pad16384-prio-1" in o)
-    t0 = time.monotonic()
     set_model(driver, "panel.models.widgets.CustomSelect", "value", target, where="Configuration")
-    titles = wait_for(
+    titles = wait_for(  # how soon: benchmarks/bench_dashboard.py measures it
         driver,
         lambda: [t for t in driver.execute_script(TITLES_JS) if "Timeline of cb-ar-optimized-pad16384-prio-1" in t],
         what="the timeline of the chosen run",
     )
-    elapsed = time.monotonic() - t0
     assert titles and titles != before
-    assert elapsed < 30, elapsed  # generous for a loaded 2-core CI box; benchmarks/bench_dashboard.py measures it
     wait_for(driver, lambda: idle(driver) and drawn_canvases(driver), what="redraw")
     assert not off_host(requested_urls(driver))
 

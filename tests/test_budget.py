@@ -105,6 +105,7 @@ def deepseek(tmp_path_factory):
     return ingest([str(src)], tmp_path_factory.mktemp("deepseek") / "ds", progress=False)
 
 
+@pytest.mark.slow  # every collective of the grid and of a real DeepSeek-V3 trace, cross-checked
 @pytest.mark.parametrize("which", ["grid", "deepseek"])
 def test_every_collective_s_sm_budget_shows_the_fit_explain_found(which, grid, deepseek):
     """The SM budget of each collective shows the SM explain's ``comm_blocks_fit_per_sm`` is of (the best SM's: a free

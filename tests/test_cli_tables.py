@@ -35,13 +35,28 @@ VIEWS = [
 ]  # fmt: skip
 
 
+# the trace sets a bare `pytest` checks (small); the others are marked corpus (`pytest -m corpus`, CI)
+QUICK = {"h200"}
+
+
+class _Datasets(dict):
+    """Each trace set's dataset, ingested when a test first asks for it (a test of one set ingests that set alone)."""
+
+    def __init__(self, root: Path):
+        super().__init__()
+        self.root = root
+
+    def __missing__(self, name: str) -> Path:
+        # an unexpected exception while a file is read keeps its traceback (a one-off "KeyError: 30" in CI had none)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("OVERLAPVIZ_DEBUG", "1")
+            self[name] = ingest([str(s) for s in SOURCES[name]], self.root / name, progress=False)
+        return self[name]
+
+
 @pytest.fixture(scope="module")
 def datasets(tmp_path_factory):
-    root = tmp_path_factory.mktemp("tables")
-    # an unexpected exception while a file is read keeps its traceback (a one-off "KeyError: 30" in CI had none)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("OVERLAPVIZ_DEBUG", "1")
-        return {name: ingest([str(s) for s in srcs], root / name, progress=False) for name, srcs in SOURCES.items()}
+    return _Datasets(tmp_path_factory.mktemp("tables"))
 
 
 def _run(*args) -> str:
@@ -54,7 +69,7 @@ def _run(*args) -> str:
     return res.output
 
 
-@pytest.mark.parametrize("name", sorted(SOURCES))
+@pytest.mark.parametrize("name", [pytest.param(n, marks=() if n in QUICK else pytest.mark.corpus) for n in sorted(SOURCES)])
 def test_every_default_table_fits_and_names_whole_runs(datasets, name):
     ds = datasets[name]
     runs = set(schema.read_frame(ds, "runs")["run_id"])
@@ -73,6 +88,7 @@ def test_every_default_table_fits_and_names_whole_runs(datasets, name):
         assert orjson.loads(_run("analyze", ds, "--run", rid, "--format", "json"))[0]["run_id"] == rid
 
 
+@pytest.mark.corpus  # the bundled samples
 def test_advise_and_compare_pair_fit(datasets):
     ds = datasets["samples"]
     a, b = [r for r in schema.read_frame(ds, "runs")["run_id"] if r.startswith("cb-a2a_baseline_tiled64x64x32")][:2]
@@ -93,6 +109,7 @@ def _table_part(out: str) -> list[str]:
     return lines[first:]
 
 
+@pytest.mark.corpus  # the bundled samples
 def test_wide_shows_every_column_and_the_run_id_in_a_column(datasets):
     ds = datasets["samples"]
     records = orjson.loads(_run("explain", ds, "--format", "json"))
@@ -106,6 +123,7 @@ def test_wide_shows_every_column_and_the_run_id_in_a_column(datasets):
     assert any(line.startswith(kernel + " ") for line in compact)  # the exact --kernel id
 
 
+@pytest.mark.corpus  # the bundled samples
 def test_json_and_csv_are_unchanged_by_wide(datasets):
     ds = datasets["samples"]
     for cmd in (["analyze"], ["explain", "--summary"], ["residency"], ["compare"]):

@@ -25,6 +25,8 @@ from test_hostile import CLI, EVENT_SYNC, check_dataset, snapshot
 from overlapviz.dataset import outdir
 from overlapviz.ingest.pool import POOL_MIN_BYTES
 
+# ingest processes killed at seeded instants, then run again: `pytest -m slow` and CI run it
+pytestmark = pytest.mark.slow
 DATA = Path(__file__).parent / "data"
 NCCL = DATA / "hta_nccl_parser_config" / "nccl_data.json.gz"  # a real 1-rank NCCL trace, 750 KB gzipped
 KILLS = int(os.environ.get("OVERLAPVIZ_CRASH_KILLS", "6"))

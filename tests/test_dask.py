@@ -36,6 +36,8 @@ from overlapviz.distributed import cluster, partitions, timeline
 from overlapviz.ingest import discover, ingest
 from overlapviz.testing import generate_trace, write_trace
 
+# a scheduler and two worker processes: `pytest -m slow` and CI run it
+pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data"
 SCENARIOS = ROOT / "sample_traces" / "scenarios" / "runs"  # real H200 traces, with syncs

@@ -18,8 +18,10 @@ psutil = pytest.importorskip("psutil")
 from overlapviz.ingest import ingest
 from overlapviz.testing import generate_trace, write_trace
 
+# a local Dask cluster (a scheduler and worker processes) in each test: `pytest -m slow` and CI run them
+pytestmark = pytest.mark.slow
 
-@pytest.mark.slow
+
 def test_serve_with_a_local_cluster_stops_it_with_the_server(tmp_path):
     traces = tmp_path / "job"
     traces.mkdir()

@@ -14,6 +14,8 @@ import pytest
 from overlapviz.analysis.explain import explain
 from overlapviz.ingest import ingest
 
+# every real Kineto trace ingested: `pytest -m corpus` and CI run it
+pytestmark = pytest.mark.corpus
 DATA = Path(__file__).parent / "data"
 REAL = DATA / "kineto_real"
 ALL = ("comm", "compute", "memory", "other")

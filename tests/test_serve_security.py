@@ -28,6 +28,8 @@ from click.testing import CliRunner
 from overlapviz.cli import main
 from overlapviz.testing import write_grid_dataset
 
+# each test starts `overlapviz serve` in a process of its own: `pytest -m slow` and CI run them
+pytestmark = pytest.mark.slow
 BANNER = re.compile(r"overlapviz dashboard for .* (?:at|then open) (https?://\S+)")
 WS_HEADERS = {"Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "13",
               "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="}  # fmt: skip
