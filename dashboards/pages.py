@@ -22,7 +22,7 @@ from overlapviz.figures import timeline as ftl
 from overlapviz.analysis import ranks as ranks_analysis
 from overlapviz.dashboards.common import (PLOT_WIDTH, Page, controls_row, export_button, export_buttons, hidden, notice, perfetto_button, plot,
                                           StaticTable, static_plot, table, unavailable)  # fmt: skip
-from overlapviz.dashboards import pages_findings
+from overlapviz.dashboards import pages_findings, patches
 from overlapviz.dashboards.pages_why import CollectivesPage, ResidencyPage, WhyPage
 from overlapviz.dashboards.store import DataStore, Unavailable, background, busy, stopping, wait_idle
 
@@ -218,7 +218,7 @@ class ZoomRange(hv.streams.RangeX):
         super().add_subscriber(subscriber, precedence)
 
 
-hv.streams.Stream._callbacks["bokeh"][ZoomRange] = RangeXCallback  # linked to the browser's range as RangeX is
+patches.link_stream(ZoomRange, RangeXCallback)  # linked to the browser's range as RangeX is
 
 
 def _on_zoom(pane, selection, x_range, relabel, *, ready: bool = True) -> None:

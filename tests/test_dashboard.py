@@ -962,7 +962,7 @@ def test_models_are_sent_as_bokeh_sends_them_without_computing_their_defaults(da
 
 
 def test_the_walk_over_a_document_s_models_finds_what_bokeh_s_finds(dataset):
-    """``references``: every change of a session's document walks its models; the walk installed in the server reads
+    """``patches`` (the walk): every change of a session's document walks its models; the walk installed in the server reads
     the values the models hold instead of computing each default again. With every page of the dashboard in one
     themed document, it must find the same models in the same order as Bokeh's, walking first (Bokeh's keeps the
     defaults it makes) and again after a model's default container was filled and another was themed."""
@@ -970,10 +970,10 @@ def test_the_walk_over_a_document_s_models_finds_what_bokeh_s_finds(dataset):
     from bokeh.models import CustomJS, Plot
     from bokeh.themes import Theme
 
-    from overlapviz.dashboards import references
+    from overlapviz.dashboards import patches
     from overlapviz.dashboards.app import PAGES, build_app
 
-    assert references.install()  # this Bokeh passes the check, so the server uses it
+    assert patches.install_walk()  # this Bokeh passes the check, so the server uses it
     try:
         app = build_app(dataset)
         app.__panel__()
@@ -982,19 +982,19 @@ def test_the_walk_over_a_document_s_models_finds_what_bokeh_s_finds(dataset):
             app.tabs.active = i
             doc.add_root(app.holders[i].get_root(doc))
         roots = list(doc.roots)
-        ours = references.walked(roots, references._visit_immediate, references._visit_value)
-        assert ours == references.walked(roots, *references._ORIGINAL)
+        ours = patches.walked(roots, patches._visit_immediate, patches._visit_value)
+        assert ours == patches.walked(roots, *patches._ORIGINAL_WALK)
         assert len(ours) > 300  # the pages' figures, not empty spacers
         roots.append(Plot())  # every property at its default (its toolbar: a model made per instance)
         plot = next(m for m in doc.models if isinstance(m, Plot))
         plot.js_on_event("tap", CustomJS(code=""))  # a model put into a default container that was left alone
         plot.toolbar = type(plot.toolbar)()  # a model-valued property set anew
         doc.theme = Theme(json={"attrs": {"Plot": {"background_fill_color": "#fafafa"}}})
-        again = references.walked(roots, references._visit_immediate, references._visit_value)
-        assert again == references.walked(roots, *references._ORIGINAL) and again != ours
-        assert references.walked(roots) == again  # the installed walk (what collect_models uses)
+        again = patches.walked(roots, patches._visit_immediate, patches._visit_value)
+        assert again == patches.walked(roots, *patches._ORIGINAL_WALK) and again != ours
+        assert patches.walked(roots) == again  # the installed walk (what collect_models uses)
     finally:
-        references.uninstall()
+        patches.uninstall_walk()
 
 
 def test_each_session_s_copy_of_a_static_figure_is_made_ahead_and_its_own(dataset):
