@@ -15,7 +15,8 @@ million kernels over 8 ranks (``overlapviz.testing.generate_trace`` per rank, in
 Run against any checkout: ``PYTHONPATH=/path/to/other/checkout python benchmarks/bench_dashboard.py`` times
 that code (the previous figures in docs/dashboard.md were taken that way, on the same datasets).
 ``OVZ_BENCH_LOG=FILE`` keeps the servers' stderr (tracebacks) in FILE. On a machine whose speed drifts, ``--interleave OLD_CHECKOUT --page PAGE`` alternates fresh servers of the two
-checkouts instead (warm pages only).
+checkouts instead (warm pages only); ``--against OLD_CHECKOUT`` alternates fresh servers of the two for the whole browser
+part (cold, warm and the updates) and prints their medians side by side with the ratio.
 
     .venv/bin/python benchmarks/bench_dashboard.py [--kernels 1000000] [--ranks 8] [--repeat 3] [--work /tmp/ovz-bench] [--samples-only]
 """
@@ -51,12 +52,14 @@ TEXT_JS = """function t(root){ let s = ''; const w = document.createTreeWalker(r
 SET_JS = f"""const [type, prop, value, title] = arguments;
 const m = {MODELS}.find(m => m.type.endsWith(type) && (title === null || m.title === title));
 m[prop] = value;"""
+COMPUTING = "Computing this run's findings"  # the Overview's notice while its answer is computed
 IDLE_JS = "return !!(window.Bokeh && Bokeh.documents.length && Bokeh.documents[0].is_idle)"
 PLOT_VIEW = """const pv = [...Bokeh.index.all_views()].filter(v => v.renderer_views && v.model.title && v.model.title.text
   && v.model.title.text.startsWith(arguments[0]) && v.el.isConnected)[0];"""
 # what each page shows once drawn (a plot title, or the notice a dataset without it gets); old and new page contents
 MARKERS = {
-    "Overview": ["TimeRatio", "no grid to show", " · "],  # (the previous Overview titled each heatmap "workload · setup")
+    # (the previous Overview titled each heatmap "workload · setup"; one of imported traces shows the run's answer)
+    "Overview": ["TimeRatio", "no grid to show", " · ", "Breakdown per rank", "has no communication"],
     "Timeline": ["Timeline of"],
     "Compare": ["A: ", "Compare needs two", "Needs two runs"],
     "Why late": ["Late-start time by cause", "no communication kernels"],
@@ -136,9 +139,21 @@ class Session:
         return any(m in text for m in MARKERS[page] if m[0].islower() or m.startswith(("Compare", "Needs", "No ")))
 
     def load(self) -> float:
+        """Open the dashboard: the seconds until the Overview is drawn with its answer. ``painted``: the seconds until
+        it first showed (since 2026-12-07 the page is sent at once, saying its answer is being computed)."""
         t0 = time.perf_counter()
         self.driver.get(self.url)
-        wait(lambda: self.shown("Overview"))
+        self.painted = None
+
+        def drawn():
+            if not self.js(IDLE_JS):
+                return False
+            computing = COMPUTING in self.js(TEXT_JS)
+            if self.painted is None and (computing or self.shown("Overview")):
+                self.painted = time.perf_counter() - t0
+            return not computing and self.shown("Overview")
+
+        wait(drawn)
         return time.perf_counter() - t0
 
     def pages(self) -> list[str]:
@@ -148,7 +163,7 @@ class Session:
         t0 = time.perf_counter()
         self.js(SET_JS, "panel.models.tabs.Tabs", "active", self.pages().index(page), None)
         time.sleep(0.05)
-        wait(lambda: self.shown(page))
+        wait(lambda: self.shown(page), 60.0)  # (a page that fails to draw: "failed")
         return time.perf_counter() - t0
 
     def title(self, prefix: str) -> str:
@@ -188,21 +203,57 @@ def bench_browser(dataset: Path, repeat: int) -> dict:
     (a fresh server whose tables an earlier one left on disk), each with a second, warm session."""
     out: dict = defaultdict(list)
     for rep in range(repeat + 1):
-        s = Session(dataset)
-        cold = "first ever: nothing computed" if rep == 0 else "cold"
-        try:
-            out[f"Overview first render ({cold})"].append(s.load())
-            pages = s.pages()
-            for page in pages[1:]:
-                out[f"{page} first render ({cold})"].append(s.open(page))
-            s.driver.get("about:blank")
-            out["Overview first render (warm)"].append(s.load())
-            for page in pages[1:]:
-                out[f"{page} first render (warm)"].append(s.open(page))
-            _updates(s, out)
-        finally:
-            s.close()
+        _one_server(dataset, "first ever: nothing computed" if rep == 0 else "cold", out)
+    return _medians(out)
+
+
+def _medians(out: dict) -> dict:
     return {k: statistics.median(v) if all(x == x for x in v) else FAILED for k, v in out.items()}
+
+
+def _one_server(dataset: Path, cold: str, out: dict) -> None:
+    """A fresh server: every page opened in a fresh browser (``cold``), then again in a second session (warm), then the
+    updates; each time appended to ``out[measure]``."""
+    s = Session(dataset)
+    try:
+        out[f"Overview first render ({cold})"].append(s.load())
+        out[f"Overview first paint ({cold})"].append(s.painted)
+        pages = s.pages()
+        for page in pages[1:]:
+            _try(out, f"{page} first render ({cold})", lambda page=page: s.open(page))
+        s.driver.get("about:blank")
+        out["Overview first render (warm)"].append(s.load())
+        out["Overview first paint (warm)"].append(s.painted)
+        for page in pages[1:]:
+            _try(out, f"{page} first render (warm)", lambda page=page: s.open(page))
+        _updates(s, out)
+    finally:
+        s.close()
+
+
+def bench_against(dataset: Path, other: Path, repeat: int) -> None:
+    """Side by side on a shared machine: ``repeat`` + 1 rounds, each a fresh server of the ``other`` checkout
+    (``PYTHONPATH``) then one of this one, as ``bench_browser`` times them (the first round with nothing computed, each
+    checkout with a table cache of its own); printed as medians, before / after and their ratio, and every sample."""
+    here = str(Path(__file__).resolve().parent.parent)
+    codes = {"before": str(other), "after": here}
+    caches = {label: tempfile.mkdtemp(prefix=f"ovz-bench-cache-{label}-") for label in codes}
+    out: dict = {label: defaultdict(list) for label in codes}
+    for rep in range(repeat + 1):
+        for label, code in codes.items():
+            os.environ["PYTHONPATH"], os.environ["OVERLAPVIZ_CACHE_DIR"] = code, caches[label]
+            _one_server(dataset, "first ever: nothing computed" if rep == 0 else "cold", out[label])
+    before, after = _medians(out["before"]), _medians(out["after"])
+    print("| measure | before | after | after / before | samples before · after |\n|---|---|---|---|---|")
+    for key in dict.fromkeys([*before, *after]):
+        b, a = before.get(key, FAILED), after.get(key, FAILED)
+        ratio = a / b if a == a and b == b and b else FAILED
+        every = " · ".join(" ".join("—" if x is None or x != x else f"{x:.2f}" for x in out[w].get(key, [])) for w in codes)
+        print(f"| {key} | {_s(b)} | {_s(a)} | {_s(ratio)} | {every} |", flush=True)
+
+
+def _s(x) -> str:
+    return "failed" if x is None or x != x else f"{x:.2f}"
 
 
 def bench_restarted(dataset: Path, repeat: int) -> dict:
@@ -406,6 +457,9 @@ def main() -> None:
     parser.add_argument("--interleave", type=Path, metavar="OTHER_CHECKOUT",
                         help="only pairs of warm servers, OTHER_CHECKOUT's then this one's (--page, --repeat pairs, --visits): "
                              "warm Overview/PAGE seconds per new session")
+    parser.add_argument("--against", type=Path, metavar="OTHER_CHECKOUT",
+                        help="only the browser part, a fresh server of OTHER_CHECKOUT then one of this one per round "
+                             "(--repeat + 1 rounds): medians before / after and their ratio")
     parser.add_argument("--page", default="Collectives", help="the page --interleave opens")
     parser.add_argument("--visits", type=int, default=3, help="new sessions per server with --interleave")
     args = parser.parse_args()
@@ -431,6 +485,10 @@ def main() -> None:
         if args.interleave:
             print(f"\n## {name} ({path}): warm Overview / {args.page} (s), {args.interleave} then this checkout")
             bench_interleaved(path, args.page, args.interleave.resolve(), args.repeat, args.visits)
+            continue
+        if args.against:
+            print(f"\n## {name} ({path}): {args.against} (before) against this checkout (after), alternating\n")
+            bench_against(path, args.against.resolve(), args.repeat)
             continue
         if args.first_ever:
             print(f"\n## {name} ({path}): first ever, pages back to back")

@@ -25,7 +25,7 @@ from panel.viewable import Viewer
 
 from overlapviz import lifetime
 from overlapviz.figures import charts as figures
-from overlapviz.dashboards import references, security, serialization
+from overlapviz.dashboards import patches, security
 from overlapviz.dashboards.pages import CollectivesPage, ComparePage, OverviewPage, ResidencyPage, TimelinePage, WhyPage
 from overlapviz.dashboards.store import DataStore, drawing
 
@@ -46,8 +46,9 @@ pn.extension("tabulator", inline=True, notifications=False)
 # Canvas, not WebGL: our glyph budget (figures.MAX_GLYPHS) is small enough for canvas, and browsers
 # without a GPU (headless chromium, remote desktops) fall back to a software WebGL that stalls for seconds
 hv.renderer("bokeh").webgl = False
-serialization.install()  # every model sent to a browser: the properties set, without computing the defaults first
-references.install()  # every walk over a document's models (each change): the values held, without computing defaults
+# every model sent to a browser: the properties set, without computing the defaults first; every walk over a document's
+# models (each change): the values held, without computing defaults (each where this Bokeh passes its check)
+patches.install()
 
 _SHOWN: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # a session's Document -> its Dashboard
 

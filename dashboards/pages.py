@@ -8,6 +8,8 @@ across ranks; ``ResidencyPage``: residency per launch shape) live in ``pages_why
 
 from __future__ import annotations
 
+import contextlib
+
 import holoviews as hv
 import numpy as np
 import pandas as pd
@@ -21,8 +23,8 @@ from overlapviz.figures import charts as figures
 from overlapviz.figures import timeline as ftl
 from overlapviz.analysis import ranks as ranks_analysis
 from overlapviz.dashboards.common import (PLOT_WIDTH, Page, controls_row, export_button, export_buttons, hidden, notice, perfetto_button, plot,
-                                          StaticTable, static_plot, table, unavailable)  # fmt: skip
-from overlapviz.dashboards import pages_findings
+                                          StaticTable, in_session, static_plot, table, unavailable, when_computed)  # fmt: skip
+from overlapviz.dashboards import pages_findings, patches
 from overlapviz.dashboards.pages_why import CollectivesPage, ResidencyPage, WhyPage
 from overlapviz.dashboards.store import DataStore, Unavailable, background, busy, stopping, wait_idle
 
@@ -41,6 +43,8 @@ def _note_html(text: str) -> str:
     return f'<div style="{style}"><p>{html.escape(text)}</p></div>'
 
 
+COMPUTING_ANSWER = ("Computing this run's findings and where its communication time went (overlapviz explain)… they "
+                    "appear here when they come; the Timeline shows the kernels meanwhile.")
 _METRICS = {"TimeRatio": "time_ratio", "Speedup": "speedup", "Overlap fraction": "overlap_fraction"}
 
 _CONFIG_TITLES = {
@@ -57,8 +61,12 @@ class OverviewPage(Page):
 
     value = param.Selector(default="time_ratio", objects=_METRICS, label="Metric")
     workload = param.Selector(default="all", objects=["all"], label="Workload")
+    answered = param.Integer(default=0, precedence=-1, doc="Counts the answers that came after the page was drawn")
 
     def __init__(self, store: DataStore, on_open=None, **params):
+        self._fetching: set = set()  # runs whose answer a background thread computes for this page
+        self._fetched: set = set()  # runs whose answer it computed (drawn from the store, even if evicted since)
+        self._failed: dict = {}  # run -> the error its answer raised (not asked again by this page)
         super().__init__(store=store, **params)
         self.on_open = on_open
         store.open_timeline = on_open  # the other pages' "show on the Timeline" use the dashboard's own callback
@@ -172,14 +180,50 @@ class OverviewPage(Page):
             t = t.assign(overlap_fraction=pd.to_numeric(t["overlap_fraction"], errors="coerce").map(figures.fmt_pct))
         return StaticTable(t[cols], titles=_CONFIG_TITLES, digits=digits, rows=12)
 
-    @param.depends("store.run_id", "shown")
+    @param.depends("store.run_id", "shown", "answered")
     def _answer(self):
-        """The run's findings and breakdown (the store's; drawn when the run changes)."""
-        if (spacer := self.visit("answer", (self.store.run_id,))) is not None:
+        """The run's findings and breakdown (the store's; drawn when the run changes). Not waited for: until they are
+        computed (the run's explain: seconds on a million kernels) the page says so, and draws them when they come."""
+        run_id = self.store.run_id
+        # (outside a served session nothing can be added later: drawn at once)
+        ready = run_id is None or run_id in self._fetched or not in_session() or self.store.answer_ready(run_id)
+        if (spacer := self.visit("answer", (run_id, ready, self._failed.get(run_id)))) is not None:
             return spacer
-        if self.store.run_id is None:
+        if run_id is None:
             return notice("This dataset has no runs.", "info")
-        return pages_findings.answer(self.store, self.store.run_id)
+        if ready:
+            return pages_findings.answer(self.store, run_id)
+        if run_id in self._failed:
+            return notice(f"**This run's findings could not be computed** ({self._failed[run_id]}); the server log has the "
+                          "traceback. Its kernels are on the **Timeline**.", "danger")  # fmt: skip
+        self._fetch_answer(run_id)
+        return notice(COMPUTING_ANSWER, "info")
+
+    def _fetch_answer(self, run_id: str) -> None:
+        """Compute the run's answer in the background, then draw it (if the run is still the one shown)."""
+        if run_id in self._fetching:
+            return
+        self._fetching.add(run_id)
+
+        def work():
+            try:
+                for table in (self.store.findings, self.store.breakdown):
+                    with contextlib.suppress(Unavailable):  # kept by the store: the answer says why
+                        table(run_id)
+                self._fetched.add(run_id)
+            except Exception as exc:  # noqa: BLE001  (a bug in the analysis: said on the page, in the log)
+                self._failed[run_id] = f"{type(exc).__name__}: {exc}"
+                import traceback
+
+                traceback.print_exc()
+            finally:
+                self._fetching.discard(run_id)
+
+        def arrived():
+            if self.store.run_id == run_id:
+                self.answered += 1
+
+        when_computed(work, arrived, "overlapviz-answer")
 
     def __panel__(self):
         try:
@@ -218,7 +262,7 @@ class ZoomRange(hv.streams.RangeX):
         super().add_subscriber(subscriber, precedence)
 
 
-hv.streams.Stream._callbacks["bokeh"][ZoomRange] = RangeXCallback  # linked to the browser's range as RangeX is
+patches.link_stream(ZoomRange, RangeXCallback)  # linked to the browser's range as RangeX is
 
 
 def _on_zoom(pane, selection, x_range, relabel, *, ready: bool = True) -> None:
@@ -330,14 +374,8 @@ class TimelinePage(Page):
         if run_id in self._fetching or run_id in self._why_failed:
             return
         self._fetching.add(run_id)
-        doc = pn.state.curdoc
-
-        def arrived():
-            with set_curdoc(doc):
-                self._why_arrived(run_id)
 
         def work():
-            wait_idle(5.0)  # the kernels' frame first: one interpreter, one GIL
             try:
                 self.store.timeline(run_id, ranks=[], why=True)
             except Exception as exc:  # noqa: BLE001  (a bug in the why: said on the page, in the log; the kernels stay)
@@ -347,17 +385,8 @@ class TimelinePage(Page):
                 traceback.print_exc()
             finally:
                 self._fetching.discard(run_id)
-            if stopping():
-                return
-            if doc is not None and doc.session_context is not None:
-                try:
-                    doc.add_next_tick_callback(arrived)  # the one Document call allowed from another thread
-                except Exception:  # noqa: BLE001  (the session ended meanwhile)
-                    pass
-            else:
-                self._why_arrived(run_id)
 
-        background(work, "overlapviz-why")
+        when_computed(work, lambda: self._why_arrived(run_id), "overlapviz-why")
 
     def _why_arrived(self, run_id: str) -> None:
         if self._selection is None or self.store.run_id != run_id:

@@ -434,8 +434,11 @@ class CollectivesPage(Page):
         """The collectives' figures (built once per run and cell value for every session), as panes."""
 
         store, run, value = self.store, self.store.run_id, self.value
+        # no instance with an arrival skew (the ranks' clocks do not compare: the line above says so): no empty scatter
+        # (HoloViews failed on its all-null column, and the whole page with it: the generated 1M-kernel set, 2026-12-07)
+        skewed = pd.to_numeric(inst["arrival_skew_us"], errors="coerce").notna().any()
         drawn = [static_plot(store, ("arrival grid", run, value), lambda: figures_why.arrival_grid(cells, width=PLOT_WIDTH, value=value)),
-                 static_plot(store, ("arrival skew", run), lambda: figures_why.arrival_skew(inst, width=PLOT_WIDTH)),
+                 *([static_plot(store, ("arrival skew", run), lambda: figures_why.arrival_skew(inst, width=PLOT_WIDTH))] if skewed else []),
                  pn.Row(*[static_plot(store, ("rank waits", run, i), lambda i=i: figures_why.rank_waits(cells, inst, width=PLOT_WIDTH // 2 - 10)[i])
                           for i in (0, 1)])]  # fmt: skip
         if figures_why.has_bus_bandwidth(inst):

@@ -28,6 +28,8 @@ from tornado.httputil import parse_qs_bytes
 from tornado.routing import Matcher, Rule
 from tornado.web import HTTPError, OutputTransform, RequestHandler
 
+from overlapviz.dashboards import patches
+
 TOKEN_ARG = "token"  # ?token=... as Jupyter prints it
 TOKEN_PATTERN = re.compile(r"[A-Za-z0-9_.~-]{16,256}")  # URL- and cookie-safe, long enough not to be guessed
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
@@ -351,7 +353,7 @@ def server_options(secret_key: bytes) -> dict:
 
 def install(server, access: Access) -> None:
     """Put the gate in front of every route of ``server`` (a Bokeh Server), the headers on every answer."""
-    app = server._tornado
+    app = patches.tornado_app(server)
     router = app.default_router
     router.rules.insert(0, router.process_rule(Rule(_Gate(access), Refused)))
     app.add_transform(functools.partial(_Headers, access))

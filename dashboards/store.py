@@ -257,6 +257,13 @@ def load_findings(path: str, stamp: str, run_id: str) -> dict:
     return _TABLES.get((path, stamp, "findings", run_id), value)
 
 
+def answer_ready(path: str, stamp: str, run_id: str) -> bool:
+    """Whether the run's answer (``load_findings`` and its ``breakdown``) is at hand: computed in this process or in the
+    table cache, or kept as the reason it cannot be computed. The Overview draws at once and adds the answer when it comes."""
+    key = (path, stamp, "findings", run_id)
+    return _at_hand(path, stamp, key, f"findings:{run_id}") and _run_at_hand(path, stamp, "breakdown", run_id)
+
+
 def _read_kernels(path: str, run_id: str) -> pd.DataFrame:
     cols = TIMELINE_COLUMNS + ["launch_ns"]
     table = schema.read_kernels(path, columns=cols, run_ids=[run_id], dictionary=("run_id", "name", "kind"))
@@ -620,6 +627,10 @@ class DataStore(param.Parameterized):
     def why_ready(self, run_id: str | None = None) -> bool:
         """Whether the run's timeline with its why is at hand (``timeline(why=None)`` has it)."""
         return why_ready(self.path, self.stamp, self.run_id if run_id is None else run_id)
+
+    def answer_ready(self, run_id: str | None = None) -> bool:
+        """Whether the run's findings, headline and breakdown are at hand (``findings`` etc. wait for none)."""
+        return answer_ready(self.path, self.stamp, self.run_id if run_id is None else run_id)
 
     def steps(self, run_id: str | None = None) -> pd.DataFrame:
         steps = load_table(self.path, self.stamp, "steps")

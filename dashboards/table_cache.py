@@ -108,7 +108,7 @@ def storable(serialized):
     """A serialized figure whose binary buffers are bytes (a memoryview of the drawing's arrays does not pickle)."""
     from bokeh.core.serialization import Buffer, Serialized
 
-    from overlapviz.dashboards.serialization import with_buffers
+    from overlapviz.dashboards.patches import with_buffers
 
     def kept(buffer):
         return Buffer(buffer.id, buffer.to_bytes())

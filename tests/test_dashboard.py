@@ -955,16 +955,16 @@ def _app_drawn_once(dataset):
 
 
 def test_models_are_sent_as_bokeh_sends_them_without_computing_their_defaults(dataset):
-    """``serialization``: Bokeh computes every property's default before dropping the defaults from what it sends; the
+    """``patches`` (serialization): Bokeh computes every property's default before dropping the defaults from what it sends; the
     version installed in the server checks first. Every page of the dashboard, drawn (under a theme, as Panel's design
     themes the figures), must serialize to the same content with either, whichever runs first."""
     from bokeh.document import Document
     from bokeh.themes import Theme
 
-    from overlapviz.dashboards import serialization
+    from overlapviz.dashboards import patches
     from overlapviz.dashboards.app import PAGES
 
-    assert serialization.install()  # this Bokeh passes the check, so the server uses it
+    assert patches.install_serialization()  # this Bokeh passes the check, so the server uses it
     app = _app_drawn_once(dataset)
     theme = Theme(json={"attrs": {"Title": {"text_color": "#123456"}, "Axis": {"major_label_text_font_size": "11px"}}})
     checked = 0
@@ -973,15 +973,15 @@ def test_models_are_sent_as_bokeh_sends_them_without_computing_their_defaults(da
         doc = Document(theme=theme)
         root = app.holders[i].get_root(doc)
         doc.add_root(root)
-        ours = serialization.sent(root, serialization._query_properties_with_values)
-        assert serialization.sent(root, serialization._ORIGINAL) == ours, name
-        assert serialization.sent(root, serialization._query_properties_with_values) == ours, name
+        ours = patches.sent(root, patches._query_properties_with_values)
+        assert patches.sent(root, patches._ORIGINAL_QUERY) == ours, name
+        assert patches.sent(root, patches._query_properties_with_values) == ours, name
         checked += len(root.references())
     assert checked > 500  # the pages' figures, not empty spacers
 
 
 def test_the_walk_over_a_document_s_models_finds_what_bokeh_s_finds(dataset):
-    """``references``: every change of a session's document walks its models; the walk installed in the server reads
+    """``patches`` (the walk): every change of a session's document walks its models; the walk installed in the server reads
     the values the models hold instead of computing each default again. With every page of the dashboard in one
     themed document, it must find the same models in the same order as Bokeh's, walking first (Bokeh's keeps the
     defaults it makes) and again after a model's default container was filled and another was themed."""
@@ -989,10 +989,10 @@ def test_the_walk_over_a_document_s_models_finds_what_bokeh_s_finds(dataset):
     from bokeh.models import CustomJS, Plot
     from bokeh.themes import Theme
 
-    from overlapviz.dashboards import references
+    from overlapviz.dashboards import patches
     from overlapviz.dashboards.app import PAGES
 
-    assert references.install()  # this Bokeh passes the check, so the server uses it
+    assert patches.install_walk()  # this Bokeh passes the check, so the server uses it
     try:
         app = _app_drawn_once(dataset)
         doc = Document(theme=Theme(json={"attrs": {"Title": {"text_color": "#123456"}}}))
@@ -1000,19 +1000,19 @@ def test_the_walk_over_a_document_s_models_finds_what_bokeh_s_finds(dataset):
             app.tabs.active = i
             doc.add_root(app.holders[i].get_root(doc))
         roots = list(doc.roots)
-        ours = references.walked(roots, references._visit_immediate, references._visit_value)
-        assert ours == references.walked(roots, *references._ORIGINAL)
+        ours = patches.walked(roots, patches._visit_immediate, patches._visit_value)
+        assert ours == patches.walked(roots, *patches._ORIGINAL_WALK)
         assert len(ours) > 300  # the pages' figures, not empty spacers
         roots.append(Plot())  # every property at its default (its toolbar: a model made per instance)
         plot = next(m for m in doc.models if isinstance(m, Plot))
         plot.js_on_event("tap", CustomJS(code=""))  # a model put into a default container that was left alone
         plot.toolbar = type(plot.toolbar)()  # a model-valued property set anew
         doc.theme = Theme(json={"attrs": {"Plot": {"background_fill_color": "#fafafa"}}})
-        again = references.walked(roots, references._visit_immediate, references._visit_value)
-        assert again == references.walked(roots, *references._ORIGINAL) and again != ours
-        assert references.walked(roots) == again  # the installed walk (what collect_models uses)
+        again = patches.walked(roots, patches._visit_immediate, patches._visit_value)
+        assert again == patches.walked(roots, *patches._ORIGINAL_WALK) and again != ours
+        assert patches.walked(roots) == again  # the installed walk (what collect_models uses)
     finally:
-        references.uninstall()
+        patches.uninstall_walk()
 
 
 def test_each_session_s_copy_of_a_static_figure_is_made_ahead_and_its_own(dataset):
@@ -1151,3 +1151,30 @@ def test_a_tab_closed_mid_send_is_not_an_error_in_the_server_log():
     other = RuntimeError("a bug")
     _closed_quietly(Loop(), {"message": "Task exception was never retrieved", "exception": other})
     assert seen == [other]
+
+
+def test_collectives_with_no_instance_on_comparable_clocks_draws_the_rest(tmp_path):
+    # was: on the generated 1M-kernel, 8-rank set (no instance on comparable clocks: every arrival skew null) HoloViews
+    # raised on the skew scatter's all-null column and the whole Collectives page failed to draw
+    from overlapviz.dashboards.pages_why import CollectivesPage
+    from overlapviz.dashboards.store import DataStore
+    from overlapviz.ingest import ingest
+    from overlapviz.testing import generate_trace, write_trace
+
+    src = tmp_path / "traces" / "gen"
+    src.mkdir(parents=True)
+    for r in range(2):
+        write_trace(generate_trace(2000, rank=r, world_size=2, seed=r), src / f"rank{r}.json.gz")
+    store = DataStore(ingest([str(src)], tmp_path / "ds", progress=False), warm_up=False)
+    page = CollectivesPage(store)
+    inst, cells = store.instances(), store.instance_cells()
+    assert inst["arrival_skew_us"].notna().any() and inst["arrival_skew_us"].isna().any()  # some compare, most not
+
+    def titles(plots) -> set[str]:
+        return {f.title.text for p in plots for pane in pn.panel(p).select(pn.pane.Bokeh) for f in pane.object.select({"type": Plot})
+                if f.title is not None}  # fmt: skip
+
+    assert "Arrival skew per instance (colour: the slowest rank)" in titles(page._collective_plots(cells, inst))
+    none = inst.assign(arrival_skew_us=pd.array([pd.NA] * len(inst), dtype="Float64"))  # the 1M set's: not one skew
+    shown = titles(page._collective_plots(cells, none))
+    assert not [t for t in shown if t.startswith("Arrival skew")] and len(shown) >= 3, shown  # the grid and the waits
