@@ -206,6 +206,8 @@ def run_point(sets: Path, work: Path, kernels: int, ranks: int, steps: list[str]
                         "unit": unit, "command": shown, "commit": commit(), "note": note,
                         "kernels": kernels, "ranks": ranks, "step": step})  # fmt: skip
         print(f"{case:>24} {step:>10}: {m['wall_s']:8.1f} s {m['cpu_s']:8.1f} s CPU {m['peak_mb']:8.0f} MiB  {note}", file=sys.stderr)
+        done = {(r["case"], r["metric"]) for r in out}
+        save([r for r in load() if (r["case"], r["metric"]) not in done] + out)  # each step as it ends: a long point may be cut
         if m["rc"] != 0 and step == "ingest":
             break
     if not args.keep:
@@ -214,34 +216,58 @@ def run_point(sets: Path, work: Path, kernels: int, ranks: int, steps: list[str]
 
 
 def plot(records: list[dict]) -> Path:
+    """Per step, CPU seconds per million kernels (flat = linear in kernels, not in ranks) and peak tree memory,
+    against the trace sets in order of size."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    cases = sorted({(r["kernels"], r["ranks"]) for r in records})
+    labels = [f"{k / 1e6:g}M / {n}" for k, n in cases]
+    value = {(r["kernels"], r["ranks"], r["step"], r["metric"].split()[-1]): r["value"] for r in records}
     fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(11, 4.2))
-    ranks_all = sorted({r["ranks"] for r in records})
     for step in STEPS:
-        for ranks, style in zip(ranks_all, ("-o", "--s", ":^")):
-            pts = sorted((r["kernels"], r["value"]) for r in records if r["step"] == step and r["ranks"] == ranks
-                         and r["metric"].endswith("wall"))  # fmt: skip
-            mem = sorted((r["kernels"], r["value"]) for r in records if r["step"] == step and r["ranks"] == ranks
-                         and r["metric"].endswith("peak_rss"))  # fmt: skip
-            if pts:
-                line = ax_t.plot(*zip(*pts), style, label=f"{step}, {ranks} ranks")[0]
-                ax_m.plot(*zip(*mem), style, color=line.get_color())
-    for ax, what in ((ax_t, "wall time of the whole command (s)"), (ax_m, "peak resident memory, process tree (MiB)")):
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlabel("kernels in the trace set")
+        xs = [i for i, (k, n) in enumerate(cases) if (k, n, step, "cpu") in value]
+        if not xs:
+            continue
+        per_m = [value[(*cases[i], step, "cpu")] / (cases[i][0] / 1e6) for i in xs]
+        line = ax_t.plot(xs, per_m, "-o", label=step)[0]
+        mem = [(i, value[(*cases[i], step, "peak_rss")]) for i in xs]
+        ax_m.plot(*zip(*mem), "-o", color=line.get_color(), label=step)
+    for ax, what in ((ax_t, "CPU seconds per million kernels"), (ax_m, "peak resident memory, process tree (MiB)")):
+        ax.set_xticks(range(len(cases)), labels, fontsize=8)
+        ax.set_xlabel("trace set: kernels / ranks")
         ax.set_ylabel(what)
-        ax.grid(True, which="both", alpha=0.3)
-    ax_t.legend(fontsize=6, ncol=2)
-    fig.suptitle("overlapviz on generated Kineto sets, 2 shared cores (benchmarks/bench_scaling.py)", fontsize=9)
+        ax.grid(True, alpha=0.3)
+    ax_m.set_yscale("log")
+    ax_t.set_ylim(bottom=0)
+    ax_t.legend(fontsize=8)
+    fig.suptitle("overlapviz whole commands on generated Kineto sets, one run each, 2 shared cores "
+                 "(benchmarks/bench_scaling.py)", fontsize=9)  # fmt: skip
     fig.tight_layout()
     PLOT.parent.mkdir(exist_ok=True)
     fig.savefig(PLOT, dpi=110)
     return PLOT
+
+
+def table(records: list[dict]) -> str:
+    """The records as a markdown table: per trace set and step, wall s, CPU s, CPU s per million kernels, peak MiB
+    and MiB per rank in flight (ingest: per file a process holds; analysis: the whole set is read at once)."""
+    value = {(r["kernels"], r["ranks"], r["step"], r["metric"].split()[-1]): r for r in records}
+    lines = ["| kernels | ranks | step | wall s | CPU s | CPU s / M kernels | peak MiB | load before |",
+             "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for k, n in sorted({(r["kernels"], r["ranks"]) for r in records}):
+        for step in STEPS:
+            if (k, n, step, "wall") not in value:
+                continue
+            wall, peak = value[(k, n, step, "wall")], value[(k, n, step, "peak_rss")]["value"]
+            cpu = value.get((k, n, step, "cpu"), {}).get("value")
+            load = wall["note"].split(" before")[0].removeprefix("load average ")
+            stopped = " (stopped)" if "STOPPED" in wall["note"] or "exit" in wall["note"] else ""
+            lines.append(f"| {k / 1e6:g}M | {n} | {step}{stopped} | {wall['value']:.1f} | {'-' if cpu is None else f'{cpu:.1f}'} | "
+                         f"{'-' if cpu is None else f'{cpu / (k / 1e6):.2f}'} | {peak:.0f} | {load} |")  # fmt: skip
+    return "\n".join(lines)
 
 
 def main() -> None:
@@ -256,10 +282,11 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=3600)
     ap.add_argument("--keep", action="store_true", help="keep the datasets")
     ap.add_argument("--generate-only", action="store_true")
-    ap.add_argument("--plot", action="store_true", help="only draw docs/benchmarks_scaling.png from the records")
+    ap.add_argument("--plot", action="store_true", help="only draw docs/benchmarks_scaling.png and print the table from the records")
     args = ap.parse_args()
     if args.plot:
-        print(plot(load()))
+        print(table(load()))
+        print(plot(load()), file=sys.stderr)
         return
     args.work.mkdir(parents=True, exist_ok=True)
     for kernels in args.kernels:
@@ -267,9 +294,7 @@ def main() -> None:
             if args.generate_only:
                 trace_set(args.sets, kernels, ranks, args.procs)
                 continue
-            new = run_point(args.sets, args.work, kernels, ranks, args.steps, args)
-            done = {(r["case"], r["metric"]) for r in new}
-            save([r for r in load() if (r["case"], r["metric"]) not in done] + new)
+            run_point(args.sets, args.work, kernels, ranks, args.steps, args)
 
 
 if __name__ == "__main__":
