@@ -118,6 +118,7 @@ def explain(dataset_path: str | os.PathLike, *, run_ids=None, kinds: tuple[str, 
     dev_limits = device_table(dataset_path, device)
     carveouts = run_carveouts(dataset_path)
     parts = []
+    memo: dict = {}  # occupancy per launch shape and device limits, shared by the ranks (_occupancy)
     for rk in per_rank(k):
         if pause is not None:
             pause()
@@ -129,7 +130,7 @@ def explain(dataset_path: str | os.PathLike, *, run_ids=None, kinds: tuple[str, 
         links = rank_links(rk, rs)
         if on_rank is not None:
             on_rank(g["run_id"], int(g["rank"]), rk, rs, links)
-        part = explain_rank(rk, rs, dev_limits, carveouts, kinds, links=links)
+        part = explain_rank(rk, rs, dev_limits, carveouts, kinds, links=links, memo=memo)
         if part is not None:
             parts.append(part)
     out = pd.concat(parts, ignore_index=True) if parts else empty_records()
@@ -228,7 +229,7 @@ def rank_links(k: pa.Table, syncs: pa.Table | None) -> Links:
 
 
 def explain_rank(k: pa.Table, syncs: pa.Table | None, dev_limits: dict, carveouts: dict, kinds=("comm",),
-                  links: Links | None = None) -> pd.DataFrame | None:  # fmt: skip
+                  links: Links | None = None, memo: dict | None = None) -> pd.DataFrame | None:  # fmt: skip
     kind = str_column(k, "kind")
     is_comm = np.isin(kind, list(kinds))
     if not is_comm.any():
@@ -262,13 +263,13 @@ def explain_rank(k: pa.Table, syncs: pa.Table | None, dev_limits: dict, carveout
     after_call = np.where((ready_wait != UNKNOWN) & (call_end != UNKNOWN), start_c - np.maximum(ready_ns, call_end), ready_wait)
 
     names = str_column(k, "name")
-    room = _sm_room(k, names, c, ready_ns, host, kind, device, lane, start, end, dev_limits, carveouts)
+    room = _sm_room(k, names, c, ready_ns, host, kind, device, lane, start, end, dev_limits, carveouts, memo)
     # a race at ready: the collective and a computation kernel became ready together (both waited on
     # the same event or stream end) and the computation took the SMs first, microseconds after ready.
     # The SMs are then judged at that kernel's start.
     raced = _raced(c, ready_ns, start, host, kind, device, room["fit"])
     if len(raced[0]):
-        again = _sm_room(k, names, c[raced[0]], raced[1], host, kind, device, lane, start, end, dev_limits, carveouts)
+        again = _sm_room(k, names, c[raced[0]], raced[1], host, kind, device, lane, start, end, dev_limits, carveouts, memo)
         blocked = again["fit"] == 0
         for key in room:
             room[key] = np.asarray(room[key]).copy()
@@ -409,7 +410,7 @@ def _last_before_value(sorted_times: np.ndarray, at: np.ndarray) -> np.ndarray:
     return np.where(pos >= 0, sorted_times[np.maximum(pos, 0)], UNKNOWN)
 
 
-def _sm_room(k, names, c, ready_ns, host, kind, device, lane, start, end, dev_limits, carveouts) -> dict:
+def _sm_room(k, names, c, ready_ns, host, kind, device, lane, start, end, dev_limits, carveouts, memo=None) -> dict:
     """SM room for each comm kernel ``c`` at its ready time (module docstring), vectorized over
     (comm kernel, resident computation kernel) pairs."""
     n = len(c)
@@ -443,7 +444,7 @@ def _sm_room(k, names, c, ready_ns, host, kind, device, lane, start, end, dev_li
         multi = np.flatnonzero(~single)
         for i in np.unique(pi[multi]).tolist():
             res["resident"][i] = ", ".join(names[pr[multi[pi[multi] == i]]])
-    occ = _occupancy(k, np.concatenate([c, pr]), dev_limits, carveouts)
+    occ = _occupancy(k, np.concatenate([c, pr]), dev_limits, carveouts, memo)
     oc = {f: v[: n] for f, v in occ.items()}
     ro = {f: v[n:] for f, v in occ.items()}
     # the comm kernel's own facts
@@ -516,9 +517,13 @@ _OCC_FIELDS = ("blocks_per_sm", "warps_per_block", "regs_per_warp", "smem_alloc_
                "smem_config_needed_bytes", "num_sms")  # fmt: skip
 
 
-def _occupancy(k: pa.Table, rows: np.ndarray, dev_limits: dict, carveouts: dict) -> dict:
+def _occupancy(k: pa.Table, rows: np.ndarray, dev_limits: dict, carveouts: dict, memo: dict | None = None) -> dict:
     """Occupancy facts of ``rows`` of ``k`` as arrays aligned with ``rows`` (NaN where unknown, ``note``
-    saying why), computed once per distinct launch shape; ``limits`` holds each row's device limits."""
+    saying why), computed once per distinct launch shape; ``limits`` holds each row's device limits.
+
+    ``memo`` (one per ``explain`` call) keeps each shape's facts by its device limits' content, so that
+    ranks of one GPU model compute a shape once: ``kernel_occupancy`` costs ~20 ms a call in pandas,
+    which on 512 ranks was most of ``explain``."""
     n = len(rows)
     out = {f: np.full(n, np.nan) for f in _OCC_FIELDS}
     out["note"] = np.full(n, None, dtype=object)
@@ -541,18 +546,46 @@ def _occupancy(k: pa.Table, rows: np.ndarray, dev_limits: dict, carveouts: dict)
     code = np.empty(n, np.int64)
     code[order] = np.cumsum(new) - 1
     first = order[new]
-    sub = t.take(pa.array(first)).select(["run_id", "rank", "device", "name", "regs_per_thread", "shared_mem_bytes", "sgprs",
-                                          "accum_vgprs"]).to_pandas()  # fmt: skip
-    uniq = sub.assign(threads_per_block=pd.array(np.where(threads[first] < 0, None, threads[first]).tolist(), dtype="Int64"))
-    occ = kernel_occupancy(uniq.astype({"threads_per_block": "Int64"}), dev_limits, carveouts)
-    for f in _OCC_FIELDS:
-        out[f] = occ[f].to_numpy(np.float64, na_value=np.nan)[code]
-    out["note"] = np.where(np.isnan(out["blocks_per_sm"]), occ["residency_note"].fillna("launch shape or device limits unknown")
-                           .to_numpy(object)[code], None)  # fmt: skip
-    lims = np.array([limits_for(dev_limits, r["run_id"], int(r["rank"]), None if pd.isna(r["device"]) else int(r["device"]))
-                     for r in uniq[["run_id", "rank", "device"]].to_dict("records")] + [None], dtype=object)[:-1]  # fmt: skip
-    out["limits"] = lims[code]
+    memo = {} if memo is None else memo
+    cols = ["run_id", "rank", "device", "name", "regs_per_thread", "shared_mem_bytes", "sgprs", "accum_vgprs"]
+    shapes = t.take(pa.array(first)).select(cols).to_pylist()
+    lims, keys = [], []
+    for r, th in zip(shapes, threads[first].tolist()):
+        lim = limits_for(dev_limits, r["run_id"], int(r["rank"]), r["device"])
+        lims.append(lim)
+        # a device's limits by content (ranks of one GPU model share them); without limits, the note names the rank
+        where = _limits_key(lim, memo) if isinstance(lim, dict) else ("rank", r["rank"], r["device"], lim)
+        keys.append((r["run_id"], where, r["name"], th, *(r[c] for c in cols[4:])))
+    missing = [i for i, kk in enumerate(keys) if kk not in memo]
+    if missing:
+        sub = t.take(pa.array(first[missing])).select(cols).to_pandas()
+        th = threads[first[missing]]
+        uniq = sub.assign(threads_per_block=pd.array(np.where(th < 0, None, th).tolist(), dtype="Int64"))
+        occ = kernel_occupancy(uniq.astype({"threads_per_block": "Int64"}), dev_limits, carveouts)
+        facts = np.stack([occ[f].to_numpy(np.float64, na_value=np.nan) for f in _OCC_FIELDS], axis=1)
+        notes = occ["residency_note"].fillna("launch shape or device limits unknown").to_numpy(object)
+        for j, i in enumerate(missing):
+            memo[keys[i]] = (facts[j], notes[j])
+    facts = np.stack([memo[kk][0] for kk in keys])
+    for fi, f in enumerate(_OCC_FIELDS):
+        out[f] = facts[:, fi][code]
+    notes = np.array([memo[kk][1] for kk in keys] + [None], dtype=object)[:-1]
+    out["note"] = np.where(np.isnan(out["blocks_per_sm"]), notes[code], None)
+    out["limits"] = np.array(lims + [None], dtype=object)[:-1][code]
     return out
+
+
+def _limits_key(lim: dict, memo: dict):
+    """A device's limits as a hashable key, made once per limits object of the call: its content less whose
+    they are (``run_id``, ``rank``, ``device``), which no occupancy rule reads."""
+    got = memo.get(("limits", id(lim)))
+    if got is None or got[0] is not lim:
+        content = sorted(((k, v) for k, v in lim.items() if k not in _WHOSE), key=lambda kv: str(kv[0]))
+        got = memo[("limits", id(lim))] = (lim, repr(content))
+    return got[1]
+
+
+_WHOSE = ("run_id", "rank", "device")
 
 
 def summarize(explained: pd.DataFrame) -> pd.DataFrame:

@@ -11,12 +11,14 @@ import click
 class DatasetOrTraces(click.ParamType):
     """A dataset directory (``dataset.json``), or trace files / directories of traces, which are
     ingested into overlapviz's cache (``$OVERLAPVIZ_CACHE_DIR``, else ``~/.cache/overlapviz``)
-    keyed by their content, with one line on stderr saying so. Converts to the dataset path."""
+    keyed by their content, with one line on stderr saying so. Converts to the dataset path; for the commands
+    that only read the dataset once (``HELD_COMMANDS``), traces ingested now convert to a ``schema.HeldDataset``
+    of that path, whose tables are read from memory rather than back from the files just written."""
 
     name = "DATASET|TRACES"
 
     def convert(self, value, param, ctx):
-        from overlapviz.ingest import samples
+        from overlapviz.dataset import cache
 
         path = Path(os.fsdecode(value))
         if ctx is not None:  # what the command read: an output may not be it (check_output)
@@ -24,10 +26,15 @@ class DatasetOrTraces(click.ParamType):
         if not path.exists():
             raise click.ClickException(f"{path}: no such file or directory: not an overlapviz dataset, nor traces "
                                        "(give a dataset directory, or trace files to read)")
-        if path.is_dir() and samples.is_dataset(path):
+        if path.is_dir() and cache.is_dataset(path):
             return str(path)
+        hold = ctx is not None and ctx.info_name in HELD_COMMANDS
         try:
-            out = samples.cached_dataset([path], progress=None)
+            out = cache.cached_path([path])
+            if not cache.is_dataset(out):  # cold: only now the ingest package (~0.1 s of imports a warm cache skips)
+                from overlapviz.ingest import samples
+
+                out = samples.cached_dataset([path], progress=None, hold=hold)
         except ValueError as exc:
             why = str(exc)
             why = why[len(f"{path}: "):] if why.startswith(f"{path}: ") else why
@@ -39,10 +46,13 @@ class DatasetOrTraces(click.ParamType):
         click.echo(f"{shown(path)}: raw traces, read into {shown(out)} (cached; `overlapviz ingest {shown(path)} -o DIR` "
                    "keeps a dataset of your own)",
                    err=True)  # fmt: skip
-        return str(out)
+        return str(out) if isinstance(out, Path) else out  # a HeldDataset: what was just ingested, held
 
 
 DATASET = DatasetOrTraces()
+# commands that read a dataset in this process and are done: the tables of traces just ingested stay held for them
+# (serve and export hand the path on to servers and browsers)
+HELD_COMMANDS = ("analyze", "explain")
 INPUTS_KEY = "overlapviz.inputs"
 
 

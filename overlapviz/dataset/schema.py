@@ -474,10 +474,12 @@ class DatasetWriter:
         return self.out
 
     def _write_tables(self, extra_metadata: dict | None) -> None:
+        self.written = {}  # name -> the table as written (HeldDataset's small tables), dataset.json as "metadata"
         for name in TABLES:
             parts = [t for t in self._tables[name] if t.num_rows]
             if not parts:
                 _write_empty(name, self._tmp / f"{name}.parquet")
+                self.written[name] = empty(TABLES[name])
                 continue
             table = parts[0] if len(parts) == 1 else pa.concat_tables(parts)
             if name == "runs":
@@ -486,6 +488,7 @@ class DatasetWriter:
                 if dup:
                     raise ValueError(f"run id {dup[0]!r} appears twice")
             _write(table, self._tmp / f"{name}.parquet", lean=True)
+            self.written[name] = table
         meta = {
             "schema_version": SCHEMA_VERSION,
             "writer": f"overlapviz {__version__}",
@@ -495,6 +498,7 @@ class DatasetWriter:
         }
         meta.update(extra_metadata or {})
         (self._tmp / METADATA_FILE).write_text(json.dumps(meta, indent=2) + "\n")
+        self.metadata = json.loads(json.dumps(meta))  # as read_metadata would give it back
 
 
 def kernels_file(run_id: str, rank: int) -> str:
@@ -515,7 +519,7 @@ def write_kernels(table: pa.Table, directory: str | os.PathLike, run_id: str, ra
     rel = kernels_file(run_id, rank)
     path = Path(directory) / rel
     path.parent.mkdir(exist_ok=True)
-    if not _is_sorted(table.column("start_ns")):
+    if not is_sorted(table.column("start_ns")):
         table = table.sort_by([("start_ns", "ascending")])
     _write(table, path, row_group_size=1 << 20)
     return rel, table.num_rows
@@ -553,7 +557,7 @@ def _write_empty(name: str, path: Path) -> None:
     path.write_bytes(data)
 
 
-def _is_sorted(col: pa.ChunkedArray) -> bool:
+def is_sorted(col: pa.ChunkedArray) -> bool:
     """True when a non-null int64 column is in ascending order (nulls: False)."""
     if col.null_count:
         return False
@@ -570,6 +574,31 @@ def writing(out: str | os.PathLike, **kwargs) -> Iterator[DatasetWriter]:
 # --- reading --------------------------------------------------------------------
 
 
+class HeldDataset(os.PathLike):
+    """A dataset directory whose tables this process also holds, as written: the readers below
+    take them from memory instead of reading the files back (``ingest.driver.ingest_held``).
+
+    A path like any other (``os.fspath`` gives the directory); kernels of a run x rank it does
+    not hold are read from their file. The tables are those the writer wrote, conformed and
+    sorted as in the files, so what is read is the same either way.
+    """
+
+    def __init__(self, path: str | os.PathLike, metadata: dict, tables: dict[str, pa.Table], kernels: dict[str, pa.Table]):
+        self.path = Path(path)
+        self.metadata = metadata
+        self.tables = tables  # name -> the small table as read_table returns it
+        self.kernels = kernels  # kernels_file(run_id, rank) -> that file's table
+
+    def __fspath__(self) -> str:
+        return os.fspath(self.path)
+
+    def __str__(self) -> str:
+        return str(self.path)
+
+    def __repr__(self) -> str:
+        return f"HeldDataset({str(self.path)!r}, {len(self.kernels)} kernels tables held)"
+
+
 def read_metadata(path: str | os.PathLike) -> dict:
     """Read and check ``dataset.json``.
 
@@ -578,6 +607,8 @@ def read_metadata(path: str | os.PathLike) -> dict:
     ValueError
         If ``path`` is not a dataset or its schema major version is newer than this reader's.
     """
+    if isinstance(path, HeldDataset):
+        return path.metadata
     meta_path = Path(path) / METADATA_FILE
     try:
         meta = json.loads(meta_path.read_text())
@@ -633,6 +664,10 @@ def read_kernels(
     )
     if not files:
         return schema.empty_table()
+    if isinstance(path, HeldDataset) and filter is None:
+        held = [path.kernels.get(Path(f).relative_to(path.path).as_posix()) for f in files]
+        if all(t is not None for t in held):
+            return _from_held(held, wanted, encoded, schema)
     if filter is None and (len(files) == 1 or _total_bytes(files) < _DATASET_MIN_BYTES):
         # one Parquet reader per file: a pyarrow.dataset scan costs ~1 ms more to set up,
         # and pays only when several large files are read at once
@@ -664,6 +699,19 @@ def read_kernels(
     return conform(table, schema, where=str(path))
 
 
+def _from_held(tables: list[pa.Table], wanted: list[str], encoded: list[str], schema: pa.Schema) -> pa.Table:
+    """``read_kernels``' table from held kernels tables: the columns, with ``encoded`` dictionary-encoded as Parquet
+    gives them."""
+    parts = []
+    for t in tables:
+        t = t.select([c for c in wanted if c in t.column_names])
+        for c in encoded:
+            if c in t.column_names:
+                t = t.set_column(t.column_names.index(c), c, t.column(c).dictionary_encode())
+        parts.append(conform(t, schema))
+    return parts[0] if len(parts) == 1 else pa.concat_tables(parts)
+
+
 def unreadable_file(file: str | os.PathLike, exc: BaseException) -> ValueError:
     """The one-line error for a dataset file Parquet cannot read (truncated, corrupt, missing)."""
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -686,6 +734,8 @@ def _total_bytes(files: list[str]) -> int:
 
 def read_table(path: str | os.PathLike, name: str) -> pa.Table:
     """Read one of the small tables, conformed to the current schema (older datasets included)."""
+    if isinstance(path, HeldDataset) and name in path.tables:
+        return path.tables[name]
     read_metadata(path)
     file = Path(path) / f"{name}.parquet"
     if not file.exists():

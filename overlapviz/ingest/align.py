@@ -196,6 +196,21 @@ def _gaps(ends: dict, group: dict, members: set, others: set, offsets: dict) -> 
     return np.asarray(diff, np.int64), np.asarray(lasted, np.int64)
 
 
+def _gaps_to(ends: dict, group: dict, ref: str) -> dict[str, np.ndarray]:
+    """``_gaps(ends, group, {g}, {ref}, {})[0]`` of every group ``g`` but ``ref``, in one pass over the instances:
+    per group, one call each walked every instance's ranks, groups x instances x ranks (quadratic in ranks)."""
+    out: dict[str, list[int]] = {}
+    for per in ends.values():
+        theirs = [e for r, (e, _) in per.items() if group[r] == ref]
+        if not theirs:
+            continue
+        median = _lower_median(theirs)
+        for r, (e, _) in per.items():
+            if group[r] != ref:
+                out.setdefault(group[r], []).append(median - e)
+    return {g: np.asarray(diff, np.int64) for g, diff in out.items()}
+
+
 def _align(ends: dict, group: dict, ref_rank: int) -> tuple[dict, dict, dict]:
     """Offsets per group (reference: ``ref_rank``'s group, 0), the instances each rests on and the
     median |end − reference end| after alignment. A group sharing instances with the reference
@@ -210,8 +225,9 @@ def _align(ends: dict, group: dict, ref_rank: int) -> tuple[dict, dict, dict]:
         spread[g] = _lower_median(np.abs(diff - offsets[g]))
 
     todo = sorted(set(group.values()) - {ref})
+    to_ref = _gaps_to(ends, group, ref)
     for g in list(todo):
-        diff, _ = _gaps(ends, group, {g}, {ref}, {})
+        diff = to_ref.get(g, ())
         if len(diff):
             fix(g, diff)
             todo.remove(g)

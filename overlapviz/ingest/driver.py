@@ -26,11 +26,14 @@ from overlapviz.ingest.registry import reader_named
 from overlapviz.ingest.text import REPAIRED_KEY, repaired_message
 from overlapviz.domain.rules import RuleSet, default_rules
 
-__all__ = ["ingest"]
+__all__ = ["ingest", "ingest_held"]
 
 # after a file with at least this much content, freed memory is handed back to the OS
 # (see pool.release_memory); below it there is little to hand back and trimming costs time
 RELEASE_MIN_BYTES = 8 * 1024 * 1024
+# ingest_held holds the kernels it wrote only below this much trace content in all (every file is then read
+# in this process, pool.POOL_MIN_BYTES): above it, what analysis reads comes from the files, memory stays bounded
+HOLD_MAX_BYTES = pool.POOL_MIN_BYTES
 
 
 @dataclass
@@ -46,6 +49,7 @@ class RankPart:
     syncs: pa.Table | None
     top_device: int | None  # the device most of the rank's kernels ran on
     extremes: tuple | None = None  # (earliest, latest) time of the rank with their events (ranges.time_extremes)
+    kernels: pa.Table | None = None  # the kernels file's table, where the parent read the file and holds what it wrote
 
 
 # OVERLAPVIZ_DEBUG=1: an unexpected exception while reading a file keeps its traceback
@@ -55,13 +59,14 @@ INTERNAL_ERROR = "internal error"
 
 
 def ingest_file(path: str, reader_name: str, rules_json: str, file_index: int, run_id: str,
-                 directory: str) -> list[RankPart]:
+                directory: str, hold_pid: int = 0) -> list[RankPart]:
     """Read one trace file, finish its kernels and write each rank's kernels file into the
     dataset's temporary ``directory``; return only the small per-rank parts.
 
     Runs wherever the file is read (the parent or a worker), so the expensive per-file work
     (parse, classify, steps, conform, Parquet write) stays with the process that holds the
     trace, and no kernels table crosses between processes. The parent checks the ranks.
+    Read by process ``hold_pid`` (the parent of an ``ingest_held``), the parts keep the tables written.
 
     Whatever goes wrong comes out as a one-line ValueError naming the file: a reader's own
     message (prefixed with the file where it does not name it), nesting past the recursion
@@ -70,7 +75,7 @@ def ingest_file(path: str, reader_name: str, rules_json: str, file_index: int, r
     """
     shown = display(path)
     try:
-        return _read_and_write(path, reader_name, rules_json, file_index, run_id, directory)
+        return _read_and_write(path, reader_name, rules_json, file_index, run_id, directory, hold_pid == os.getpid())
     except _WriteError as exc:
         raise ValueError(f"cannot write the dataset while ingesting {shown}: {exc}") from None
     except ValueError as exc:
@@ -142,7 +147,7 @@ def _naming(message: str, path: str) -> str:
 
 
 def _read_and_write(path: str, reader_name: str, rules_json: str, file_index: int, run_id: str,
-                    directory: str) -> list[RankPart]:  # fmt: skip
+                    directory: str, hold: bool = False) -> list[RankPart]:  # fmt: skip
     reader = reader_named(reader_name)
     traces = reader.read(Path(path))
     rules = _rules_from_json(rules_json)
@@ -160,13 +165,16 @@ def _read_and_write(path: str, reader_name: str, rules_json: str, file_index: in
         check_time_span(extremes, display(path))
         k = set_column(k, "run_id", pa.repeat(pa.scalar(run_id, pa.string()), n))
         k = set_column(k, "rank", pa.repeat(pa.scalar(rank, pa.int32()), n))
+        if hold:  # as write_kernels writes it, so that the held table is the file's
+            k = schema.conform(k, schema.KERNELS, where=f"kernels of {run_id} rank {rank}")
+            k = k if schema.is_sorted(k.column("start_ns")) else k.sort_by([("start_ns", "ascending")])
         try:
             rel, n = schema.write_kernels(k, directory, run_id, rank)
         except OSError as exc:
             raise _WriteError(exc.strerror or str(exc)) from None
         info = {key: display(v) if isinstance(v, str) else v for key, v in t.info.items()}
         parts.append(RankPart(rank, rel, n, t.steps, t.devices, info, getattr(t, "syncs", None), _top_device(k),
-                               extremes))
+                              extremes, k if hold else None))
         big = big or k.nbytes >= RELEASE_MIN_BYTES
         del k
         t.kernels = None
@@ -229,6 +237,7 @@ def ingest(
     skipped: list[tuple[str, str]] | None = None,
     append: bool = False,
     align_clocks: str = "auto",
+    _hold: bool = False,
 ) -> Path:
     """Ingest traces into the dataset directory ``out`` and return its path.
 
@@ -294,10 +303,22 @@ def ingest(
         try:
             return _ingest_runs(sources, runs, out, rules=rules, overwrite=overwrite or append, workers=workers,
                                 progress=progress, skipped=skipped if skip_bad else None, existing=existing,
-                                replace=overwrite, align_clocks=align_clocks)  # fmt: skip
+                                replace=overwrite, align_clocks=align_clocks, hold=_hold)  # fmt: skip
         except NotOneJob as d:
             runs = runs[: d.index] + split_run(runs[d.index]) + runs[d.index + 1:]
             check_unique(runs)
+
+
+def ingest_held(sources: Sequence[str | os.PathLike], out: str | os.PathLike, **options) -> schema.HeldDataset:
+    """``ingest`` (same ``options``), returning the dataset with the tables this process wrote still held
+    (``schema.HeldDataset``), so that the analysis of a raw trace right after its ingest reads them from memory
+    instead of back from the files just written (``overlapviz analyze|explain TRACES`` with a cold cache).
+
+    The kernels are held only where this process read every file itself, below ``HOLD_MAX_BYTES`` of trace
+    content in all; above it they are read from the files as from any dataset, and memory stays bounded per
+    rank. The small tables and metadata are always held. Raises what ``ingest`` raises.
+    """
+    return ingest(sources, out, _hold=True, **options)
 
 
 def _existing(out) -> dict:
@@ -313,7 +334,7 @@ def _existing(out) -> dict:
 
 
 def _ingest_runs(sources, runs: list[RunSource], out, *, rules, overwrite, workers, progress, skipped, existing,
-                 replace, align_clocks="auto") -> Path:  # fmt: skip
+                 replace, align_clocks="auto", hold=False) -> Path:  # fmt: skip
     old_ids: list[str] = [] if existing is None else list(existing["tables"]["runs"].column("run_id").to_pylist())
     clash = [r.run_id for r in runs if r.run_id in old_ids]
     if clash and not replace:
@@ -338,7 +359,10 @@ def _ingest_runs(sources, runs: list[RunSource], out, *, rules, overwrite, worke
         state = [RunState() for _ in runs]
         bar = pool.progress_bar(len(tasks), progress)
         rules_json = {rid: rs.to_json() for rid, rs in run_rules.items()}
-        jobs = [(t, (str(t[2]), t[3], rules_json[runs[t[0]].run_id], t[1], runs[t[0]].run_id, str(writer.directory)))
+        # held only where this process reads every file (a few small ones): what it holds stays small
+        hold_pid = os.getpid() if hold and sum(input_bytes(Path(t[2])) for t in tasks) < HOLD_MAX_BYTES else 0
+        jobs = [(t, (str(t[2]), t[3], rules_json[runs[t[0]].run_id], t[1], runs[t[0]].run_id, str(writer.directory),
+                     hold_pid))
                 for t in tasks]
         work = ingest_file if skipped is None else _ingest_file_or_skip
         # closing: on an error the worker is stopped before the writer removes its directory
@@ -364,7 +388,11 @@ def _ingest_runs(sources, runs: list[RunSource], out, *, rules, overwrite, worke
         cycles = list(dict.fromkeys(r.cycles for r, _ in done if r.cycles))
         if cycles:  # how per-cycle files became runs (ingest's summary line says it)
             meta["grouped_cycles"] = cycles
-        return writer.commit(meta)
+        path = writer.commit(meta)
+        if not hold:
+            return path
+        held = {rel: t for _, st in done for rel, t in st.held.items()}
+        return schema.HeldDataset(path, writer.metadata, writer.written, held)
 
 
 def _without_path(message: str, path) -> str:
@@ -439,6 +467,7 @@ class RunState:
     world: int | None = None  # the world size its files state
     # per rank, held until the run is complete (its clock may be aligned): ranks row, steps, syncs
     pending: dict = field(default_factory=dict)
+    held: dict = field(default_factory=dict)  # kernels file (relative) -> its table, where held (RankPart.kernels)
     extremes: tuple | None = None  # the earliest and latest time of its ranks so far (ranges.time_extremes)
 
 
@@ -479,6 +508,8 @@ def _add_file_parts(writer, run: RunSource, st: RunState, path: Path, parts: lis
             st.extremes = (low, high)
             check_time_span(st.extremes, f"{display(path)}: run {run.run_id!r}")
         st.files.add(part.kernels_file)
+        if part.kernels is not None:
+            st.held[part.kernels_file] = part.kernels
         writer.add_kernels_file(part.kernels_file, part.n_kernels, run.run_id, rank)
         st.n_kernels += part.n_kernels
         ident = {"run_id": run.run_id, "rank": rank}
@@ -545,12 +576,12 @@ def _add_clocked(writer, run: RunSource, st: RunState, mode: str) -> None:
     """Decide the run's clocks (``overlapviz.ingest.align``), shift the ranks to align, and add
     their ranks rows, steps and syncs."""
     hosts = {rank: info.get("host") for rank, (info, _) in st.pending.items()}
-    ends = _comm_instance_ends(writer.directory, run.run_id, sorted(hosts)) if len(hosts) > 1 else {}
+    ends = _comm_instance_ends(writer.directory, run.run_id, sorted(hosts), st.held) if len(hosts) > 1 else {}
     fixes = align.plan(hosts, ends, mode) if hosts else {}
     for rank, (info, timed) in sorted(st.pending.items()):
         fix = fixes[rank]
         if fix.offset_ns:
-            _shift_kernels(writer.directory, run.run_id, rank, fix.offset_ns)
+            _shift_kernels(writer.directory, run.run_id, rank, fix.offset_ns, st.held)
             timed = {name: _shifted(t, _TIMES[name], fix.offset_ns, f"{run.run_id} rank {rank}") for name, t in timed.items()}
         for name, table in timed.items():
             writer.add(name, table)
@@ -562,13 +593,15 @@ def _add_clocked(writer, run: RunSource, st: RunState, mode: str) -> None:
 _COMM_COLUMNS = ["kind", "start_ns", "end_ns", "name", "collective", "comm_group", "comm_seq"]
 
 
-def _comm_instance_ends(directory: Path, run_id: str, ranks: list[int]) -> dict:
-    """``align.instance_ends`` of the run's communication kernels, read back from its kernels files."""
+def _comm_instance_ends(directory: Path, run_id: str, ranks: list[int], held: dict | None = None) -> dict:
+    """``align.instance_ends`` of the run's communication kernels, from the ``held`` tables or read back from its
+    kernels files."""
     import pyarrow.parquet as pq
 
     parts = []
     for rank in ranks:
-        t = pq.read_table(Path(directory) / schema.kernels_file(run_id, rank), columns=_COMM_COLUMNS)
+        rel = schema.kernels_file(run_id, rank)
+        t = held[rel].select(_COMM_COLUMNS) if held and rel in held else pq.read_table(Path(directory) / rel, columns=_COMM_COLUMNS)
         t = t.filter(pc.equal(t.column("kind"), "comm"))
         parts.append(t.append_column("rank", pa.repeat(pa.scalar(rank, pa.int64()), t.num_rows)))
     t = pa.concat_tables(parts)
@@ -592,12 +625,16 @@ def _shifted(table: pa.Table, columns, offset: int, where: str) -> pa.Table:
     return table
 
 
-def _shift_kernels(directory: Path, run_id: str, rank: int, offset: int) -> None:
+def _shift_kernels(directory: Path, run_id: str, rank: int, offset: int, held: dict | None = None) -> None:
+    """Add ``offset`` to every time of the rank's kernels file (and to its ``held`` table)."""
     import pyarrow.parquet as pq
 
-    path = Path(directory) / schema.kernels_file(run_id, rank)
-    table = _shifted(pq.read_table(path), _TIMES["kernels"], offset, f"{run_id} rank {rank}")
+    rel = schema.kernels_file(run_id, rank)
+    table = held[rel] if held and rel in held else pq.read_table(Path(directory) / rel)
+    table = _shifted(table, _TIMES["kernels"], offset, f"{run_id} rank {rank}")
     schema.write_kernels(table, directory, run_id, rank)
+    if held and rel in held:
+        held[rel] = schema.conform(table, schema.KERNELS)
 
 
 _RUN_FACTS = ("world_size", "backend", "nccl_version", "hip_version", "cuda_version", "torch_version", "host")

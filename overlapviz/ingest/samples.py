@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 from importlib import resources
 from pathlib import Path
 
-from overlapviz.dataset import schema
-from overlapviz._version import __version__
+from overlapviz.dataset.cache import cache_dir, cached_path, content_key, is_dataset  # noqa: F401 (this module's API)
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".csv")
 
@@ -31,27 +29,6 @@ def sample_sources(root: str | os.PathLike | None = None) -> list[Path]:
             if any(p.is_file() and p.name.endswith(TRACE_SUFFIXES) for p in child.rglob("*")):
                 out.append(child)
     return out
-
-
-def content_key(sources: list[Path]) -> str:
-    """A hash of every file under ``sources`` (relative path, bytes) and of the writer's versions."""
-    digest = hashlib.sha256(f"overlapviz {__version__} schema {schema.SCHEMA_VERSION}\n".encode())
-    for source in sources:
-        files = [source] if source.is_file() else sorted(p for p in source.rglob("*") if p.is_file())
-        for path in files:
-            digest.update(f"{source.name}/{path.relative_to(source) if path != source else ''}\n".encode())
-            with open(path, "rb") as fh:
-                for chunk in iter(lambda: fh.read(1 << 20), b""):
-                    digest.update(chunk)
-    return digest.hexdigest()[:16]
-
-
-def cache_dir() -> Path:
-    """``$OVERLAPVIZ_CACHE_DIR``, else ``$XDG_CACHE_HOME/overlapviz``, else ``~/.cache/overlapviz``."""
-    if os.environ.get("OVERLAPVIZ_CACHE_DIR"):
-        return Path(os.environ["OVERLAPVIZ_CACHE_DIR"])
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "overlapviz"
 
 
 def sample_dataset(*, root: str | os.PathLike | None = None, cache: str | os.PathLike | None = None,
@@ -78,32 +55,30 @@ def sample_dataset(*, root: str | os.PathLike | None = None, cache: str | os.Pat
     return cached_dataset(sources, cache=cache, prefix="samples", progress=progress)
 
 
-def is_dataset(path: str | os.PathLike) -> bool:
-    """Whether ``path`` is an overlapviz dataset directory (it has ``dataset.json``)."""
-    return (Path(path) / schema.METADATA_FILE).is_file()
-
-
 def cached_dataset(sources: list[Path], *, cache: str | os.PathLike | None = None, prefix: str = "traces",
-                   progress: bool | None = False) -> Path:  # fmt: skip
+                   progress: bool | None = False, hold: bool = False) -> Path:  # fmt: skip
     """The dataset of raw trace ``sources``, ingested once into ``<cache>/<prefix>-<content hash>``.
 
     The key hashes every byte of the sources (and the writer's versions): changed traces are
     ingested anew, unchanged ones are read from the cache. Concurrent callers are safe (ingest
-    builds beside the target and moves it into place).
+    builds beside the target and moves it into place). ``hold``: a dataset ingested now comes back
+    as a ``schema.HeldDataset`` (``driver.ingest_held``), whose tables are read from memory.
 
     Raises
     ------
     ValueError
         What ingest raises: one line naming the file and the problem.
     """
-    out = Path(cache or cache_dir()) / f"{prefix}-{content_key([Path(s) for s in sources])}"
+    out = cached_path(sources, cache=cache, prefix=prefix)
     if is_dataset(out):
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
-    from overlapviz.ingest import ingest
+    from overlapviz.ingest import driver
 
     try:
-        return Path(ingest([str(s) for s in sources], out, progress=progress))
+        if hold:
+            return driver.ingest_held([str(s) for s in sources], out, progress=progress)
+        return Path(driver.ingest([str(s) for s in sources], out, progress=progress))
     except ValueError:
         if is_dataset(out):  # another process ingested the same traces meanwhile
             return out
