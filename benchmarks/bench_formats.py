@@ -10,7 +10,7 @@ written three times: as Kineto traces (``rank<N>.json.gz``), as Nsight Systems e
 tests/data/nsys/mfu_2gpu_before_window40ms.sqlite, with the same kernels in
 CUPTI_ACTIVITY_KIND_KERNEL, the launches in CUPTI_ACTIVITY_KIND_RUNTIME, the steps in
 NVTX_EVENTS) and as rocprofv3 rocpd databases (``rank<N>_results.db``: rocpd schema 3.0.0
-from the DDL tests/test_rocpd.py quotes, the kernels as dispatches with their symbols, the
+from the DDL tests/_rocpd_db.py quotes, the kernels as dispatches with their symbols, the
 launches as hipLaunchKernel regions with their stream argument, the steps as roctx ranges;
 no real rocpd database could be obtained, see docs/nsys_rocpd.md). Each format is ingested
 by the real path (``overlapviz.ingest.ingest``, same ``--workers``) in a fresh subprocess, timed from outside (wall, with interpreter start-up)
@@ -36,7 +36,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
-sys.path.insert(1, str(ROOT / "tests"))  # test_rocpd's rocpd DDL and fixed rows
+sys.path.insert(1, str(ROOT / "tests"))  # _rocpd_db: the rocpd DDL and fixed rows
 from bench_ingest import measure  # noqa: E402  (same sampler as the Kineto/HTA benchmark)
 
 SCHEMA_SOURCE = ROOT / "tests" / "data" / "nsys" / "mfu_2gpu_before_window40ms.sqlite"
@@ -140,14 +140,14 @@ def write_nsys(doc: dict, path: Path, *, pid: int, rank: int, world_size: int) -
 def write_rocpd(doc: dict, path: Path, *, pid: int, rank: int, world_size: int) -> None:
     """``doc``'s kernels, launches and steps as a rocprofv3 rocpd database (schema 3.0.0).
 
-    The tables are made by tests/test_rocpd.py's ``Process`` (rocprofiler-sdk 1.0.0's DDL,
+    The tables are made by tests/_rocpd_db.py's ``Process`` (rocprofiler-sdk 1.0.0's DDL,
     the node/process/agent/queue rows of a real MI350X run), the rows written as
-    generateRocpd.cpp writes them (tests/test_rocpd.py's ``Process`` methods), in bulk: a
+    generateRocpd.cpp writes them (tests/_rocpd_db.py's ``Process`` methods), in bulk: a
     dispatch's event carries its launch region's id (the correlation) as ``stack_id``, the
     launch names its stream by handle in ``rocpd_arg``, steps are roctx ranges whose
     message is in the event's ``extdata``.
     """
-    from test_rocpd import GUID_A, Process
+    from _rocpd_db import GUID_A, Process
 
     db = sqlite3.connect(path)
     db.execute("PRAGMA journal_mode = OFF")

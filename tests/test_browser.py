@@ -13,17 +13,15 @@ import contextlib
 import json
 import os
 import re
-import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
 
-from overlapviz.export.render import chromium_options, find_chromium
-from overlapviz.testing import write_grid_dataset
+from overlapviz.export.render import find_chromium
+
+from _browser import MODELS, SAMPLES, TITLES_JS, _serve, browser, dataset, downloads, idle, page_text, set_model, wait_for  # noqa: F401 (shared helpers and fixtures)
 
 pytestmark = [
     pytest.mark.browser,
@@ -34,8 +32,6 @@ pytestmark = [
 # come from `OVERLAPVIZ_SCREENSHOTS=docs/screenshots OVERLAPVIZ_BROWSER_DATASET=samples pytest tests/test_browser.py`,
 # which serves the bundled sample traces instead of the synthetic grid)
 SCREENSHOTS_ENV = os.environ.get("OVERLAPVIZ_SCREENSHOTS")
-SAMPLES = os.environ.get("OVERLAPVIZ_BROWSER_DATASET") == "samples"
-TOKEN = "overlapviz-browser-test-token-0123456789"
 # a plot title each page must show once drawn
 PAGE_TITLES = {"Overview": "TimeRatio", "Timeline": "Timeline of", "Why late": "Late-start time by cause",
                "Collectives": "Communication per rank", "Residency": "Resident blocks per SM", "Compare": "A: "}  # fmt: skip
@@ -59,14 +55,6 @@ return all(document, []).map(c => {
   return [Math.round(r.width), Math.round(r.height), colours.size];
 }).filter(x => x);
 """
-# the models in the page now (reachable from its roots): Bokeh's all_models keeps those a redraw replaced until 30 s
-# after the last change, and a stale widget set there changes nothing
-MODELS = "[...new Set(Bokeh.documents[0].roots().flatMap(r => [...r.references()]))]"
-TITLES_JS = f"return {MODELS}.filter(m => m.type === 'Title').map(m => m.text)"
-TEXT_JS = """function t(root){ let s = ''; const w = document.createTreeWalker(root, NodeFilter.SHOW_TEXT);
-  while (w.nextNode()) { const p = w.currentNode.parentNode; if (p && !['STYLE', 'SCRIPT'].includes(p.nodeName)) s += w.currentNode.textContent + ' '; }
-  root.querySelectorAll('*').forEach(e => { if (e.shadowRoot) s += t(e.shadowRoot); }); return s; }
-return t(document)"""
 # the controls (selects, inputs, buttons, downloads) of the open tab that overlap another one: [[a, b], ...]
 OVERLAPPING_CONTROLS_JS = """const tabs = [...Bokeh.index.all_views()].find(v => v.model.type === 'panel.models.tabs.Tabs');
 const views = []; (function walk(v) { views.push(v); (v.child_views || []).forEach(walk); })(tabs.child_views[tabs.model.active]);
@@ -85,48 +73,6 @@ PLOT_VIEW = """const pv = [...Bokeh.index.all_views()].filter(v => v.renderer_vi
 
 # a hang must not eat CI's time: a test running past this dumps every thread's stack and ends the run (conftest)
 HANG_S = 300
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _serve(dataset, log: Path, *, code: str = "from overlapviz.cli import main; main()", env: dict | None = None):
-    """``overlapviz serve`` on a free port with a known token; yields (url, log path)."""
-    port = _free_port()
-    env = dict(os.environ, OVERLAPVIZ_TOKEN=TOKEN, **(env or {}))
-    with open(log, "wb") as fh:
-        proc = subprocess.Popen(
-            [sys.executable, "-c", code, "serve", *([str(dataset)] if dataset else []),
-             "--port", str(port), "--no-show"], stdout=fh, stderr=subprocess.STDOUT, env=env,
-        )  # fmt: skip
-    try:
-        deadline = time.monotonic() + 180
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=1):
-                    break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    pytest.fail(f"server did not start: {log.read_text()[-2000:]}")
-                time.sleep(0.3)
-        yield f"http://127.0.0.1:{port}/?token={TOKEN}"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=15)
-
-
-@pytest.fixture(scope="module")
-def dataset(tmp_path_factory):
-    if SAMPLES:
-        return None  # `overlapviz serve` with no dataset: the bundled sample traces
-    return write_grid_dataset(tmp_path_factory.mktemp("browser") / "ds")
 
 
 # the page tests run twice on the grid: on a server that computes every table and figure (a table cache with nothing
@@ -216,29 +162,6 @@ def imported_server(imported, imported_log):
     yield from _serve(imported, imported_log)
 
 
-@pytest.fixture(scope="module")
-def downloads(tmp_path_factory):
-    return tmp_path_factory.mktemp("downloads")
-
-
-@pytest.fixture(scope="module")
-def browser(downloads):
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    binary, driver_path = find_chromium()
-    options = chromium_options(binary, width=1400, height=1100)
-    options.set_capability("goog:loggingPrefs", {"performance": "ALL", "browser": "ALL"})
-    driver = webdriver.Chrome(service=Service(executable_path=driver_path), options=options)
-    driver.set_page_load_timeout(120)
-    driver.set_script_timeout(60)
-    driver.execute_cdp_cmd("Browser.setDownloadBehavior", {"behavior": "allow", "downloadPath": str(downloads)})
-    try:
-        yield driver
-    finally:
-        driver.quit()
-
-
 def requested_urls(driver) -> list[str]:
     """URLs the page asked for since the last call (Chrome DevTools Network events)."""
     urls = []
@@ -260,46 +183,9 @@ def off_host(urls: list[str], allowed=LOCAL_HOSTS) -> list[str]:
     return out
 
 
-def wait_for(driver, predicate, timeout=90.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            value = predicate()
-        except Exception:  # the page is still loading its scripts
-            value = None
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
-
-
-def idle(driver) -> bool:
-    return driver.execute_script("return !!(window.Bokeh && Bokeh.documents.length && Bokeh.documents[0].is_idle)")
-
-
 def drawn_canvases(driver) -> list:
     """Canvases showing a plot: more than a handful of colours (a blank canvas has one or two)."""
     return [c for c in driver.execute_script(CANVASES_JS) if c[2] >= 8]
-
-
-def page_text(driver) -> str:
-    """The text a user reads (styles and scripts left out), through Bokeh's shadow roots."""
-    return driver.execute_script(TEXT_JS)
-
-
-def set_model(driver, model_type: str, prop: str, value, *, where: str | None = None, every: bool = False) -> None:
-    """Set a property of a Bokeh model in the page (of every such model with ``every``), as a click or a selection
-    would (synced to the server)."""
-    driver.execute_script(
-        f"""
-        const [type, prop, value, title, every] = arguments;
-        const ms = {MODELS}.filter(m => m.type === type && (title === null || m.title === title || m.label === title));
-        if (!ms.length) throw new Error('no ' + type + ' ' + title);
-        for (const m of (every ? ms : ms.slice(0, 1))) m[prop] = value;
-        """,
-        model_type, prop, value, where, every,
-    )  # fmt: skip
 
 
 def pages(driver) -> list[str]:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from test_browser import TITLES_JS, _serve, browser, downloads, idle, page_text, set_model, wait_for  # noqa: F401 (fixtures)
+from _browser import TITLES_JS, _serve, browser, downloads, idle, page_text, set_model, wait_for  # noqa: F401 (fixtures)
 
 from overlapviz.analysis.findings import format_ns, headline
 from overlapviz.export.render import find_chromium

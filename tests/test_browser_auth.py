@@ -14,7 +14,7 @@ import threading
 import time
 
 import pytest
-from test_serve_security import start_server  # the same CLI server as the raw-request tests
+from _serve import start_server  # the same CLI server as the raw-request tests
 
 from overlapviz.export.render import chromium_options, find_chromium
 from overlapviz.testing import write_grid_dataset

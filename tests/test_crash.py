@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_hostile import CLI, EVENT_SYNC, check_dataset, snapshot
+from _hostile import CLI, EVENT_SYNC, check_dataset, snapshot
 
 from overlapviz.dataset import outdir
 from overlapviz.ingest.pool import POOL_MIN_BYTES

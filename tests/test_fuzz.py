@@ -26,7 +26,7 @@ import pyarrow.compute as pc
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_hostile import (
+from _hostile import (
     EVENT_SYNC,
     MI250,
     NSYS,
@@ -318,7 +318,7 @@ def test_fuzz_both_kineto_readers_agree(doc):
 
 @st.composite
 def mutated_v3_json(draw):
-    from test_hostile import small_v3_json
+    from _hostile import small_v3_json
 
     doc = small_v3_json()
     tool = doc["rocprofiler-sdk-tool"][0]

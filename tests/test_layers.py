@@ -259,3 +259,16 @@ def test_the_check_sees_private_names_across_modules(tmp_path):
     c = tmp_path / "c.py"
     c.write_text("from overlapviz.figures.raster import coverage as _coverage\nfrom overlapviz import __version__\n")
     assert _private_uses("overlapviz.distributed.fake", c) == []
+
+
+def test_no_test_module_imports_another():
+    # shared helpers live in tests/conftest.py, tests/_*.py or overlapviz.testing: a test module imported by another
+    # runs its module-level code twice and couples the two files' fixtures
+    tests = Path(__file__).resolve().parent
+    found = []
+    for path in sorted(tests.glob("test_*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+            found += [f"{path.name} imports {n}" for n in names if n.split(".")[0].startswith("test_")]
+    assert not found, found

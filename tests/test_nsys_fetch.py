@@ -21,18 +21,10 @@ from overlapviz.ingest import sqlite_common
 from overlapviz.ingest.nsys import read_nsys
 from overlapviz.ingest.sqlite_common import fetch, open_readonly
 
+from _sqlite_tables import make  # one table-maker for the SQLite reader tests
+
 MOCK = Path(__file__).parent / "data" / "nsys" / "mock.sqlite"
 I64 = (-(2**63), 2**63 - 1)
-
-
-def make(path: Path, ddl: str, rows: list[tuple]) -> Path:
-    db = sqlite3.connect(path)
-    db.execute(ddl)
-    if rows:
-        db.executemany(f"INSERT INTO t VALUES ({', '.join('?' * len(rows[0]))})", rows)
-    db.commit()
-    db.close()
-    return path
 
 
 def plain(path: Path, sql: str) -> list[tuple]:
@@ -179,7 +171,6 @@ def test_nsys_strings_that_are_not_utf8_and_int64_extremes_are_read(tmp_path):
     corr = plain(p, "SELECT correlationId FROM CUPTI_ACTIVITY_KIND_KERNEL ORDER BY start")
     assert k.column("correlation").to_pylist() == [c for (c,) in corr] and 2**63 - 1 in k.column("correlation").to_pylist()
     assert "kernel\ufffd" in t.kernels.column("name").to_pylist()
-
 
 
 def test_nsys_kernel_names_fall_back_row_by_row_whatever_the_indexes(tmp_path):

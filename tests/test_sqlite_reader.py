@@ -23,7 +23,7 @@ import pytest
 
 from overlapviz.ingest import sqlite_common
 from overlapviz.ingest.sqlite_common import fetch, open_readonly
-from test_nsys_fetch import make  # one table-maker for the SQLite reader tests
+from _sqlite_tables import make  # one table-maker for the SQLite reader tests
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -232,7 +232,7 @@ def _bench():
 
 
 def _rocpd(tmp_path: Path, which: str) -> Path:
-    from test_rocpd import make_db
+    from _rocpd_db import make_db
 
     if which == "rocpd_one":
         return make_db(tmp_path / "4242_results.db")
