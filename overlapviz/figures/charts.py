@@ -19,8 +19,11 @@ from overlapviz.analysis import ranks as ranks_analysis
 # builders use bokeh-backend options; register it as current without notebook output (hv.extension prints)
 hv.Store.set_current_backend("bokeh")
 
-# Okabe-Ito colours: distinguishable with the common colour-vision deficiencies and in greyscale print
-KIND_COLORS = {"compute": "#0072B2", "comm": "#D55E00", "memory": "#009E73", "other": "#999999"}
+# the timeline's kinds: in greyscale print their lightness (CIE L*) is 46, 63, 79 and 29, at least 15 apart, and under
+# simulated deuteranopia, protanopia and tritanopia any two stay > 28 CIELAB units apart (tests/test_figures.py checks
+# both). Okabe-Ito blue, Paul Tol's orange and light cyan, a dark grey; Okabe-Ito's blue, vermilion, green and grey
+# were L* 46, 54, 58 and 63: compute, comm and memory printed as nearly one grey (issue 33)
+KIND_COLORS = {"compute": "#0072B2", "comm": "#EE7733", "memory": "#88CCEE", "other": "#444444"}
 # why a collective waited (overlapviz.analysis.explain's causes). Picked so that in greyscale print their lightness
 # (CIE L*) is 0, 22, 54, 71 and 88, at least 15 apart, and under simulated deuteranopia, protanopia and tritanopia
 # any two stay > 30 CIELAB units apart (tests/test_figures.py checks both). Okabe-Ito's sky blue and orange were 1 L*
