@@ -163,7 +163,8 @@ def test_paper_column_size(tmp_path):
     from overlapviz.ingest import ingest
 
     ds = ingest([ROOT / "tests" / "data" / "kineto_real" / "param_dlrm_8rank"], tmp_path / "ds", progress=False)
-    for figure in ("why", "ranks", "collectives"):  # (collectives: a half-width panel under full-width ones)
+    # (collectives: a half-width panel under full-width ones; budget: a label per resource, ran off the picture)
+    for figure in ("why", "ranks", "collectives", "budget"):
         files = {}
         for fmt in ("png", "svg", "pdf"):
             files[fmt] = tmp_path / f"{figure}.{fmt}"
