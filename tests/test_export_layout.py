@@ -67,7 +67,7 @@ def _rgb(data: bytes) -> np.ndarray:
 
 
 def _pdf_pixels(pdf: Path, tmp: Path) -> np.ndarray:
-    """The PDF drawn by poppler at 96 dpi: 1 px per CSS px of the figure (cairosvg writes 0.75 pt per px)."""
+    """The PDF drawn by poppler at 96 dpi: 1 px per CSS px of the figure (the PDF is printed at 0.75 pt per px)."""
     subprocess.run(["pdftoppm", "-r", "96", "-png", "-singlefile", str(pdf), str(tmp / pdf.stem)], check=True, timeout=120)
     return _rgb((tmp / f"{pdf.stem}.png").read_bytes())
 
