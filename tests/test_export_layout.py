@@ -178,6 +178,13 @@ def test_paper_column_size(tmp_path):
         svg = files["svg"].read_text()
         assert {"7pt", "8pt"} >= set(re.findall(r'font-size="([^"]+)"', svg)), figure  # ticks 7 pt, labels 8 pt
         assert "Late-start time" not in svg and "Communication per rank" not in svg  # no titles on paper
+    # SVG and PDF are vector: the resolution (300 dpi with --size column) changes nothing in them (the SVG's legend
+    # markers were drawn 3.125 times too large: BokehJS's SVG took the PNG's device scale)
+    again = tmp_path / "budget96.svg"
+    result = CliRunner().invoke(main, ["export", str(ds), "--figure", "budget", "--size", "column", "--dpi", "96", "-o", str(again)])
+    assert result.exit_code == 0, result.output
+    ids = lambda svg: re.sub(r'(id="|url\(#)[A-Za-z]+', r"\1", svg)  # noqa: E731  (BokehJS names clip paths at random)
+    assert ids(again.read_text()) == ids((tmp_path / "budget.svg").read_text())
     out = tmp_path / "why300.png"
     assert CliRunner().invoke(main, ["export", str(ds), "--figure", "why", "--size", "column", "-o", str(out)]).exit_code == 0
     img = Image.open(out)

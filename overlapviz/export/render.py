@@ -320,7 +320,10 @@ def draw_static(model, driver, formats: Sequence[str], *, dpi: int = 96) -> dict
     with _offline_layout_html():
         load_export_page(driver, widgets=_has_widgets(model))
         page_drawn(driver)
-        scale = max(0.25, dpi / 96.0)
+        # the device scale is the PNG's resolution only: BokehJS's SVG took it too (a 3.5 in column's legend markers
+        # drawn 3.125 times too large in the SVG and the PDF at the preset's 300 dpi), and a vector-only drawing at
+        # 1 px per CSS px rasterises a tenth of the pixels
+        scale = max(0.25, dpi / 96.0) if "png" in formats else 1.0
         # a viewport that holds the whole figure (the panels' sizes summed: an upper bound): Chromium paints nothing
         # below the viewport even with captureBeyondViewport (a 2,316 px heatmap was cut at 1,000 px)
         plots = _plots(model)
