@@ -36,6 +36,8 @@ CAUSE_COLORS = {
 # greyscale and colour-blind readers: L* 29, 50, 72, black, light grey)
 BREAKDOWN_COLORS = {"overlapped": "#004488", "peer wait": "#BB5566", "dependent": "#DDAA33", "host idle": "#000000",
                     "other exposed": "#DDDDDD"}  # fmt: skip
+# the ranks figure's communication, overlapped or exposed (L* 29 and 72; Okabe-Ito's green and vermilion were 58 and 54)
+RANKS_COLORS = {"overlapped": BREAKDOWN_COLORS["overlapped"], "exposed": "#DDAA33"}
 BREAKDOWN_PARTS = {"overlapped": "overlapped_ns", "peer wait": "peer_wait_ns", "dependent": "dependent_ns", "host idle": "host_idle_ns",
                    "other exposed": "exposed_other_ns"}  # fmt: skip
 CAUSE_LABELS = {
@@ -445,7 +447,7 @@ def ranks(metrics: pd.DataFrame, *, width: int = 560, height: int = 320, toleran
     )
     comm = hv.Bars(_plain(stacked), kdims=[hv.Dimension("rank", label="Rank"), hv.Dimension("part", label="Communication")],
                    vdims=[hv.Dimension("t", label=f"Communication time ({unit})")]).opts(
-        stacked=True, cmap={"overlapped": "#009E73", "exposed": "#D55E00"}, tools=["hover"], width=width, default_tools=["save"],
+        stacked=True, cmap=RANKS_COLORS, tools=["hover"], width=width, default_tools=["save"],
         height=height, title="Communication per rank: overlapped vs exposed", legend_position="right", fontsize={"title": TITLE_FONT},
         yformatter="%.1f", padding=(0, (0, 0.05)))  # fmt: skip
     strag = ranks_analysis.long_span_ranks(metrics, tolerance=tolerance)
