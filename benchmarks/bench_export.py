@@ -1,21 +1,29 @@
 """Export benchmark: ``overlapviz export`` as a whole command (a fresh process: imports, tables, browser, drawing,
 writing), this checkout side by side with another one in the same run.
 
-Not a test: prints a Markdown table. For every case the two checkouts' commands alternate (old, new, new, old, ...),
-so a machine whose speed drifts (2 cores shared with other work) slows both alike; each figure is the median of
---repeat runs and the ratio is old / new. Cases: every figure of the bundled samples (the H200 stand-in sweep and
-paper grid) and of the real 8-rank DLRM trace in png, svg and pdf, ``export --help``, and the timeline of a generated
-trace of one million kernels over 8 ranks (``bench_dashboard.big_dataset``, kept in --work).
+Not a test: prints a Markdown table (and writes it as JSON with --json, row by row, so a run cut short keeps what it
+measured). For every case the two checkouts' commands alternate (old, new, new, old, ...), so a machine whose speed
+drifts (2 cores shared with other work) slows both alike; each figure is the median of --repeat runs and the ratio is
+old / new. CPU is user + system of the command and its browser: on a shared machine it moves much less than the wall
+time. Cases: every figure of the bundled samples (the H200 stand-in sweep, the paper grid) and of the real 8-rank DLRM
+trace in png, svg and pdf, ``export --help``, and the timeline of a generated trace of one million kernels over 8 ranks
+(``bench_dashboard.big_dataset``, kept in --work) in each format.
 
-The other checkout is a source tree, e.g. today's code before issue 33::
+The other checkout is a git worktree with its own virtual environment, e.g. today's code (commit 708e13e)::
 
-    git archive 0ed1792 overlapviz | tar -x -C /tmp/ovz-old   # (copy the built overlapviz/ingest/*.so beside it)
-    .venv/bin/python benchmarks/bench_export.py --old /tmp/ovz-old [--repeat 3] [--work /tmp/ovz-bench] [--no-big] [--quick]
+    git worktree add --detach /tmp/ovz-708e13e 708e13e && cp -a .venv /tmp/ovz-708e13e/.venv
+    (cd /tmp/ovz-708e13e && .venv/bin/python -m pip install -q --no-deps --no-build-isolation -e . \
+        && .venv/bin/python setup.py -q build_ext --inplace)
+    .venv/bin/python benchmarks/bench_export.py --old /tmp/ovz-708e13e [--repeat 3] [--json out.json] [--only DATASET,...]
+        [--no-big | --big-only] [--quick]
+
+(``--old`` may also be a bare source tree, put first on this interpreter's path, as before.)
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -26,11 +34,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
-CASES = {  # dataset -> (figure, extra options)
-    "h200_standin_sweep": [("why", []), ("timeline", []), ("residency", []), ("ranks", []), ("budget", []), ("heatmap", []),
-                           ("speedup", [])],
-    "h200_paper_grid": [("heatmap", []), ("speedup", []), ("timeline", [])],
-    "param_dlrm_8rank": [("timeline", []), ("why", []), ("collectives", []), ("ranks", []), ("residency", []), ("budget", [])],
+_PAIR = ["--run", "cb-ar_baseline_tiled64x64x32-pad0k_p0_standin_072509d6", "--run", "cb-ar_optimized_tiled64x64x32-pad112k_p-1_standin_9b3b4e5c"]
+CASES = {  # dataset -> (figure, extra options): every figure that applies to it (the sweep's runs have one rank each: no collectives)
+    "h200_standin_sweep": [("timeline", []), ("breakdown", []), ("why", []), ("ranks", []), ("residency", []), ("budget", []),
+                           ("heatmap", []), ("speedup", []), ("compare", _PAIR)],
+    "h200_paper_grid": [("heatmap", []), ("speedup", [])],  # (its per-run figures are the sweep's kind: drawn there)
+    "param_dlrm_8rank": [("timeline", []), ("breakdown", []), ("why", []), ("collectives", []), ("ranks", []), ("residency", []),
+                         ("budget", [])],
 }  # fmt: skip
 QUICK = {"h200_standin_sweep": {"why", "timeline", "heatmap", "budget"}, "h200_paper_grid": {"heatmap", "speedup"},
          "param_dlrm_8rank": {"timeline", "collectives"}}  # --quick: one of each kind of figure
@@ -38,20 +48,24 @@ SOURCES = {"h200_standin_sweep": ROOT / "sample_traces" / "h200_standin_sweep", 
            "param_dlrm_8rank": ROOT / "tests" / "data" / "kineto_real" / "param_dlrm_8rank"}  # fmt: skip
 
 
-def command_time(pythonpath: str | None, args: list[str]) -> tuple[float, float]:
-    """(wall seconds, CPU seconds) of ``python -m overlapviz ARGS`` with ``pythonpath`` first on the path (None: this
-    checkout). CPU is user + system of the command and everything it waited for (chromedriver, chromium): on a machine
-    whose other work varies it moves much less than the wall time."""
+def command_time(checkout: str | None, args: list[str]) -> tuple[float, float]:
+    """(wall seconds, CPU seconds) of ``python -m overlapviz ARGS`` of ``checkout`` (None: this one): its own
+    ``.venv/bin/python`` where it has one, else this interpreter with the checkout first on the path. CPU is user +
+    system of the command and everything it waited for (chromedriver, chromium): on a machine whose other work varies
+    it moves much less than the wall time."""
     import resource
 
     env = dict(os.environ)
-    if pythonpath:
-        env["PYTHONPATH"] = pythonpath
+    python = sys.executable
+    if checkout and (Path(checkout) / ".venv" / "bin" / "python").exists():
+        python = str(Path(checkout) / ".venv" / "bin" / "python")
+    elif checkout:
+        env["PYTHONPATH"] = checkout
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     # run outside any checkout: `python -m` puts the working directory first on sys.path, before PYTHONPATH (run from
     # this checkout, the "old" runs imported this checkout's code)
-    proc = subprocess.run([sys.executable, "-m", "overlapviz", *args], env=env, capture_output=True, text=True, timeout=600,
+    proc = subprocess.run([python, "-m", "overlapviz", *args], env=env, capture_output=True, text=True, timeout=600,
                           cwd=tempfile.gettempdir())  # fmt: skip
     took = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -71,24 +85,53 @@ def side_by_side(old: str, args_of, repeat: int) -> tuple[float, float, float, f
     return med["old"][0], med["new"][0], med["old"][1], med["new"][1]
 
 
+def _commit(checkout: Path) -> str:
+    try:
+        return subprocess.run(["git", "-C", str(checkout), "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              check=True).stdout.strip() + ("" if not subprocess.run(["git", "-C", str(checkout), "status", "--porcelain"],
+                                                                                    capture_output=True, text=True).stdout.strip() else "+changes")  # fmt: skip
+    except (OSError, subprocess.CalledProcessError):
+        return "?"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--old", required=True, help="the other checkout's source tree (its overlapviz/ package)")
+    ap.add_argument("--old", required=True, help="the other checkout: a worktree with its own .venv, or a source tree (its overlapviz/)")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "ovz-bench")
     ap.add_argument("--formats", default="png,svg,pdf")
     ap.add_argument("--no-big", action="store_true", help="leave out the one-million-kernel timeline")
-    ap.add_argument("--only", help="one dataset of CASES")
+    ap.add_argument("--big-only", action="store_true", help="the one-million-kernel timeline only")
+    ap.add_argument("--no-help", action="store_true", help="leave out `export --help`")
+    ap.add_argument("--only", help="datasets of CASES, comma-separated")
     ap.add_argument("--quick", action="store_true", help="the figures of QUICK only")
+    ap.add_argument("--json", type=Path, help="also write the rows here as JSON (after every row)")
     a = ap.parse_args()
     from overlapviz.ingest import ingest
 
     a.work.mkdir(parents=True, exist_ok=True)
     out = Path(tempfile.mkdtemp(prefix="ovz-bench-export-"))
-    rows = []
-    rows.append(("—", "export --help", "—", *side_by_side(a.old, lambda who: ["export", "--help"], a.repeat)))
+    meta = {"old": f"{a.old} ({_commit(Path(a.old))})", "new": f"{ROOT} ({_commit(ROOT)})", "repeat": a.repeat, "cores": os.cpu_count(),
+            "note": "medians of alternating runs (old, new, new, old, ...) on a machine shared with other work"}  # fmt: skip
+    rows: list = []
+
+    def measure(name: str, figure: str, fmt: str, args_of) -> None:
+        load = os.getloadavg()[0]
+        try:
+            t = side_by_side(a.old, args_of, a.repeat)
+        except RuntimeError as exc:
+            print(f"skipped {name} {figure} {fmt}: {exc}", file=sys.stderr)
+            return
+        rows.append({"dataset": name, "figure": figure, "format": fmt, "wall_old_s": t[0], "wall_new_s": t[1], "wall_ratio": t[0] / t[1],
+                     "cpu_old_s": t[2], "cpu_new_s": t[3], "cpu_ratio": t[2] / t[3], "load_before": load})  # fmt: skip
+        print(f"{name} {figure} {fmt}: wall {t[0]:.2f} -> {t[1]:.2f} s, CPU {t[2]:.2f} -> {t[3]:.2f} s (load {load:.1f})", file=sys.stderr)
+        if a.json:
+            a.json.write_text(json.dumps({**meta, "rows": rows}, indent=1))
+
+    if not a.big_only and not a.no_help:
+        measure("—", "export --help", "—", lambda who: ["export", "--help"])
     for name, cases in CASES.items():
-        if a.only and name != a.only:
+        if a.big_only or (a.only and name not in a.only.split(",")):
             continue
         ds = a.work / name
         if not (ds / "dataset.json").exists():
@@ -97,28 +140,21 @@ def main() -> None:
             if a.quick and figure not in QUICK[name]:
                 continue
             for fmt in a.formats.split(","):
-                args = lambda who: ["export", str(ds), "--figure", figure, "-o", str(out / f"{who}-{figure}.{fmt}"), *extra]  # noqa: E731
-                try:
-                    t = side_by_side(a.old, args, a.repeat)
-                except RuntimeError as exc:
-                    print(f"skipped {name} {figure} {fmt}: {exc}", file=sys.stderr)
-                    continue
-                rows.append((name, figure, fmt, *t))
-                print(f"{name} {figure} {fmt}: wall {t[0]:.2f} -> {t[1]:.2f} s, CPU {t[2]:.2f} -> {t[3]:.2f} s", file=sys.stderr)
+                measure(name, figure, fmt, lambda who: ["export", str(ds), "--figure", figure, "-o", str(out / f"{who}-{name}-{figure}.{fmt}"), *extra])  # noqa: B023
     if not a.no_big:
         sys.path.insert(0, str(ROOT / "benchmarks"))
         from bench_dashboard import big_dataset
 
         big = big_dataset(a.work, 1_000_000, 8)
-        for fmt in ("png", "pdf"):
-            t = side_by_side(a.old, lambda who: ["export", str(big), "--figure", "timeline", "-o", str(out / f"{who}-big.{fmt}")], a.repeat)
-            rows.append(("1M kernels, 8 ranks", "timeline", fmt, *t))
-            print(f"1M timeline {fmt}: wall {t[0]:.2f} -> {t[1]:.2f} s, CPU {t[2]:.2f} -> {t[3]:.2f} s", file=sys.stderr)
+        for fmt in a.formats.split(","):
+            measure("1M kernels, 8 ranks", "timeline", fmt, lambda who: ["export", str(big), "--figure", "timeline", "-o", str(out / f"{who}-big.{fmt}")])  # noqa: B023
     print("| dataset | figure | format | wall old (s) | wall new (s) | old / new | CPU old (s) | CPU new (s) | old / new |")
     print("|---|---|---|---|---|---|---|---|---|")
-    for name, figure, fmt, wo, wn, co, cn in rows:
-        print(f"| {name} | {figure} | {fmt} | {wo:.2f} | {wn:.2f} | {wo / wn:.2f} | {co:.2f} | {cn:.2f} | {co / cn:.2f} |")
-    print(f"\n{os.cpu_count()} cores; load average at the end {os.getloadavg()[0]:.1f}; medians of {a.repeat} alternating runs")
+    for r in rows:
+        print(f"| {r['dataset']} | {r['figure']} | {r['format']} | {r['wall_old_s']:.2f} | {r['wall_new_s']:.2f} | {r['wall_ratio']:.2f} | "
+              f"{r['cpu_old_s']:.2f} | {r['cpu_new_s']:.2f} | {r['cpu_ratio']:.2f} |")
+    print(f"\nold {meta['old']}, new {meta['new']}; {os.cpu_count()} cores, shared; load average at the end {os.getloadavg()[0]:.1f}; "
+          f"medians of {a.repeat} alternating runs")
 
 
 if __name__ == "__main__":

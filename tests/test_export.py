@@ -77,9 +77,9 @@ def test_png_svg_pdf_are_valid_and_not_blank(dataset, tmp_path):
     assert img.width >= 1000 and img.height >= 200
     colors = img.getcolors(maxcolors=1 << 20)
     assert len(colors) > 20  # plot, not a blank page
-    # kernel colours are in the picture: Okabe-Ito blue (compute) and vermillion (comm)
+    # kernel colours are in the picture: Okabe-Ito blue (compute) and Paul Tol's orange (comm)
     px = {c for _, c in colors}
-    assert (0, 114, 178) in px and (213, 94, 0) in px
+    assert (0, 114, 178) in px and (238, 119, 51) in px
 
     svg = ET.parse(tmp_path / "timeline.svg").getroot()
     assert svg.tag.endswith("svg")

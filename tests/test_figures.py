@@ -442,11 +442,13 @@ def _lab(linear_rgb: np.ndarray) -> np.ndarray:
     return np.array([116 * f[1] - 16, 500 * (f[0] - f[1]), 200 * (f[1] - f[2])])
 
 
-@pytest.mark.parametrize("palette", ["CAUSE_COLORS", "BREAKDOWN_COLORS"])
-def test_the_why_and_breakdown_colours_read_in_greyscale_and_for_colour_blind_readers(palette):
+@pytest.mark.parametrize("palette", ["CAUSE_COLORS", "BREAKDOWN_COLORS", "KIND_COLORS", "RANKS_COLORS"])
+def test_the_why_breakdown_and_kind_colours_read_in_greyscale_and_for_colour_blind_readers(palette):
     """Greyscale: the lightness (CIE L*) of any two parts at least 12 apart; deuteranopia, protanopia, tritanopia (and
     normal vision): any two at least 25 CIELAB units apart. Fails on the old causes: stream order #56B4E9 (L* 70) and
-    SM resources #E69F00 (L* 71) printed as the same grey."""
+    SM resources #E69F00 (L* 71) printed as the same grey; and on the old kinds: compute #0072B2, comm #D55E00,
+    memory #009E73 and other #999999 (L* 46, 54, 58, 63); and on the ranks figure's overlapped #009E73 and exposed
+    #D55E00 (L* 58, 54)."""
     colours = {k: v for k, v in getattr(figures, palette).items() if k != "none"}  # (no delay: never drawn)
     names = list(colours)
     light = {k: _lab(_linear(c))[0] for k, c in colours.items()}

@@ -3,17 +3,15 @@
 PNG, SVG and PDF come from one drawing of the figure in Debian's headless chromium (``overlapviz.export.browser``): BokehJS
 lays the figure out once with its canvas text measures, then paints that layout to pixels (a screenshot at the
 asked resolution) and to SVG (each panel's ``PlotView.export("svg")``, placed as in the layout). PDF is that SVG
-converted by cairosvg, so SVG and PDF are the same drawing as the PNG. HTML embeds BokehJS inline, so the file opens
+printed by the same browser (``Page.printToPDF``), so SVG and PDF are the same drawing as the PNG. HTML embeds BokehJS inline, so the file opens
 with no network.
 """
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import os
 import re
-import shutil
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -31,6 +29,7 @@ from overlapviz.figures.catalog import FIGURES, FORMATS
 from overlapviz.analysis import budget
 from overlapviz.analysis.ranks import metric_deltas
 from overlapviz.export.browser import CHROMEDRIVER_CANDIDATES, CHROMIUM_CANDIDATES, chromium, chromium_options, find_chromium  # noqa: F401
+from overlapviz.export.browser import load_export_page, page_drawn
 from overlapviz.export.browser import shared_chromium as _shared_chromium
 from overlapviz.export.source import DatasetSource  # noqa: F401 (export.DatasetSource, as before)
 
@@ -207,7 +206,7 @@ def export_figure(obj, out: str | os.PathLike, fmt: str | None = None, *, title:
     """Write a HoloViews figure to ``out`` as PNG, SVG, PDF or self-contained HTML.
 
     PNG, SVG and PDF come from one drawing in the browser: the figure is laid out once (as on screen) and that layout
-    is painted to pixels (PNG) and to vector paths and text (SVG; PDF is that SVG converted by cairosvg), so every
+    is painted to pixels (PNG) and to vector paths and text (SVG; PDF is that SVG printed by the browser), so every
     static format has the plot frames, axes, labels and legends at the same places.
 
     Parameters
@@ -255,23 +254,12 @@ def export_figure(obj, out: str | os.PathLike, fmt: str | None = None, *, title:
 
 
 def write_static(data: dict, fmt: str, out: Path, *, dpi: int = 96) -> None:
-    """Write ``draw_static``'s ``fmt`` to ``out`` (PDF: its SVG through cairosvg, 0.75 pt per CSS pixel)."""
-    if fmt == "png":
-        out.write_bytes(data["png"])
-    elif fmt == "svg":
+    """Write ``draw_static``'s ``fmt`` to ``out`` (PDF: its SVG printed by the browser, 0.75 pt per CSS pixel)."""
+    if fmt == "svg":
         out.write_text(data["svg"], encoding="utf-8")
     else:
-        import cairosvg
+        out.write_bytes(data[fmt])
 
-        cairosvg.svg2pdf(bytestring=data["svg"].encode("utf-8"), write_to=str(out))
-
-
-# the page figures are drawn in: every BokehJS bundle inline (nothing is requested), the body laid out as in
-# Bokeh's own export page (bokeh.io.export.get_layout_html), and one element the figure is drawn into
-_PNG_PAGE = """<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>overlapviz export</title>
-<style>html, body { box-sizing: border-box; width: 100%; height: 100%; margin: 0; border: 0; padding: 0; overflow: hidden; }</style>
-{scripts}</head><body><div id="overlapviz-export" style="display: contents;"></div></body></html>"""
-_PNG_PAGE_USES = 25  # figures drawn in one load of the page, then it is loaded again (the old documents let go)
 
 _DRAW_JS = """
 const [item, done] = [JSON.parse(arguments[0]), arguments[arguments.length - 1]];
@@ -330,8 +318,12 @@ def draw_static(model, driver, formats: Sequence[str], *, dpi: int = 96) -> dict
 
     item = json.dumps(json_item(model, theme=curstate().document.theme))  # the theme Bokeh's export page applies
     with _offline_layout_html():
-        _load_page(driver, _has_widgets(model))
-        scale = max(0.25, dpi / 96.0)
+        load_export_page(driver, widgets=_has_widgets(model))
+        page_drawn(driver)
+        # the device scale is the PNG's resolution only: BokehJS's SVG took it too (a 3.5 in column's legend markers
+        # drawn 3.125 times too large in the SVG and the PDF at the preset's 300 dpi), and a vector-only drawing at
+        # 1 px per CSS px rasterises a tenth of the pixels
+        scale = max(0.25, dpi / 96.0) if "png" in formats else 1.0
         # a viewport that holds the whole figure (the panels' sizes summed: an upper bound): Chromium paints nothing
         # below the viewport even with captureBeyondViewport (a 2,316 px heatmap was cut at 1,000 px)
         plots = _plots(model)
@@ -355,7 +347,34 @@ def draw_static(model, driver, formats: Sequence[str], *, dpi: int = 96) -> dict
     _check_room(layout)
     if any(f in ("svg", "pdf") for f in formats):
         out["svg"] = _compose_svg(layout)
+    if "pdf" in formats:
+        out["pdf"] = _print_pdf(driver, out["svg"], layout["width"], layout["height"])
     return out
+
+
+# the composed SVG alone on a page of its size, for chromium's print: the drawing's own text and paths as PDF
+_PRINT_JS = """
+const [svg, w, h] = arguments;
+for (const view of [...Bokeh.index.roots]) view.remove();
+for (const doc of [...Bokeh.documents]) doc.clear();
+Bokeh.documents.length = 0;
+let style = document.getElementById("overlapviz-print");
+if (!style) { style = document.createElement("style"); style.id = "overlapviz-print"; document.head.appendChild(style); }
+style.textContent = `@page { size: ${w}px ${h}px; margin: 0; } svg { display: block; }`;
+document.getElementById("overlapviz-export").innerHTML = svg;
+"""
+
+
+def _print_pdf(driver, svg: str, width: int, height: int) -> bytes:
+    """``svg`` (``_compose_svg``) as a one-page PDF of its size (0.75 pt per CSS pixel: 3.5 in stays 3.5 in), printed
+    by the browser that drew it: the SVG's text stays text, its paths paths. cairosvg did the same in 0.3 s of import
+    and 0.6 s (the DLRM timeline) of conversion per export; chromium prints it in a fraction, beside the drawing."""
+    import base64
+
+    driver.execute_script(_PRINT_JS, svg, width, height)
+    pdf = driver.execute_cdp_cmd("Page.printToPDF", {"printBackground": True, "preferCSSPageSize": True, "marginTop": 0, "marginBottom": 0,
+                                                     "marginLeft": 0, "marginRight": 0, "pageRanges": "1"})  # fmt: skip
+    return base64.b64decode(pdf["data"])
 
 
 def _check_room(layout: dict) -> None:
@@ -403,30 +422,6 @@ def _compose_svg(layout: dict) -> str:
     return "\n".join(parts)
 
 
-def _load_page(driver, widgets: bool) -> None:
-    """Load the export page (BokehJS inline) unless this driver has it loaded and has drawn fewer than ``_PNG_PAGE_USES``
-    figures in it: each figure then sends only its JSON (loading Bokeh's 2 MB page was 0.7-1.1 s of each export).
-
-    The page holds bokeh.min.js, and the widgets and tables bundles only where ``widgets`` (a figure with a table):
-    never bokeh-mathjax (1.8 MB of the 3.9 MB; no figure has math text) nor bokeh-gl (static plots draw on canvas),
-    which the browser parsed for every export."""
-    uses, loaded = _PNG_USES.get(id(driver), (0, None))
-    if (uses == 0 or uses >= _PNG_PAGE_USES or loaded != widgets
-            or not driver.execute_script("return !!window.Bokeh && !!document.getElementById('overlapviz-export')")):  # fmt: skip
-        from bokeh.resources import INLINE
-
-        page = _png_page_file(widgets)
-        if not page.exists():
-            keep = ("bokeh.min.js", "bokeh-widgets.min.js", "bokeh-tables.min.js") if widgets else ("bokeh.min.js",)
-            scripts = "".join(f"<script>{js}</script>" for js in INLINE.js_raw if any(f"BEGIN {k} " in js[:60] for k in keep))
-            tmp = page.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(_PNG_PAGE.replace("{scripts}", scripts), encoding="utf-8")
-            os.replace(tmp, page)
-        driver.get(page.as_uri())
-        uses = 0
-    _PNG_USES[id(driver)] = (uses + 1, widgets)
-
-
 def _has_widgets(model) -> bool:
     from bokeh.models import Widget
 
@@ -438,24 +433,6 @@ def _png(model, out: Path, driver) -> None:
     for plot in _plots(model):
         plot.output_backend = "canvas"
     Path(out).write_bytes(draw_static(model, driver, ("png",))["png"])
-
-
-_PNG_USES: dict = {}  # id(driver) -> (figures drawn in its current load of the export page, whether it has the widgets)
-
-
-def _png_page_file(widgets: bool) -> Path:
-    """The export page of this Bokeh version (written once, in a private temporary directory of this process)."""
-    import bokeh
-    import tempfile
-
-    folder = _PNG_DIR.get("dir")
-    if folder is None:
-        folder = _PNG_DIR["dir"] = Path(tempfile.mkdtemp(prefix="overlapviz-export-"))
-        atexit.register(shutil.rmtree, folder, True)
-    return folder / f"bokeh-{bokeh.__version__}{'-widgets' if widgets else ''}.html"
-
-
-_PNG_DIR: dict = {}
 
 
 _SCRIPT_SRC = re.compile(r"<script\b[^>]*\bsrc=\"(?!data:)[^\"]*\"[^>]*>\s*</script>\s*", re.IGNORECASE)

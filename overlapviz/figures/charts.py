@@ -19,8 +19,11 @@ from overlapviz.analysis import ranks as ranks_analysis
 # builders use bokeh-backend options; register it as current without notebook output (hv.extension prints)
 hv.Store.set_current_backend("bokeh")
 
-# Okabe-Ito colours: distinguishable with the common colour-vision deficiencies and in greyscale print
-KIND_COLORS = {"compute": "#0072B2", "comm": "#D55E00", "memory": "#009E73", "other": "#999999"}
+# the timeline's kinds: in greyscale print their lightness (CIE L*) is 46, 63, 79 and 29, at least 15 apart, and under
+# simulated deuteranopia, protanopia and tritanopia any two stay > 28 CIELAB units apart (tests/test_figures.py checks
+# both). Okabe-Ito blue, Paul Tol's orange and light cyan, a dark grey; Okabe-Ito's blue, vermilion, green and grey
+# were L* 46, 54, 58 and 63: compute, comm and memory printed as nearly one grey (issue 33)
+KIND_COLORS = {"compute": "#0072B2", "comm": "#EE7733", "memory": "#88CCEE", "other": "#444444"}
 # why a collective waited (overlapviz.analysis.explain's causes). Picked so that in greyscale print their lightness
 # (CIE L*) is 0, 22, 54, 71 and 88, at least 15 apart, and under simulated deuteranopia, protanopia and tritanopia
 # any two stay > 30 CIELAB units apart (tests/test_figures.py checks both). Okabe-Ito's sky blue and orange were 1 L*
@@ -33,6 +36,8 @@ CAUSE_COLORS = {
 # greyscale and colour-blind readers: L* 29, 50, 72, black, light grey)
 BREAKDOWN_COLORS = {"overlapped": "#004488", "peer wait": "#BB5566", "dependent": "#DDAA33", "host idle": "#000000",
                     "other exposed": "#DDDDDD"}  # fmt: skip
+# the ranks figure's communication, overlapped or exposed (L* 29 and 72; Okabe-Ito's green and vermilion were 58 and 54)
+RANKS_COLORS = {"overlapped": BREAKDOWN_COLORS["overlapped"], "exposed": "#DDAA33"}
 BREAKDOWN_PARTS = {"overlapped": "overlapped_ns", "peer wait": "peer_wait_ns", "dependent": "dependent_ns", "host idle": "host_idle_ns",
                    "other exposed": "exposed_other_ns"}  # fmt: skip
 CAUSE_LABELS = {
@@ -442,7 +447,7 @@ def ranks(metrics: pd.DataFrame, *, width: int = 560, height: int = 320, toleran
     )
     comm = hv.Bars(plain_frame(stacked), kdims=[hv.Dimension("rank", label="Rank"), hv.Dimension("part", label="Communication")],
                    vdims=[hv.Dimension("t", label=f"Communication time ({unit})")]).opts(
-        stacked=True, cmap={"overlapped": "#009E73", "exposed": "#D55E00"}, tools=["hover"], width=width, default_tools=["save"],
+        stacked=True, cmap=RANKS_COLORS, tools=["hover"], width=width, default_tools=["save"],
         height=height, title="Communication per rank: overlapped vs exposed", legend_position="right", fontsize={"title": TITLE_FONT},
         yformatter="%.1f", padding=(0, (0, 0.05)))  # fmt: skip
     strag = ranks_analysis.long_span_ranks(metrics, tolerance=tolerance)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import textwrap
+
 import holoviews as hv
 import numpy as np
 import pandas as pd
@@ -135,13 +137,21 @@ def sm_budget(table: pd.DataFrame, facts: dict, *, width: int = 900) -> hv.Overl
             return fmt_bytes(v)
         return f"{v:,.0f} {unit[:-1] if unit.endswith('s') and round(v) == 1 else unit}"
 
-    smem_rows = t["resource"] == "shared_memory"
-    label = [f"shared memory (SM set to {fmt_bytes(c)} of {fmt_bytes(m)})" if r == "shared_memory" and m > c else lab
-             for r, c, m, lab in zip(t["resource"], t["capacity"], t["max_capacity"], label)]  # fmt: skip
-    del smem_rows
+    # a paper column (about 240 px here): the numbers wrap to lines of ``chars`` (9 pt, ~5.6 px a character, the room
+    # the frame leaves), the resources keep their short names and the carve-out moves from the axes into the numbers;
+    # in one line they ran off the picture (issue 33)
+    narrow = width < 500
+    chars = max(24, int((width + 10) / 5.6)) if narrow else 1_000
+    carved = [r == "shared_memory" and m > c for r, c, m in zip(t["resource"], t["capacity"], t["max_capacity"])]
+    if narrow:
+        label = [lab.split(" (")[0] for lab in label]
+    else:
+        label = [f"shared memory (SM set to {fmt_bytes(c)} of {fmt_bytes(m)})" if k else lab
+                 for k, c, m, lab in zip(carved, t["capacity"], t["max_capacity"], label)]  # fmt: skip
 
     detail = [f"{amount(u, un)} used + {amount(nd, un)} needed of {amount(c, un)}"
-              for u, nd, c, un in zip(t["used"], t["need"], t["capacity"], t["unit"])]  # fmt: skip
+              + (f" (dotted: the {fmt_bytes(m)} carve-out)" if k and narrow else "")
+              for u, nd, c, m, un, k in zip(t["used"], t["need"], t["capacity"], t["max_capacity"], t["unit"], carved)]  # fmt: skip
     verdict = np.where(over, "✗ no room", [f"✓ room for {int(b)}" if np.isfinite(b) else "✓" for b in t["blocks_fit"].fillna(np.inf)])
     base = pd.DataFrame({"y0": y - 0.18, "y1": y + 0.18, "resource": label, "detail": detail, "verdict": verdict})
     cap_r = base.assign(x0=0.0, x1=1.0, part="free")
@@ -163,9 +173,10 @@ def sm_budget(table: pd.DataFrame, facts: dict, *, width: int = 900) -> hv.Overl
         marks = hv.Segments(pd.DataFrame({"x0": [x], "y0": [y[i] - 0.3], "x1": [x], "y1": [y[i] + 0.3]}))
     marks = marks.opts(color="black", line_dash="dotted", line_width=1.5, default_tools=[])
     right = max(1.15, float(np.nanmax(used + need)) + 0.05, float(t["max_capacity"].max() / t["capacity"].max()) + 0.05)
-    text = hv.Labels(pd.DataFrame({"x": np.zeros(n), "y": y + 0.36, "t": [f"{v}  ·  {d}" for v, d in zip(verdict, detail)],
+    lines = [textwrap.wrap(f"{v}  ·  {d}", chars) for v, d in zip(verdict, detail)]
+    text = hv.Labels(pd.DataFrame({"x": np.zeros(n), "y": y + (0.22 if narrow else 0.36), "t": ["\n".join(w) for w in lines],
                                    "c": np.where(over, "#B00000", "#222222")}), kdims=["x", "y"], vdims=["t", "c"]).opts(
-        text_align="left", text_font_size="9pt", text_color="c", text_baseline="middle")  # fmt: skip
+        text_align="left", text_font_size="9pt", text_color="c", text_baseline="bottom" if narrow else "middle")  # fmt: skip
     legend = _legend({k: c for k, c in colors.items() if k != "free"})
     fit = facts.get("fit")
     lim = facts.get("limiter")
@@ -177,10 +188,14 @@ def sm_budget(table: pd.DataFrame, facts: dict, *, width: int = 900) -> hv.Overl
               else "on an SM free of computation")  # fmt: skip
     fits = "comm block fits" if n_fit == 1 else "comm blocks fit"
     title = f"SM budget{' — what if ' + str(what) if what else ''}: {n_fit} {fits}{why}\n{short_name(facts.get('comm'))[:60]} {beside}"
+    if narrow:
+        title = "\n".join(w for line in title.split("\n") for w in textwrap.wrap(line, int(chars * 0.75)))  # (bold, 1 pt more)
     ticks = list(zip(y.tolist(), label))
+    row = 70 if not narrow else 40 + 16 * max(len(w) for w in lines)  # (two or three lines of numbers over each bar)
+    xlabel = "share of the SM's capacity (1 = full" + (")" if narrow else "; dotted: the largest shared-memory carve-out)")
     return (bars * outline * limit * marks * text * legend).opts(
-        hv.opts.Overlay(title=hv_title(title), width=width, height=70 * n + 140, yticks=ticks, xlim=(0, right), ylim=(-0.5, n - 0.35),
-                        xlabel="share of the SM's capacity (1 = full; dotted: the largest shared-memory carve-out)", ylabel="",
+        hv.opts.Overlay(title=hv_title(title), width=width, height=row * n + 140, yticks=ticks, xlim=(0, right), ylim=(-0.5, n - 0.35),
+                        xlabel=xlabel, ylabel="",
                         legend_position="top", fontsize={"title": "10pt"}, show_grid=False, toolbar="right"),
     )  # fmt: skip
 
