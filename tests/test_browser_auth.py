@@ -14,6 +14,7 @@ import threading
 import time
 
 import pytest
+from _browser import wait_for  # the browser tests' wait
 from _serve import start_server  # the same CLI server as the raw-request tests
 
 from overlapviz.export.render import chromium_options, find_chromium
@@ -50,20 +51,6 @@ const ws = new WebSocket(url, ['bokeh', token]);
 ws.onopen = () => { ws.close(); done('open'); };
 ws.onerror = () => done('refused');
 """
-
-
-def wait_for(predicate, timeout=120.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            value = predicate()
-        except Exception:  # noqa: BLE001  the page is still loading its scripts
-            value = None
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
 
 
 @pytest.fixture(scope="module")
@@ -147,7 +134,7 @@ def refused(driver, dataset) -> str:
 
 def test_tokenized_url_loads_every_page_and_sets_the_cookie(served, browser):
     browser.get(served.url)
-    wait_for(lambda: loaded(browser), what="the dashboard")
+    wait_for(browser, lambda: loaded(browser), timeout=120.0, what="the dashboard")
     shown = browser.execute_script(TITLES_JS)
     pages = browser.execute_script(TABS_JS)
     assert len(pages) >= 6, pages  # every tab is visited below, the first one last
@@ -161,7 +148,7 @@ def test_tokenized_url_loads_every_page_and_sets_the_cookie(served, browser):
             titles = browser.execute_script(TITLES_JS)
             return browser.execute_script(IDLE_JS) and titles and titles != before and browser.execute_script(DRAWN_JS) > 0 and titles
 
-        shown = wait_for(drawn, what=f"{name} plots")
+        shown = wait_for(browser, drawn, timeout=120.0, what=f"{name} plots")
     errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
     assert not errors, errors  # a CSP violation is one
     (cookie,) = [c for c in browser.get_cookies() if c["name"].startswith("overlapviz-")]
@@ -170,7 +157,7 @@ def test_tokenized_url_loads_every_page_and_sets_the_cookie(served, browser):
     assert not browser.execute_script("return document.cookie")  # HttpOnly: no script of the page reads it
     # links inside the app (no ?token=) keep working with the cookie
     browser.get(served.url.split("?")[0])
-    wait_for(lambda: loaded(browser), what="the dashboard from the bare URL with the cookie")
+    wait_for(browser, lambda: loaded(browser), timeout=120.0, what="the dashboard from the bare URL with the cookie")
 
 
 @pytest.mark.parametrize("query", ["", "?token=not-the-token-0123456789", "?token="])
@@ -184,7 +171,7 @@ def test_forged_session_id_is_refused(served, browser, dataset):
     from bokeh.util.token import generate_secret_key, generate_session_id
 
     browser.get(served.url)  # holds the cookie: only the session id is wrong
-    wait_for(lambda: loaded(browser), what="the dashboard")
+    wait_for(browser, lambda: loaded(browser), timeout=120.0, what="the dashboard")
     forged = generate_session_id(secret_key=generate_secret_key().encode(), signed=True)
     for session_id in (forged, "guessed-session-id"):
         browser.get(f"{served.url.split('?')[0]}?bokeh-session-id={session_id}")
@@ -193,7 +180,7 @@ def test_forged_session_id_is_refused(served, browser, dataset):
 
 def test_websocket_from_another_origin_or_without_the_cookie_is_refused(served, browser, fresh_browser, other_origin):
     browser.get(served.url)
-    wait_for(lambda: loaded(browser), what="the dashboard")
+    wait_for(browser, lambda: loaded(browser), timeout=120.0, what="the dashboard")
     session_token = browser.execute_script(
         "return [...document.scripts].map(s => s.textContent.match(/\"token\":\\s*\"([^\"]+)\"/)).find(m => m)[1]"
     )
@@ -210,7 +197,7 @@ def test_websocket_from_another_origin_or_without_the_cookie_is_refused(served, 
 
 def test_no_other_page_can_frame_the_dashboard(served, browser, other_origin):
     browser.get(served.url)
-    wait_for(lambda: loaded(browser), what="the dashboard")
+    wait_for(browser, lambda: loaded(browser), timeout=120.0, what="the dashboard")
     browser.get(other_origin)
     browser.execute_script(
         "const f = document.createElement('iframe'); f.id = 'f'; f.src = arguments[0]; f.width = 800; f.height = 600;"

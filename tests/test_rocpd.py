@@ -1,18 +1,5 @@
-"""rocprofv3's rocpd SQLite output through ``overlapviz.ingest.rocpd``, on databases built here.
-
-No real rocpd database is small enough to ship (see reference_traces/rocpd/PROVENANCE.md),
-so each test builds one with ``sqlite3`` from the DDL that rocprofiler-sdk 1.0.0 (ROCm 7.0,
-rocpd schema 3.0.0) writes: ``ROCPD_TABLES`` below is quoted from
-rocm-systems ``projects/rocprofiler-sdk/source/share/rocprofiler-sdk-rocpd/rocpd_tables.sql``
-as it appears in the ``.schema`` dump of a real rocprofv3 database (guid
-``00000450-565d-765d-bc41-19a2073d19ee``), the tables this reader touches, verbatim, with
-the ``{{uuid}}`` / ``{{guid}}`` placeholders rocprofv3 fills; ``ROCPD_VIEWS`` is the
-``rocpd_<table>`` views and the ``kernels`` data view from the same dump. Rows are written
-as ``generateRocpd.cpp`` writes them: region ids are internal correlation ids, a dispatch's
-event carries its launch's id as ``stack_id``, agent ``extdata`` is rocprofiler's agent
-record (here a real MI350X one, read from tests/data/rocprof/v3's rocprofv3 JSON), ``pid``
-columns hold the OS pid. HIP argument values (``stream``, ``event``) are written as
-hexadecimal handles, the form rocprofiler's argument stringifier gives pointers.
+"""rocprofv3's rocpd SQLite output through ``overlapviz.ingest.rocpd``, on databases built by ``tests/_rocpd_db.py``
+(rocprofiler-sdk 1.0.0's DDL, verbatim, filled as ``generateRocpd.cpp`` fills it: its docstring says how).
 
 Every expectation is the test's own: the rows it inserted, or SQL over the database.
 """
