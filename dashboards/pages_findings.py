@@ -16,16 +16,15 @@ from overlapviz.analysis.findings import changes_by_kind, format_ns
 from overlapviz.dashboards.common import StaticTable, notice, static_plot, unavailable
 from overlapviz.dashboards.store import DataStore, Unavailable
 
-# the stacked parts of a rank's communication, bottom up: (column, label, colour, hatch). Okabe-Ito colours (told apart
-# by colour-blind readers) whose greyscale lightness alternates, and a hatch on every exposed part but host idle, so that
-# neighbours differ in print too
-PARTS = (
-    ("overlapped_ns", "overlapped", "#009E73", " "),
-    ("peer_wait_ns", "peer wait", "#D55E00", "/"),
-    ("dependent_ns", "dependent", "#56B4E9", "x"),
-    ("host_idle_ns", "host idle", "#E69F00", " "),
-    ("exposed_other_ns", "other exposed", "#999999", "."),
-)
+# the stacked parts of a rank's communication, bottom up: (column, label, colour, hatch). The figures' colours
+# (``figures.BREAKDOWN_COLORS``: lightness far apart in greyscale print, told apart by colour-blind readers), and a
+# hatch on every exposed part but host idle (black). The page's own Okabe-Ito set printed dependent and host idle
+# (L* 70 and 71) as one grey (issue 33)
+PARTS = tuple(
+    (col, label, figures.BREAKDOWN_COLORS[label], hatch)
+    for col, label, hatch in (("overlapped_ns", "overlapped", " "), ("peer_wait_ns", "peer wait", "/"), ("dependent_ns", "dependent", "x"),
+                              ("host_idle_ns", "host idle", " "), ("exposed_other_ns", "other exposed", "."))
+)  # fmt: skip
 # the per-rank table: the breakdown in µs with 3 decimals (the exact ns)
 BREAKDOWN_TITLES = {
     "rank": "rank", "comm_us": "comm (µs)", "overlapped_us": "overlapped (µs)", "exposed_us": "exposed (µs)",

@@ -442,14 +442,31 @@ def _lab(linear_rgb: np.ndarray) -> np.ndarray:
     return np.array([116 * f[1] - 16, 500 * (f[0] - f[1]), 200 * (f[1] - f[2])])
 
 
-@pytest.mark.parametrize("palette", ["CAUSE_COLORS", "BREAKDOWN_COLORS", "KIND_COLORS", "RANKS_COLORS"])
-def test_the_why_breakdown_and_kind_colours_read_in_greyscale_and_for_colour_blind_readers(palette):
+def _palette(name: str) -> dict:
+    """A categorical colour map the figures or the dashboards draw with, by its dotted name."""
+    if name == "pages_findings.PARTS":
+        from overlapviz.dashboards import pages_findings
+
+        return {label: colour for _, label, colour, _ in pages_findings.PARTS}
+    module, attr = name.split(".") if "." in name else ("charts", name)
+    value = getattr({"charts": figures, "why": figures_why}[module], attr)
+    return dict(enumerate(value)) if isinstance(value, (list, tuple)) else dict(value)
+
+
+PALETTES = ["CAUSE_COLORS", "BREAKDOWN_COLORS", "KIND_COLORS", "RANKS_COLORS", "SPAN_COLORS", "LIMITER_COLORS",
+            "why.BUDGET_COLORS", "why.RANK_COLORS", "pages_findings.PARTS"]  # fmt: skip
+
+
+@pytest.mark.parametrize("palette", PALETTES)
+def test_every_categorical_palette_reads_in_greyscale_and_for_colour_blind_readers(palette):
     """Greyscale: the lightness (CIE L*) of any two parts at least 12 apart; deuteranopia, protanopia, tritanopia (and
     normal vision): any two at least 25 CIELAB units apart. Fails on the old causes: stream order #56B4E9 (L* 70) and
     SM resources #E69F00 (L* 71) printed as the same grey; and on the old kinds: compute #0072B2, comm #D55E00,
-    memory #009E73 and other #999999 (L* 46, 54, 58, 63); and on the ranks figure's overlapped #009E73 and exposed
-    #D55E00 (L* 58, 54)."""
-    colours = {k: v for k, v in getattr(figures, palette).items() if k != "none"}  # (no delay: never drawn)
+    memory #009E73 and other #999999 (L* 46, 54, 58, 63); on the ranks figure's overlapped #009E73 and exposed
+    #D55E00 (L* 58, 54) and its long span #CC79A7 (23 units from the normal blue under protanopia); on the residency
+    limiters (shared memory #E69F00 and SGPRs #56B4E9: L* 71 and 70); on the eight Okabe-Ito rank colours; and on the
+    Answer page's own breakdown colours (dependent #56B4E9 and host idle #E69F00: L* 70 and 71)."""
+    colours = {k: v for k, v in _palette(palette).items() if k != "none"}  # (no delay: never drawn)
     names = list(colours)
     light = {k: _lab(_linear(c))[0] for k, c in colours.items()}
     for i, a in enumerate(names):
@@ -458,6 +475,37 @@ def test_the_why_breakdown_and_kind_colours_read_in_greyscale_and_for_colour_bli
             for vision, m in {"normal": np.eye(3), **_CVD}.items():
                 d = np.linalg.norm(_lab(m @ _linear(colours[a])) - _lab(m @ _linear(colours[b])))
                 assert d >= 25, (palette, vision, a, b, d)
+
+
+def test_the_figures_and_the_answer_page_draw_with_the_checked_palettes():
+    """The palettes above are the ones drawn: every limiter has its colour, the Answer page's breakdown has the
+    figures' colours (one palette, not its own), and up to 25 slowest ranks get each their own colour and marker."""
+    from overlapviz.analysis import occupancy
+    from overlapviz.dashboards import pages_findings
+
+    assert set(occupancy.RESOURCES) | {"unknown"} == set(figures.LIMITER_COLORS)
+    table = pd.DataFrame({"name": [f"void k{i}(float*)" for i in range(6)], "threads_per_block": 128, "regs_per_thread": 32,
+                          "shared_mem_bytes": 0, "blocks_per_sm": 4, "total_us": np.arange(6.0),
+                          "limiter": ["warps", "blocks", "registers", "sgprs", "shared_memory", None]})  # fmt: skip
+    cmap = figures.residency(table).opts.get().kwargs["cmap"]
+    assert sorted(cmap.values()) == sorted(figures.LIMITER_COLORS.values())
+    assert cmap["unknown"] == figures.LIMITER_COLORS["unknown"] and cmap["block slots"] == figures.LIMITER_COLORS["blocks"]
+
+    chart = pages_findings.breakdown_chart(_breakdown_frame(), title="t")
+    assert chart.opts.get().kwargs["cmap"] == figures.BREAKDOWN_COLORS
+
+    m = pd.DataFrame({"run_id": "r", "rank": [0, 1, 2, 3], "overlap_us": 5.0, "exposed_comm_us": 1.0,
+                      "span_us": [100.0, 101, 99, 130], "comm_us": 6.0})  # fmt: skip
+    span = hv.render(figures.ranks(m).Bars.II, backend="bokeh").renderers[0].data_source.data
+    assert sorted(set(span["color"])) == sorted(figures.SPAN_COLORS.values())
+
+    inst = pd.DataFrame({"instance": range(30), "first_start_ns": range(30), "arrival_skew_us": 1.0, "collective": "allreduce",
+                         "slowest_rank": pd.array([i % 25 for i in range(30)], dtype="Int64")})  # fmt: skip
+    glyph = hv.render(figures_why.arrival_skew(inst), backend="bokeh").renderers[0]
+    data, mapper = glyph.data_source.data, glyph.glyph.fill_color.transform
+    colour = dict(zip(mapper.factors, mapper.palette))
+    looks = {r: (colour[r], mk) for r, mk in zip(data["color"], data["marker"] if "marker" in data else [None] * len(data["color"]))}
+    assert len(looks) == 25 and len(set(looks.values())) == 25 and {c for c, _ in looks.values()} == set(figures_why.RANK_COLORS)
 
 
 def _breakdown_frame() -> pd.DataFrame:

@@ -38,6 +38,15 @@ BREAKDOWN_COLORS = {"overlapped": "#004488", "peer wait": "#BB5566", "dependent"
                     "other exposed": "#DDDDDD"}  # fmt: skip
 # the ranks figure's communication, overlapped or exposed (L* 29 and 72; Okabe-Ito's green and vermilion were 58 and 54)
 RANKS_COLORS = {"overlapped": BREAKDOWN_COLORS["overlapped"], "exposed": "#DDAA33"}
+# the ranks figure's GPU span: normal, or long (> median + tolerance), L* 46 and 72; the old pink #CC79A7 (L* 61) was
+# 23 CIELAB units from the blue under protanopia
+SPAN_COLORS = {"normal": KIND_COLORS["compute"], "long": "#EE99AA"}
+# what limits a kernel's resident blocks (occupancy.RESOURCES; unknown: no limiter known). L* 0, 22, 40, 54, 70 and 88,
+# and > 25 CIELAB units apart under simulated deuteranopia, protanopia and tritanopia (tests/test_figures.py); Paul
+# Tol's indigo and magenta, Okabe-Ito's sky blue, a brown, black. The Okabe-Ito set it replaces printed shared memory
+# (L* 71) and SGPRs (70) as one grey, and warps (58), block slots (61) and unknown (63) nearly so (issue 33)
+LIMITER_COLORS = {"registers": "#332288", "shared_memory": "#56B4E9", "warps": "#EE3377", "blocks": "#7A5A00",
+                  "sgprs": "#000000", "unknown": "#DDDDDD"}  # fmt: skip
 BREAKDOWN_PARTS = {"overlapped": "overlapped_ns", "peer wait": "peer_wait_ns", "dependent": "dependent_ns", "host idle": "host_idle_ns",
                    "other exposed": "exposed_other_ns"}  # fmt: skip
 CAUSE_LABELS = {
@@ -457,7 +466,7 @@ def ranks(metrics: pd.DataFrame, *, width: int = 560, height: int = 320, toleran
     )  # fmt: skip
     span = hv.Bars(plain_frame(spans), kdims=[hv.Dimension("rank", label="Rank")],
                    vdims=[hv.Dimension("span_ms", label="GPU span (ms)"), "status"]).opts(
-        color=hv.dim("status").categorize({"normal": "#0072B2"}, default="#CC79A7"), tools=["hover"], default_tools=["save"],
+        color=hv.dim("status").categorize({"normal": SPAN_COLORS["normal"]}, default=SPAN_COLORS["long"]), tools=["hover"], default_tools=["save"],
         width=width, height=height, title=f"GPU span per rank (pink: > median + {tolerance:.0%})", fontsize={"title": TITLE_FONT},
         yformatter="%.2f", padding=(0, (0, 0.05)))  # fmt: skip
     return (comm + span).opts(shared_axes=False)
@@ -494,14 +503,13 @@ def residency(table: pd.DataFrame, *, width: int = 1000, top: int = RESIDENCY_TO
     shapes = shapes.drop_duplicates(["kernel", "blocks_per_sm", "limiter"])
     again = shapes.groupby("kernel", sort=False).cumcount().to_numpy()
     shapes = shapes.assign(kernel=shapes["kernel"] + np.where(again > 0, [f" ({i + 1})" for i in again], ""))
-    palette = {LIMITER_LABELS[k]: c for k, c in
-               {"registers": "#0072B2", "shared_memory": "#E69F00", "warps": "#009E73", "blocks": "#CC79A7", "sgprs": "#56B4E9"}.items()}
+    palette = {LIMITER_LABELS.get(k, k): c for k, c in LIMITER_COLORS.items()}
     more = f"top {len(shapes)} of {n_all} by time, all in the table; " if n_all > len(shapes) else ""
     # the limiter as a second key of one-segment stacks: HoloViews then draws its legend (a colour by dim has none)
     limiters = list(dict.fromkeys(shapes["limiter"]))
     return hv.Bars(plain_frame(shapes[::-1]), kdims=[hv.Dimension("kernel", label="Kernel launch shape"), hv.Dimension("limiter", label="limited by")],
                    vdims=[hv.Dimension("blocks_per_sm", label="Resident blocks per SM"), "name", "time"]).opts(
-        stacked=True, cmap={lim: palette.get(lim, "#999999") for lim in limiters}, invert_axes=True, tools=["hover"],
+        stacked=True, cmap={lim: palette.get(lim, LIMITER_COLORS["unknown"]) for lim in limiters}, invert_axes=True, tools=["hover"],
         default_tools=["save"], width=width, height=max(200, 24 * len(shapes) + 110), show_legend=True,
         legend_position="right", legend_opts={"title": "limited by"}, fontsize={"title": TITLE_FONT},
         # two lines: a long kernel name's axis labels leave the title little of the figure's width

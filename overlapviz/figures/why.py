@@ -17,6 +17,9 @@ RESOURCE_LABELS = {
     "block_slots": "block slots", "warps": "warps (threads / 32)", "registers": "registers", "shared_memory": "shared memory",
 }  # fmt: skip
 
+# the SM budget's parts (L* 94, 46 and 63)
+BUDGET_COLORS = {"free": "#EEEEEE", "resident computation": KIND_COLORS["compute"], "one comm block": KIND_COLORS["comm"]}
+
 
 def resource_labels(table: pd.DataFrame) -> dict:
     """``RESOURCE_LABELS`` for one SM budget (``budget.sm_budget``'s table): an AMD CU counts wavefronts of its own size
@@ -158,7 +161,7 @@ def sm_budget(table: pd.DataFrame, facts: dict, *, width: int = 900) -> hv.Overl
     used_r = base.assign(x0=0.0, x1=used, part="resident computation")
     need_r = base.assign(x0=used, x1=used + need, part="one comm block")
     rect = pd.concat([cap_r, used_r, need_r], ignore_index=True)[["x0", "y0", "x1", "y1", "part", "resource", "detail", "verdict"]]
-    colors = {"free": "#EEEEEE", "resident computation": KIND_COLORS["compute"], "one comm block": KIND_COLORS["comm"]}
+    colors = BUDGET_COLORS
     bars = hv.Rectangles(rect, vdims=["part", "resource", "detail", "verdict"]).opts(
         color=hv.dim("part").categorize(colors), line_color="white", line_width=1, tools=["hover"], default_tools=["save"],
         hover_tooltips=[("resource", "@{resource}"), ("", "@{detail}"), ("", "@{verdict}")])  # fmt: skip
@@ -243,7 +246,11 @@ def _grid_hover(n_inst: int, ranks: list, vlabel: str) -> dict:
             "hover_formatters": {"$x": inst, "$y": rank, "@image": num}}
 
 
-_RANK_PALETTE = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442", "#000000"]
+# the slowest rank's colour, and past five ranks its marker: the colours' lightness (CIE L*) 0, 22, 40, 54 and 70, and
+# > 25 CIELAB units apart under simulated colour blindness (tests/test_figures.py); dark enough for points on white. The
+# eight Okabe-Ito colours it replaces printed five ranks within 13 L* (54 to 67) (issue 33)
+RANK_COLORS = ("#000000", "#332288", "#7A5A00", "#EE3377", "#56B4E9")
+RANK_MARKERS = ("circle", "square", "triangle", "diamond", "inverted_triangle")
 
 
 def arrival_skew(instances: pd.DataFrame, *, width: int = 1100) -> hv.Scatter:
@@ -255,10 +262,12 @@ def arrival_skew(instances: pd.DataFrame, *, width: int = 1100) -> hv.Scatter:
                           "slowest": np.where(inst["slowest_rank"].notna().to_numpy(bool), "rank " + int_text(inst["slowest_rank"]), "—"),
                           "collective": inst["collective"].fillna("—").astype(str), "id": inst["instance"].astype(str)})  # fmt: skip
     ranks = sorted(frame["slowest"].unique(), key=lambda r: (len(r), r))  # (the legend: "rank 7", by rank)
-    cmap = {r: _RANK_PALETTE[i % len(_RANK_PALETTE)] for i, r in enumerate(ranks)}
+    n = len(RANK_COLORS)
+    cmap = {r: RANK_COLORS[i % n] for i, r in enumerate(ranks)}
+    markers = {r: RANK_MARKERS[i // n % len(RANK_MARKERS)] for i, r in enumerate(ranks)}
     return hv.Scatter(frame, kdims=[hv.Dimension("instance", label="Collective instance (by first start)")],
                       vdims=[hv.Dimension("skew", label=f"arrival skew ({unit})"), "slowest", "collective", "id"]).opts(
-        color="slowest", cmap=cmap, size=5, tools=["hover"], width=width, height=260, show_legend=True, legend_position="right",
+        color="slowest", cmap=cmap, marker=hv.dim("slowest").categorize(markers), size=6, tools=["hover"], width=width, height=260, show_legend=True, legend_position="right",
         default_tools=["save", "xwheel_zoom", "xpan", "reset"], title="Arrival skew per instance (colour: the slowest rank)",
         fontsize={"title": TITLE_FONT}, hover_tooltips=[("instance", "@{id}"), ("collective", "@{collective}"),
                                                         ("skew", "@{skew}{0,0.0} " + unit), ("slowest", "@{slowest}")])  # fmt: skip
