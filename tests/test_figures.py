@@ -372,6 +372,39 @@ def test_collectives_figure():
     assert figures_why.bus_bandwidth(inst) is None
 
 
+def test_arrival_skew_of_instances_on_clocks_that_do_not_compare_says_there_is_nothing_to_draw(tmp_path):
+    """Two ranks whose clocks are 1 s apart, ingested with ``--align-clocks none``: no instance has an arrival skew
+    (``peers.collective_instances`` leaves it <NA> in a Float64 column). ``export --figure collectives`` failed with
+    HoloViews' "TypeError: boolean value of NA is ambiguous" and a traceback; it now draws the other panels and an empty
+    skew plot that says why."""
+    from click.testing import CliRunner
+
+    from overlapviz import testing
+    from overlapviz.cli import main
+
+    run = tmp_path / "run"
+    run.mkdir()
+    for r in (0, 1):  # (seeded per rank: the collectives' ends differ too)
+        testing.write_trace(testing.generate_trace(60, rank=r, world_size=2, start_ns=5_000_000_000_000 + r * 1_000_000_000), run / f"rank{r}.json")
+    ds = tmp_path / "ds"
+    result = CliRunner().invoke(main, ["ingest", str(run), "-o", str(ds), "--align-clocks", "none", "-q"])
+    assert result.exit_code == 0, result.output
+    out = tmp_path / "c.html"
+    result = CliRunner().invoke(main, ["export", str(ds), "--figure", "collectives", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "Arrival skew per instance: nothing to draw" in out.read_text()
+
+    for skew in (pd.array([None, None], dtype="Float64"), np.array([np.nan, np.nan])):
+        inst = pd.DataFrame({"instance": ["i0", "i1"], "first_start_ns": [0, 100], "collective": "all_reduce", "arrival_skew_us": skew,
+                             "slowest_rank": pd.array([None, None], dtype="Int64")})  # fmt: skip
+        plot = hv.render(figures_why.arrival_skew(inst), backend="bokeh")
+        assert plot.title.text == "Arrival skew per instance: nothing to draw"
+    # one instance on comparable clocks among others: drawn (a nullable column with <NA>)
+    inst = inst.assign(arrival_skew_us=pd.array([2.5, None], dtype="Float64"), slowest_rank=pd.array([1, None], dtype="Int64"))
+    data = hv.render(figures_why.arrival_skew(inst), backend="bokeh").renderers[0].data_source.data
+    assert data["skew"][0] == 2.5 and np.isnan(data["skew"][1])
+
+
 def test_compare_links_time_axes():
     a, b = ftl.TimelineData(kernels()), ftl.TimelineData(kernels(9))
     deltas = ranks_analysis.metric_deltas(

@@ -253,11 +253,21 @@ RANK_COLORS = ("#000000", "#332288", "#7A5A00", "#EE3377", "#56B4E9")
 RANK_MARKERS = ("circle", "square", "triangle", "diamond", "inverted_triangle")
 
 
-def arrival_skew(instances: pd.DataFrame, *, width: int = 1100) -> hv.Scatter:
-    """Arrival skew per instance (last − first ready), coloured by the slowest rank."""
+def arrival_skew(instances: pd.DataFrame, *, width: int = 1100) -> hv.Scatter | hv.Overlay:
+    """Arrival skew per instance (last − first ready), coloured by the slowest rank.
+
+    Where no instance has a skew (its ranks' clocks do not compare: ``peers.collective_instances``' ``clock_note``),
+    an empty plot that says so.
+    """
     inst = instances.sort_values("first_start_ns", kind="stable").reset_index(drop=True)
-    skew = pd.to_numeric(inst["arrival_skew_us"], errors="coerce")
-    unit, div = time_unit(float(skew.max()) if skew.notna().any() else 0.0)
+    # float64 with NaN: HoloViews' range of a nullable (Float64) column that is all <NA> raised "boolean value of NA is
+    # ambiguous", and `export --figure collectives` of a run on clocks that do not compare with it
+    skew = pd.Series(pd.to_numeric(inst["arrival_skew_us"], errors="coerce"), dtype="Float64").to_numpy(np.float64, na_value=np.nan)
+    if not np.isfinite(skew).any():
+        return _nothing_to_draw(
+            "Arrival skew per instance: nothing to draw", "no instance has ranks on clocks that compare (see the instances' clock_note)",
+            xlabel="Collective instance (by first start)", ylabel="arrival skew", xlim=(-0.5, max(len(inst), 1) - 0.5), width=width, height=260)
+    unit, div = time_unit(float(np.nanmax(skew)))
     frame = pd.DataFrame({"instance": np.arange(len(inst)), "skew": skew / div,
                           "slowest": np.where(inst["slowest_rank"].notna().to_numpy(bool), "rank " + int_text(inst["slowest_rank"]), "—"),
                           "collective": inst["collective"].fillna("—").astype(str), "id": inst["instance"].astype(str)})  # fmt: skip
@@ -271,6 +281,16 @@ def arrival_skew(instances: pd.DataFrame, *, width: int = 1100) -> hv.Scatter:
         default_tools=["save", "xwheel_zoom", "xpan", "reset"], title="Arrival skew per instance (colour: the slowest rank)",
         fontsize={"title": TITLE_FONT}, hover_tooltips=[("instance", "@{id}"), ("collective", "@{collective}"),
                                                         ("skew", "@{skew}{0,0.0} " + unit), ("slowest", "@{slowest}")])  # fmt: skip
+
+
+def _nothing_to_draw(title: str, why: str, *, xlabel: str, ylabel: str, xlim: tuple, width: int, height: int) -> hv.Overlay:
+    """Empty axes of a figure with no data, ``why`` written in their middle."""
+    empty = hv.Scatter(pd.DataFrame({"x": np.empty(0), "y": np.empty(0)}), kdims=[hv.Dimension("x", label=xlabel)],
+                       vdims=[hv.Dimension("y", label=ylabel)])  # fmt: skip
+    middle = (xlim[0] + xlim[1]) / 2
+    return (empty * hv.Text(middle, 0.5, why).opts(text_font_size="10pt", text_color="#444444")).opts(
+        hv.opts.Overlay(title=hv_title(title), width=width, height=height, xlim=xlim, ylim=(0, 1), yaxis=None,
+                        fontsize={"title": TITLE_FONT}, default_tools=["save"], toolbar="right"))  # fmt: skip
 
 
 def rank_waits(cells: pd.DataFrame, instances: pd.DataFrame, *, width: int = 540) -> tuple[hv.Bars, hv.Bars]:
