@@ -32,6 +32,7 @@ import pandas as pd
 from overlapviz.figures import timeline as ftl
 from overlapviz.figures.raster import coverage  # the timeline's raster rule
 from overlapviz.analysis import budget, metrics, speedup
+from overlapviz.dataset import schema
 from overlapviz.analysis.residency import by_rank
 from overlapviz.dashboards import store
 from overlapviz.distributed import timeline as dtl
@@ -190,7 +191,7 @@ def _view(run: _Run, sel: _Selection, kernels: pd.DataFrame, waits=None) -> ftl.
 
 
 def _to_pandas(rows) -> pd.DataFrame:
-    return rows.to_pandas(types_mapper=store.NULLABLE.get)  # as store._read_kernels
+    return rows.to_pandas(types_mapper=schema.nullable_dtype)  # as store._read_kernels
 
 
 def _near(why: pd.DataFrame | None, kernels: pd.DataFrame) -> pd.DataFrame | None:

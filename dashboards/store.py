@@ -58,8 +58,6 @@ ANALYSES = {
     "breakdown": breakdown.breakdown,
 }
 PAUSABLE = ("explain", "kernel_residency", "breakdown")  # analyses that call yield_to_pages between ranks
-# Arrow -> pandas types where a column may hold nulls (``to_pandas(types_mapper=NULLABLE.get)``)
-NULLABLE = {pa.int32(): pd.Int32Dtype(), pa.int64(): pd.Int64Dtype(), pa.bool_(): pd.BooleanDtype()}
 # `serve --scheduler`: a dashboards.dask_source.DaskSource computes the analyses it has and the timelines on its cluster
 ENGINE: dict = {"dask": None}
 # `serve --device-name`: the GPU the traces ran on, for ranks whose trace does not say (``residency.device_table``); part
@@ -278,7 +276,7 @@ def _frame_of(table: pa.Table) -> pd.DataFrame:
         if pa.types.is_integer(col.type) and col.null_count == 0:
             cols[name] = col.to_numpy()
         else:
-            cols[name] = col.to_pandas(types_mapper=NULLABLE.get)
+            cols[name] = col.to_pandas(types_mapper=schema.nullable_dtype)
     return pd.DataFrame(cols, copy=False)
 
 

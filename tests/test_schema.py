@@ -121,6 +121,26 @@ def test_not_a_dataset(tmp_path):
         schema.read_kernels(tmp_path)
 
 
+def test_nullable_dtype_keeps_integers_with_nulls_exact():
+    import pandas as pd
+
+    table = pa.table({"i8": pa.array([1, None], pa.int8()), "i64": pa.array([2**62 + 1, None], pa.int64()),
+                      "b": pa.array([True, None]), "f": pa.array([1.5, None]), "s": pa.array(["a", None])})  # fmt: skip
+    frame = table.to_pandas(types_mapper=schema.nullable_dtype)
+    assert [str(t) for t in frame.dtypes[:4]] == ["Int8", "Int64", "boolean", "float64"]  # (strings: pandas' default)
+    assert frame["i64"].iloc[0] == 2**62 + 1 and frame["i64"].isna().iloc[1]
+    assert schema.nullable_dtype(pa.int32()) == pd.Int32Dtype() and schema.nullable_dtype(pa.uint64()) is None
+
+
+def test_the_arrow_to_pandas_nullable_map_is_written_once():
+    """``schema.nullable_dtype`` is the one Arrow -> pandas nullable map: the dashboards' store, the Dask residency and
+    timeline each had their own copy (the store's without Int8/Int16)."""
+    root = Path(__file__).resolve().parent.parent
+    copies = sorted(str(p.relative_to(root)) for d in ("overlapviz", "dashboards", "collectors") for p in (root / d).rglob("*.py")
+                    if "pa.bool_(): pd.BooleanDtype()" in p.read_text())  # fmt: skip
+    assert copies == ["overlapviz/dataset/schema.py"]
+
+
 @pytest.mark.parametrize(
     "name,cat,kind",
     [

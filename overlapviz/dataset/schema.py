@@ -748,16 +748,27 @@ def read_table(path: str | os.PathLike, name: str) -> pa.Table:
     return conform(table, TABLES[name], where=str(file))
 
 
-def read_frame(path: str | os.PathLike, name: str, **kwargs):
-    """``read_table`` / ``read_kernels`` as a pandas DataFrame with nullable dtypes (imports pandas)."""
-    import pandas as pd
+def nullable_dtype(arrow_type: pa.DataType):
+    """The pandas nullable dtype for an Arrow column's type: ``Int8`` ... ``Int64`` for signed integers, ``boolean`` for
+    booleans, None for any other type (pandas' default). Pass it as ``Table.to_pandas(types_mapper=nullable_dtype)``:
+    an integer column with nulls stays exact integers with <NA> (not float64 with NaN). Imports pandas."""
+    return _nullable_dtypes().get(arrow_type)
 
-    nullable = {
-        pa.int8(): pd.Int8Dtype(),
-        pa.int16(): pd.Int16Dtype(),
-        pa.int32(): pd.Int32Dtype(),
-        pa.int64(): pd.Int64Dtype(),
-        pa.bool_(): pd.BooleanDtype(),
-    }
+
+def _nullable_dtypes() -> dict:
+    global _NULLABLE
+    if _NULLABLE is None:
+        import pandas as pd
+
+        _NULLABLE = {pa.int8(): pd.Int8Dtype(), pa.int16(): pd.Int16Dtype(), pa.int32(): pd.Int32Dtype(), pa.int64(): pd.Int64Dtype(),
+                     pa.bool_(): pd.BooleanDtype()}  # fmt: skip
+    return _NULLABLE
+
+
+_NULLABLE: dict | None = None  # built on first use: importing pandas costs the CLI's other commands time
+
+
+def read_frame(path: str | os.PathLike, name: str, **kwargs):
+    """``read_table`` / ``read_kernels`` as a pandas DataFrame with nullable dtypes (:func:`nullable_dtype`; imports pandas)."""
     table = read_kernels(path, **kwargs) if name == "kernels" else read_table(path, name)
-    return table.to_pandas(types_mapper=nullable.get)
+    return table.to_pandas(types_mapper=nullable_dtype)

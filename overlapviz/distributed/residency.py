@@ -20,16 +20,13 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from overlapviz.dataset import schema
 from overlapviz.distributed.analysis import check_rank, rank_items
 from overlapviz.distributed.cluster import gather_in_order
 from overlapviz.distributed.partitions import kernel_files, plan_batches, read_file
 from overlapviz.ingest.files import display
 
 __all__ = ["residency_on"]
-
-# schema.read_frame's pandas types
-_NULLABLE = {pa.int8(): pd.Int8Dtype(), pa.int16(): pd.Int16Dtype(), pa.int32(): pd.Int32Dtype(), pa.int64(): pd.Int64Dtype(),
-             pa.bool_(): pd.BooleanDtype()}  # fmt: skip
 
 
 def _shapes_batch(root: str, where: str, items: list[tuple]):
@@ -49,7 +46,7 @@ def _shapes_batch(root: str, where: str, items: list[tuple]):
         dev_limits |= limits  # each rank's own keys (and --device-name's, the same in every item)
         carveouts |= carveout
     kernels = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
-    return _partial(residency.rank_shapes(kernels.to_pandas(types_mapper=_NULLABLE.get), dev_limits, carveouts))
+    return _partial(residency.rank_shapes(kernels.to_pandas(types_mapper=schema.nullable_dtype), dev_limits, carveouts))
 
 
 def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:

@@ -353,8 +353,7 @@ def _blockers_batch(root: str, where: str, records: dict, spread, rels: list[str
         rec = records.get(rank_of_file(rel))
         if rec is None or not len(rec):
             continue
-        k = read_file(root, rel, cols, ("run_id", "name", "kind"), where).to_pandas(
-            types_mapper={pa.int32(): pd.Int32Dtype(), pa.int64(): pd.Int64Dtype(), pa.bool_(): pd.BooleanDtype()}.get)
+        k = read_file(root, rel, cols, ("run_id", "name", "kind"), where).to_pandas(types_mapper=schema.nullable_dtype)
         both = pd.concat([rec, spread], ignore_index=False) if len(spread) else rec
         out.append(budget.blocker_positions(both, k).loc[rec.index])
     return pd.concat(out) if out else None
