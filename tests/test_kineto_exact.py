@@ -207,6 +207,58 @@ def test_not_a_time_names_the_file(tmp_path, monkeypatch, how, field, text):
     assert msg.startswith(str(tmp_path)) and repr(field) in msg and len(msg.splitlines()) == 1
 
 
+def _raw_args(args: dict, **texts: str) -> tuple:
+    """``args`` with the fields of ``texts`` (``shared_memory`` for "shared memory") written as those JSON texts."""
+    fields = {k: orjson.dumps(v).decode() for k, v in args.items()} | {k.replace("_", " "): t for k, t in texts.items()}
+    return ("raw", "{" + ", ".join(f"{orjson.dumps(k).decode()}: {t}" for k, t in fields.items()) + "}")
+
+
+# an integer field holding a number that is not whole: pyarrow truncated "device": 1.5 to device 1 (the Python reader),
+# and the C scanner read "1.5" as 1; both readers now refuse it with one message
+@pytest.mark.parametrize("how", PATHS)
+@pytest.mark.parametrize("where,text,label", [
+    ("args.device", "1.5", "'args.device' holds 1.5"), ("args.device", '"1.5"', "'args.device' holds 1.5"),
+    ("args.stream", "7.25e0", "'args.stream' holds 7.25e0"), ("args.correlation", "-0.5", "'args.correlation' holds -0.5"),
+    ("pid", "0.5", "'pid' holds 0.5"), ("tid", '" 7.5 "', "'tid' holds 7.5"), ("args.grid", "[1.5, 1, 1]", "'args.grid' holds 1.5"),
+    ("args.shared memory", '"128.5"', "'args.shared memory' holds 128.5"),
+])  # fmt: skip
+def test_a_number_that_is_not_whole_in_an_integer_field_names_the_file(tmp_path, monkeypatch, how, where, text, label):
+    ev = _kernel(0, "10")
+    if where.startswith("args."):
+        ev["args"] = _raw_args(ev["args"], **{where[5:]: text})
+    else:
+        ev[where] = ("raw", text)
+    with pytest.raises(ValueError) as exc:
+        read(_doc([ev, _launch(0, "9")]), tmp_path, how, monkeypatch)
+    assert str(exc.value) == f"{tmp_path / f'{how}.json'}: GPU activity events: field {label}, not a whole number"
+
+
+@pytest.mark.parametrize("how", PATHS)
+def test_whole_numbers_written_otherwise_are_read(tmp_path, monkeypatch, how):
+    ev = _kernel(0, "10")
+    ev["args"] = _raw_args(ev["args"], device="1.0", stream='"7"', grid="[2.0, 1e0, 1]")
+    ev["pid"] = ("raw", "1e0")
+    k = read(_doc([ev, _launch(0, "9")]), tmp_path, how, monkeypatch).kernels
+    assert (k.column("device").to_pylist(), k.column("stream").to_pylist(), k.column("grid_x").to_pylist()) == ([1], [7], [2])
+
+
+@pytest.mark.parametrize("pure", ["0", "1"])
+def test_ingest_of_a_fractional_device_fails_and_writes_nothing(tmp_path, monkeypatch, pure):
+    from click.testing import CliRunner
+
+    from overlapviz.cli import main
+
+    monkeypatch.setenv("OVERLAPVIZ_PURE_PYTHON", pure)
+    ev = _kernel(0, "10")
+    ev["args"] = _raw_args(ev["args"], device="1.5")
+    trace = tmp_path / "rank0.json"
+    trace.write_bytes(_doc([_kernel(1, "5"), ev, _launch(0, "9"), _launch(1, "4")]))
+    result = CliRunner().invoke(main, ["ingest", str(trace), "-o", str(tmp_path / "ds"), "-q"])
+    assert result.exit_code != 0
+    assert result.output.strip() == f"Error: {trace}: GPU activity events: field 'args.device' holds 1.5, not a whole number"
+    assert not (tmp_path / "ds").exists()
+
+
 @pytest.mark.parametrize("how", PATHS)
 def test_unkept_events_are_not_judged(tmp_path, monkeypatch, how):
     odd = [{"ph": "X", "cat": "python_function", "name": "f", "ts": ("raw", "1e400"), "dur": ("raw", "true")},

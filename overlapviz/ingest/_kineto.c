@@ -19,7 +19,8 @@
  * digits round to the nearest ns, ties to even (chrome_events.decimal_us_to_ns is the
  * same rule in Python). A time past int64 ns is handed over. Integers are exact int64;
  * a numeric string in an integer field is int(float(text)) (correctly rounded doubles:
- * Clinger's fast path, else PyOS_string_to_double), as the Python reader reads it.
+ * Clinger's fast path, else PyOS_string_to_double), as the Python reader reads it, where
+ * that is whole; a float literal or a fraction in an integer field goes to the Python reader.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -362,12 +363,14 @@ static int num_int64(P *s, const Num *n, int64_t *out) {
     return 0;
 }
 
-/* Python's int(float(text)) of a number token (from a numeric string) */
+/* Python's int(float(text)) of a number token (from a numeric string) where that double is whole; a fraction
+ * ("1.5") is handed to the Python reader, which refuses it naming the field (it was truncated to 1) */
 static int num_trunc(P *s, const Num *n, int64_t *out) {
     double v;
     if (num_double(s, n, &v) < 0) return -1;
     if (!(v > -9.2e18 && v < 9.2e18)) return fail(s, "number string past int64");
-    *out = (int64_t)v; /* C truncates toward zero, as int() does */
+    if (v != trunc(v)) return fail(s, "number string not a whole number");
+    *out = (int64_t)v;
     return 0;
 }
 

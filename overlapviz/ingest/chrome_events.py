@@ -235,7 +235,10 @@ _NOT_OBJECT = _SCALAR | list  # where an event or args belongs: refused
 
 # the args keys of _ARG_TYPES (not identifiers: "registers per thread") as struct attributes
 _ARG_ATTR = {key: f"arg{i}" for i, key in enumerate(_ARG_TYPES)}
-_Args = msgspec.defstruct("_Args", [(attr, _VALUE, None) for attr in _ARG_ATTR.values()],
+# integer fields (and grid/block's integers) take Any: their float literals come as text, which the fast conversion
+# refuses, so _lenient_column judges them (a whole number, or an error). As floats, pyarrow truncated 1.5 to 1.
+_WHOLE = {key for key, t in _ARG_TYPES.items() if pa.types.is_integer(t) or pa.types.is_list(t)}
+_Args = msgspec.defstruct("_Args", [(attr, Any if key in _WHOLE else _VALUE, None) for key, attr in _ARG_ATTR.items()],
                           rename={attr: key for key, attr in _ARG_ATTR.items()}, frozen=True, gc=False)  # fmt: skip
 _NO_ARGS = _Args()  # an event without "args" (flows, instants): legitimate
 
@@ -244,8 +247,8 @@ class _Event(msgspec.Struct, gc=False):
     ph: _VALUE = None
     cat: _VALUE = None
     name: _VALUE = None
-    pid: _VALUE = None
-    tid: _VALUE = None
+    pid: Any = None  # (as the integer args)
+    tid: Any = None
     args: _Args | _NOT_OBJECT = _NO_ARGS
     ts: Any = None  # a float literal as its text
     dur: Any = None
@@ -529,10 +532,19 @@ def _lenient_column(values: list, field: pa.Field, path: Path, what: str, label:
         for v in values:
             if isinstance(v, str):
                 try:
-                    v = float(v) if pa.types.is_floating(field.type) else int(float(v))
+                    v = float(v) if pa.types.is_floating(field.type) else _whole(v, path, what, label)
+                except _NotWhole:
+                    raise
                 except (ValueError, OverflowError):  # not a number; "inf", "1e400"
                     v = None if label in ("pid", "tid") or (what, label) in _HANDLES else _bad(path, what, label, v)
             conv.append(v)
+        try:
+            return pa.array(conv, type=field.type)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
+            pass
+    elif pa.types.is_list(field.type) and pa.types.is_integer(field.type.value_type):  # grid, block: [x, y, z]
+        conv = [[_whole(x, path, what, label) if isinstance(x, str) and _is_finite(x) else x for x in v]
+                if isinstance(v, list) else v for v in values]  # fmt: skip
         try:
             return pa.array(conv, type=field.type)
         except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
@@ -549,6 +561,36 @@ def _lenient_column(values: list, field: pa.Field, path: Path, what: str, label:
         if pa.types.is_integer(field.type) and isinstance(c, int) and not _INT64_MIN <= c <= _INT64_MAX:
             raise ValueError(f"{path}: {what} events: field {label!r} ({v!r:.40}) is past what int64 holds")
     return _bad(path, what, label, next((v for v in values if v is not None), values[0]))
+
+
+class _NotWhole(ValueError):
+    """A number that is not whole in an integer field (not "not a number": pid/tid labels read as null, this never)."""
+
+
+def _whole(text: str, path, what, label) -> int:
+    """The integer of a number's text in an integer field (a float literal's text, or a numeric string such as ROCm's
+    ``"bytes": "128"``): ``int(float(text))``, as the C scanner reads it, where that is whole (``"2.0"``, ``"1e3"``).
+
+    Raises
+    ------
+    ValueError
+        ``text`` is not a number (the caller judges it); naming ``path`` and the field where it is a number that is not
+        whole (``"device": 1.5`` was stored as device 1).
+    """
+    v = float(text)
+    if v.is_integer():
+        return int(v)
+    if v != v or abs(v) == float("inf"):  # not a number
+        raise ValueError(text)
+    raise _NotWhole(f"{path}: {what} events: field {label!r} holds {text.strip():.40}, not a whole number")
+
+
+def _is_finite(text: str) -> bool:
+    try:
+        v = float(text)
+    except ValueError:
+        return False
+    return v == v and abs(v) != float("inf")
 
 
 def _bad(path, what, label, value):
