@@ -64,6 +64,7 @@ def export(dataset, figure, all_figures, fmt, output, runs, ranks, start_ms, end
 
     PNG, SVG and PDF are one drawing in the system's headless chromium (Debian: chromium,
     chromium-driver): the same layout in each; SVG and PDF are vector; HTML embeds BokehJS inline.
+    Figures need the dashboard extra (pip install 'overlapviz[dashboard]'); --format perfetto does not.
     """
     check_output(output, dataset)
     if fmt == "perfetto":
