@@ -11,15 +11,14 @@ answers None for it, as it does in a base install.
 
 from __future__ import annotations
 
-import importlib.metadata as md
 import os
-import re
 import subprocess
 import sys
 import tomllib
 from pathlib import Path
 
 import pytest
+from _install import distributions, norm
 from packaging.requirements import Requirement
 
 REPO = Path(__file__).resolve().parents[1]
@@ -49,42 +48,13 @@ for top, dists in md.packages_distributions().items():
 '''
 
 
-def _norm(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
-def base_distributions() -> set[str]:
-    """pyproject's [project] dependencies, what they require (no extras), overlapviz itself and the venv's own."""
-    deps = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
-    todo = [Requirement(d) for d in deps]
-    seen = {"overlapviz", *VENV_OWN}
-    while todo:
-        req = todo.pop()
-        env_extras = [""] + sorted(req.extras)
-        if req.marker is not None and not any(req.marker.evaluate({"extra": e}) for e in env_extras):
-            continue
-        name = _norm(req.name)
-        if name in seen:
-            continue
-        seen.add(name)
-        try:
-            requires = md.requires(req.name) or []
-        except md.PackageNotFoundError:  # a platform's dependency (isal elsewhere): nothing of it to allow
-            continue
-        for spec in requires:
-            sub = Requirement(spec)
-            if sub.marker is None or any(sub.marker.evaluate({"extra": e}) for e in env_extras):
-                todo.append(sub)
-    return seen
-
-
 @pytest.fixture(scope="module")
 def base_env(tmp_path_factory):
     site = tmp_path_factory.mktemp("base_only")
     (site / "sitecustomize.py").write_text(SITECUSTOMIZE)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONSAFEPATH")}
     env["PYTHONPATH"] = str(site)
-    env["OVERLAPVIZ_TEST_ALLOWED_DISTS"] = ",".join(sorted(base_distributions()))
+    env["OVERLAPVIZ_TEST_ALLOWED_DISTS"] = ",".join(sorted(distributions() | VENV_OWN))
     env["OVERLAPVIZ_CACHE_DIR"] = str(tmp_path_factory.mktemp("cache"))
     return env
 
@@ -99,9 +69,9 @@ def test_the_dashboard_extra_holds_what_the_commands_check_for():
     from overlapviz._extras import DASHBOARD
 
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-    extra = {_norm(Requirement(r).name) for r in project["optional-dependencies"]["dashboard"]}
+    extra = {norm(Requirement(r).name) for r in project["optional-dependencies"]["dashboard"]}
     assert extra == set(DASHBOARD)
-    assert not extra & {_norm(Requirement(r).name) for r in project["dependencies"]}
+    assert not extra & {norm(Requirement(r).name) for r in project["dependencies"]}
     assert "overlapviz[dashboard]" in project["optional-dependencies"]["test"]  # .ci/run installs .[test,collect]
 
 
