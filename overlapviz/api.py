@@ -119,7 +119,16 @@ class Dataset:
 
     def figure(self, name: str, **selection):
         """The figure ``overlapviz export --figure NAME`` writes (timeline, heatmap, speedup, compare,
-        residency, ranks), as a HoloViews object; ``selection`` as ``overlapviz.export.render.build_figure``."""
+        residency, ranks), as a HoloViews object; ``selection`` as ``overlapviz.export.render.build_figure``.
+
+        Raises
+        ------
+        ImportError
+            HoloViews, Bokeh or Panel not installed: one line naming them and ``pip install 'overlapviz[dashboard]'``.
+        """
+        from overlapviz._extras import DRAWING, require
+
+        require("overlapviz figures", DRAWING)
         _notebook_extension()
         from overlapviz.export.render import build_figure
 

@@ -1,12 +1,14 @@
-"""Collection from the root of a clone with a non-editable install, as CI and users run it (gloo, CPU).
+"""Collection from the root of a clone with a non-editable install, as CI and users run it (gloo, CPU), with no other extra.
 
 ``pip install .`` then ``overlapviz collect`` from the clone's root used to fail every run:
 each rank was started as ``python -m overlapviz.collectors.run``, which puts the current
 directory first on ``sys.path``, and the clone's own ``overlapviz/`` (no ``collectors``
 inside) shadowed the installed package. Here a copy of the repository is installed
 (``pip install --no-deps --no-build-isolation``, not editable) into a fresh virtual
-environment whose dependencies come from the running one, and the README's CPU tour is
-run exactly as written from the copy's root.
+environment that sees, of the running one, exactly the distributions ``pip install '.[collect]'``
+brings (pyproject's dependencies, torch, what they require: no HoloViews, Bokeh, Panel, selenium),
+and the README's CPU tour is run exactly as written from the copy's root; so are the trace tool
+over the sample traces and ``serve``, which names the dashboard extra.
 """
 
 from __future__ import annotations
@@ -16,10 +18,10 @@ import re
 import shutil
 import subprocess
 import sys
-import sysconfig
 from pathlib import Path
 
 import pytest
+from _install import distributions, link_site
 
 pytest.importorskip("torch")
 import torch.distributed as dist  # noqa: E402
@@ -44,8 +46,9 @@ def tour_commands() -> list[str]:
 def _clone_copy(dst: Path) -> Path:
     """What a clone holds: the repository without this checkout's environment, builds and caches."""
     ignore = shutil.ignore_patterns(".git", ".venv", "venv", "build", "dist", "*.egg-info", "__pycache__", "*.so",
-                                    ".pytest_cache", ".hypothesis", "runs", ".whl", ".gl", ".devcarry")
-    shutil.copytree(REPO, dst, ignore=ignore)
+                                    ".pytest_cache", ".hypothesis", ".whl", ".gl", ".devcarry")
+    # runs/ of the root only (collect's output here): sample_traces/*/runs are the bundled traces
+    shutil.copytree(REPO, dst, ignore=lambda d, names: set(ignore(d, names)) | ({"runs"} & set(names) if Path(d) == REPO else set()))
     return dst
 
 
@@ -59,11 +62,11 @@ def installed(tmp_path_factory):
     vpython = venv / "bin" / "python"
     purelib = subprocess.run([str(vpython), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                              capture_output=True, text=True, check=True).stdout.strip()
-    # the dependencies (torch, pandas, pyarrow, click, ...) come from this environment, read after the
-    # new environment's own site-packages; a path in a .pth is not a site dir, so an editable
-    # install of overlapviz here (its finder is itself a .pth) is not seen there
-    deps = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
-    Path(purelib, "_overlapviz_test_deps.pth").write_text("\n".join(sorted(deps)) + "\n")
+    # the dependencies of .[collect] (torch, pandas, pyarrow, click, ...) and the build's (setuptools, wheel) come
+    # from this environment through a folder of links to those distributions alone, read after the new
+    # environment's own site-packages; overlapviz is not linked (an editable install here is not seen there)
+    deps = link_site(distributions("collect", build=True), base / "deps")
+    Path(purelib, "_overlapviz_test_deps.pth").write_text(f"{deps}\n")
     # offline with this environment's setuptools where it is recent enough for pyproject.toml (SPDX
     # license: >= 77), else pip's build isolation fetches one
     offline = ["--no-build-isolation", "--no-index"] if _setuptools_at_least(77) else []
@@ -139,3 +142,21 @@ def test_the_readme_cpu_tour_works_as_written_from_the_clone_root(installed):
     assert len(runs) == 6
     for rd in runs:
         assert sorted(p.name for p in rd.glob("trace_rank*.json.gz")) == ["trace_rank0.json.gz", "trace_rank1.json.gz"]
+
+
+def test_the_trace_tool_runs_without_the_dashboard_extra(installed):
+    """The base install's commands from the clone's root: explain over the bundled scenarios (raw traces, into the
+    cache), the Perfetto export; serve and a drawn figure say in one line which extra to install."""
+    root, bindir = installed
+    assert _run([str(bindir / "python"), "-c", "import holoviews"], root, bindir).returncode != 0
+    cache = root.parent / "cache"
+    done = _run(f"OVERLAPVIZ_CACHE_DIR={cache} overlapviz explain sample_traces/scenarios/runs --summary", root, bindir)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "scenario-fits_sync-events-on" in done.stdout
+    done = _run(f"overlapviz ingest sample_traces/scenarios/runs -q -o {root.parent / 'ds'} && overlapviz export "
+                f"{root.parent / 'ds'} --format perfetto -o {root.parent / 'run.json.gz'}", root, bindir)  # fmt: skip
+    assert done.returncode == 0 and (root.parent / "run.json.gz").stat().st_size > 1000, done.stderr[-3000:]
+    for cmd in ("overlapviz serve", f"overlapviz export {root.parent / 'ds'} --figure timeline -o t.png"):
+        done = _run(cmd, root, bindir, timeout=60)
+        assert done.returncode == 1, (cmd, done.stdout[-2000:], done.stderr[-2000:])
+        assert len(done.stderr.strip().splitlines()) == 1 and "pip install 'overlapviz[dashboard]'" in done.stderr, done.stderr

@@ -25,6 +25,7 @@ MAX_LINES = 800
 # A module belongs to the first prefix it matches, and every module must match one (test below).
 LAYERS = [
     ("overlapviz._version", set()),
+    ("overlapviz._extras", set()),  # the optional extras commands check for (pyproject.toml)
     ("overlapviz.lifetime", set()),  # children that die with their parent; signals held while they start
     ("overlapviz.dataset", {"overlapviz._version"}),  # the Arrow schema, the Parquet layout, the directory on disk
     ("overlapviz.domain", {"overlapviz.dataset"}),  # vocabulary, collective names, devices, derived columns
@@ -34,13 +35,13 @@ LAYERS = [
     ("overlapviz.export", {"overlapviz.dataset", "overlapviz.domain", "overlapviz.analysis", "overlapviz.figures"}),
     ("overlapviz.distributed", {"overlapviz", "overlapviz.dataset", "overlapviz.domain", "overlapviz.ingest",
                                 "overlapviz.analysis", "overlapviz.figures"}),
-    ("overlapviz.api", {"overlapviz.dataset", "overlapviz.ingest", "overlapviz.analysis", "overlapviz.figures",
+    ("overlapviz.api", {"overlapviz._extras", "overlapviz.dataset", "overlapviz.ingest", "overlapviz.analysis", "overlapviz.figures",
                         "overlapviz.export", "overlapviz.distributed"}),
     ("overlapviz.collectors", {"overlapviz.lifetime", "overlapviz.dataset", "overlapviz.ingest", "overlapviz.analysis"}),
     ("overlapviz.dashboards", {"overlapviz", "overlapviz.lifetime", "overlapviz.dataset", "overlapviz.domain", "overlapviz.ingest",
                                "overlapviz.analysis", "overlapviz.figures", "overlapviz.export", "overlapviz.distributed",
                                "overlapviz.testing"}),  # soak.py builds its traces with overlapviz.testing
-    ("overlapviz.cli", {"overlapviz._version", "overlapviz.lifetime", "overlapviz.dataset", "overlapviz.domain",
+    ("overlapviz.cli", {"overlapviz._version", "overlapviz._extras", "overlapviz.lifetime", "overlapviz.dataset", "overlapviz.domain",
                         "overlapviz.ingest", "overlapviz.analysis", "overlapviz.figures", "overlapviz.export",
                         "overlapviz.distributed", "overlapviz.api", "overlapviz.collectors", "overlapviz.dashboards"}),
     ("overlapviz.testing", {"overlapviz.dataset", "overlapviz.cli"}),  # trace builders; runs the CLI in process
@@ -102,7 +103,7 @@ def test_every_module_is_in_a_layer():
 def test_no_module_sits_beside_the_layers():
     # the package's top level holds only its facade and the layers' folders
     flat = sorted(p.name for p in PACKAGE_DIRS["overlapviz"].glob("*.py"))
-    assert flat == ["__init__.py", "__main__.py", "_version.py", "api.py", "lifetime.py", "testing.py"], flat
+    assert flat == ["__init__.py", "__main__.py", "_extras.py", "_version.py", "api.py", "lifetime.py", "testing.py"], flat
 
 
 @pytest.mark.parametrize("module", sorted(MODULES))

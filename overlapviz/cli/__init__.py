@@ -91,8 +91,12 @@ class _LazyGroup(click.Group):
         return super().resolve_command(ctx, args)
 
     def invoke(self, ctx):
+        from overlapviz._extras import MissingExtra
+
         try:
             return super().invoke(ctx)
+        except MissingExtra as exc:  # serve, or a drawn figure, in a base install: one line, no traceback
+            raise click.ClickException(str(exc)) from None
         except click.ClickException as exc:  # every command's error: the tables' escaping rule (cli/_table.py)
             from overlapviz.dataset.outdir import display_path
 

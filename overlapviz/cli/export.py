@@ -64,6 +64,7 @@ def export(dataset, figure, all_figures, fmt, output, runs, ranks, start_ms, end
 
     PNG, SVG and PDF are one drawing in the system's headless chromium (Debian: chromium,
     chromium-driver): the same layout in each; SVG and PDF are vector; HTML embeds BokehJS inline.
+    Figures need the dashboard extra (pip install 'overlapviz[dashboard]'); --format perfetto does not.
     """
     check_output(output, dataset)
     if fmt == "perfetto":
@@ -90,7 +91,12 @@ def export(dataset, figure, all_figures, fmt, output, runs, ranks, start_ms, end
     window = None if start_ms is None else (start_ms, end_ms)
     if (kernel or what_if) and figure != "budget":
         raise click.UsageError("--kernel and --what-if choose the budget figure's collective: give --figure budget")
-    if (fmt or output.rsplit(".", 1)[-1].lower()) != "html" or all_figures:
+    in_browser = (fmt or output.rsplit(".", 1)[-1].lower()) != "html" or all_figures
+    from overlapviz._extras import DASHBOARD, DRAWING, require
+
+    require(f"overlapviz export {'--all' if all_figures else '--figure ' + figure}", DASHBOARD if in_browser else DRAWING,
+            after=" (--format perfetto needs none of them)")  # fmt: skip
+    if in_browser:
         from overlapviz.export.browser import prestart
 
         prestart()  # the browser starts while HoloViews is imported and the tables are read

@@ -54,7 +54,11 @@ def serve(ctx: click.Context, dataset: str | None, address: str, port: int, allo
     Pages: Overview (configuration heatmaps), Timeline, Why late, Collectives, Residency, Compare.
     Every resource is served by this server or inlined: the page works with no internet.
     Only the holder of the printed URL's token gets in (docs/security.md).
+    Needs the dashboard extra: pip install 'overlapviz[dashboard]'.
     """
+    from overlapviz._extras import require
+
+    require("overlapviz serve")  # before the bundled samples are ingested for a server that cannot start
     from overlapviz.ingest import samples
     from overlapviz.dashboards import app
     from overlapviz.dataset.outdir import display_path
