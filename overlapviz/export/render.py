@@ -29,7 +29,7 @@ from overlapviz.figures.catalog import FIGURES, FORMATS
 from overlapviz.analysis import budget
 from overlapviz.analysis.ranks import metric_deltas
 from overlapviz.export.browser import CHROMEDRIVER_CANDIDATES, CHROMIUM_CANDIDATES, chromium, chromium_options, find_chromium  # noqa: F401
-from overlapviz.export.browser import load_export_page, page_drawn
+from overlapviz.export.browser import headless_chromium, load_export_page, page_drawn
 from overlapviz.export.browser import shared_chromium as _shared_chromium
 from overlapviz.export.source import DatasetSource  # noqa: F401 (export.DatasetSource, as before)
 
@@ -222,7 +222,7 @@ def export_figure(obj, out: str | os.PathLike, fmt: str | None = None, *, title:
     look
         Size, fonts, resolution and titles of a static format (``Look``); the builder's when None.
     driver
-        A started browser (``chromium()``) to draw in: ``export --all`` draws every figure in one.
+        A started browser (``browser.Chromium``, or Selenium's ``chromium()``) to draw in.
 
     Raises
     ------
@@ -247,7 +247,7 @@ def export_figure(obj, out: str | os.PathLike, fmt: str | None = None, *, title:
     if driver is not None:
         data = draw_static(model, driver, (fmt,), dpi=look.dpi)
     else:
-        with (_shared_chromium() if reuse_browser else chromium()) as d:
+        with (_shared_chromium() if reuse_browser else headless_chromium()) as d:
             data = draw_static(model, d, (fmt,), dpi=look.dpi)
     write_static(data, fmt, out, dpi=look.dpi)
     return out
