@@ -111,7 +111,8 @@ class Chromium:
 
     @classmethod
     def start(cls, *, width: int = 1400, height: int = 1000) -> "Chromium":
-        """Start the browser process now (a fork and exec); ``ready`` (called by every method) waits for its page.
+        """Start the browser process now (a fork and exec); ``ready`` (called by every method) waits for its page. The
+        browser ends itself when its pipe closes: with this process, even one killed with SIGKILL (in 0.06 s).
 
         Raises
         ------
@@ -126,19 +127,11 @@ class Chromium:
         shm = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK | os.X_OK) else None
         profile = tempfile.mkdtemp(prefix="overlapviz-chromium-", dir=shm)
         to_browser, from_browser = os.pipe(), os.pipe()
-        from overlapviz.lifetime import die_with_parent, load
-
-        # started by the main thread (the command's), it dies with the command even when that is killed; the kernel
-        # sends the signal when the thread that started it ends, so one a server's thread starts is quit at exit only
-        die = threading.current_thread() is threading.main_thread() and load()
-        parent = os.getpid()
 
         def child() -> None:  # chromium reads commands on fd 3 and writes answers on fd 4
             a, b = (fcntl.fcntl(fd, fcntl.F_DUPFD, 5) for fd in (to_browser[0], from_browser[1]))  # (neither can be 3 or 4)
             os.dup2(a, 3)
             os.dup2(b, 4)
-            if die:
-                die_with_parent(signal.SIGKILL, parent)
 
         proc = subprocess.Popen([browser, *chromium_args(width=width, height=height), "--remote-debugging-pipe",
                                  f"--user-data-dir={profile}", "about:blank"], preexec_fn=child, pass_fds=(3, 4),
