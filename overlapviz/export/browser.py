@@ -29,6 +29,7 @@ __all__ = ["Chromium", "chromium", "chromium_args", "chromium_options", "find_br
 CHROMIUM_CANDIDATES = ("/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome")
 CHROMEDRIVER_CANDIDATES = ("/usr/bin/chromedriver",)
 MISSING = "PNG/SVG/PDF export needs chromium (Debian: apt-get install chromium)"
+COMMAND_TIMEOUT = 120.0  # seconds for the browser's answer to a command (a script's: set_script_timeout, 30 s)
 
 
 def find_browser() -> str | None:
@@ -169,13 +170,13 @@ class Chromium:
             sent = self._send_cmd("Page.navigate", {"url": url}, self._session)
             answered = loaded = False
             while not (answered and loaded):
-                msg = self._next(self._timeout)
+                msg = self._next(COMMAND_TIMEOUT)
                 if msg.get("id") == sent:
                     if "error" in msg or msg.get("result", {}).get("errorText"):
                         raise RuntimeError(f"chromium could not load {url}: {msg.get('error') or msg['result']['errorText']}")
                     answered = True
                 elif msg.get("method") == "Page.loadEventFired" and msg.get("sessionId") == self._session:
-                    loaded = answered  # (a load event before the answer is the page before)
+                    loaded = True  # (the page before was loaded before this navigation was asked for)
 
     def execute_script(self, script: str, *args):
         """``script`` as the body of a function called with ``args`` (as ``arguments``); its result, as JSON."""
@@ -207,7 +208,8 @@ class Chromium:
 
     def _evaluate(self, expression: str, *, wait: bool):
         self.ready()
-        result = self._call("Runtime.evaluate", {"expression": expression, "returnByValue": True, "awaitPromise": wait})
+        result = self._call("Runtime.evaluate", {"expression": expression, "returnByValue": True, "awaitPromise": wait},
+                            timeout=self._timeout)
         if "exceptionDetails" in result:
             details = result["exceptionDetails"]
             raise RuntimeError(f"javascript error: {details.get('exception', {}).get('description') or details.get('text')}")
@@ -223,11 +225,11 @@ class Chromium:
             data = data[os.write(self._send, data):]
         return self._id
 
-    def _call(self, method: str, params: dict, *, session: str | None | bool = True) -> dict:
+    def _call(self, method: str, params: dict, *, session: str | None | bool = True, timeout: float = 0) -> dict:
         with self._lock:
             sent = self._send_cmd(method, params, self._session if session is True else session)
             while True:
-                msg = self._next(self._timeout)
+                msg = self._next(timeout or COMMAND_TIMEOUT)
                 if msg.get("id") == sent:
                     if "error" in msg:
                         raise RuntimeError(f"chromium: {method}: {msg['error'].get('message')}")
