@@ -48,11 +48,35 @@ SOURCES = {"h200_standin_sweep": ROOT / "sample_traces" / "h200_standin_sweep", 
            "param_dlrm_8rank": ROOT / "tests" / "data" / "kineto_real" / "param_dlrm_8rank"}  # fmt: skip
 
 
+def _subreaper() -> None:
+    """Become the reaper of the commands' orphans (Linux ``PR_SET_CHILD_SUBREAPER``): an export ends its chromium with
+    SIGKILL, so the browser's renderer and zygote outlive it for a moment, are reparented here and reaped by
+    ``_reap_orphans``; their CPU then counts in the command's (with init as their reaper it counted nowhere)."""
+    import ctypes
+
+    try:
+        ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER (linux/prctl.h)
+    except (OSError, AttributeError):
+        pass
+
+
+def _reap_orphans(timeout: float = 10.0) -> None:
+    """Wait for every process left to this one (``_subreaper``), at most ``timeout`` seconds."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            time.sleep(0.01)
+
+
 def command_time(checkout: str | None, args: list[str]) -> tuple[float, float]:
     """(wall seconds, CPU seconds) of ``python -m overlapviz ARGS`` of ``checkout`` (None: this one): its own
     ``.venv/bin/python`` where it has one, else this interpreter with the checkout first on the path. CPU is user +
-    system of the command and everything it waited for (chromedriver, chromium): on a machine whose other work varies
-    it moves much less than the wall time."""
+    system of the command and every process it started (chromedriver, chromium and its renderers, also those that
+    outlive it by a moment): on a machine whose other work varies it moves much less than the wall time."""
     import resource
 
     env = dict(os.environ)
@@ -68,9 +92,10 @@ def command_time(checkout: str | None, args: list[str]) -> tuple[float, float]:
     proc = subprocess.run([python, "-m", "overlapviz", *args], env=env, capture_output=True, text=True, timeout=600,
                           cwd=tempfile.gettempdir())  # fmt: skip
     took = time.perf_counter() - t0
+    _reap_orphans()
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
-        raise RuntimeError(f"{pythonpath or 'this checkout'}: overlapviz {' '.join(args)}: {proc.stderr.strip()[-400:]}")
+        raise RuntimeError(f"{checkout or 'this checkout'}: overlapviz {' '.join(args)}: {proc.stderr.strip()[-400:]}")
     return took, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
@@ -106,7 +131,10 @@ def main() -> None:
     ap.add_argument("--only", help="datasets of CASES, comma-separated")
     ap.add_argument("--quick", action="store_true", help="the figures of QUICK only")
     ap.add_argument("--json", type=Path, help="also write the rows here as JSON (after every row)")
+    ap.add_argument("--results", type=Path, help="also write the wall times in readme_table's format here at the end "
+                    "(benchmarks/results/export.json; then run benchmarks/readme_table.py)")  # fmt: skip
     a = ap.parse_args()
+    _subreaper()
     from overlapviz.ingest import ingest
 
     a.work.mkdir(parents=True, exist_ok=True)
@@ -114,6 +142,7 @@ def main() -> None:
     meta = {"old": f"{a.old} ({_commit(Path(a.old))})", "new": f"{ROOT} ({_commit(ROOT)})", "repeat": a.repeat, "cores": os.cpu_count(),
             "note": "medians of alternating runs (old, new, new, old, ...) on a machine shared with other work"}  # fmt: skip
     rows: list = []
+    load_first = os.getloadavg()[0]
 
     def measure(name: str, figure: str, fmt: str, args_of) -> None:
         load = os.getloadavg()[0]
@@ -155,6 +184,23 @@ def main() -> None:
               f"{r['cpu_old_s']:.2f} | {r['cpu_new_s']:.2f} | {r['cpu_ratio']:.2f} |")
     print(f"\nold {meta['old']}, new {meta['new']}; {os.cpu_count()} cores, shared; load average at the end {os.getloadavg()[0]:.1f}; "
           f"medians of {a.repeat} alternating runs")
+    if a.results and rows:
+        write_results(a.results, rows, _commit(Path(a.old)), a.repeat, load_first)
+
+
+def write_results(path: Path, rows: list[dict], old_label: str, repeat: int, load_before: float) -> None:
+    """The rows' wall times as benchmarks/results/export.json (``readme_table.write``: new = value, old = baseline)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import readme_table
+
+    def target(r: dict) -> str:
+        return "<= 0.15 s" if r["figure"] == "export --help" else "<= 10 s" if r["dataset"].startswith("1M") else "<= 3 s"
+
+    out = [readme_table.row(r["figure"] if r["figure"] == "export --help" else f"{r['dataset']} {r['figure']} {r['format']} (whole command)",
+                            r["wall_new_s"], baseline=r["wall_old_s"], baseline_label=old_label, target=target(r)) for r in rows]  # fmt: skip
+    readme_table.write(path, "export", "overlapviz export of the bundled samples and DLRM, as a whole command", out, load_before=load_before,
+                       note=f"Medians of {repeat} alternating runs ({old_label}, this, this, {old_label}, ...); CPU seconds "
+                            "(command + browser) in the script's table.")  # fmt: skip
 
 
 if __name__ == "__main__":

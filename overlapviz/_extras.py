@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import importlib.util
 
-__all__ = ["DASHBOARD", "DRAWING", "MissingExtra", "require"]
+__all__ = ["DASHBOARD", "MissingExtra", "require"]
 
-# `pip install 'overlapviz[dashboard]'`: the Panel server and the drawn figures (HoloViews imports Panel too);
-# selenium drives the system's chromium for PNG, SVG and PDF. The trace tool (ingest, analyze, explain, advise,
-# compare, residency, the Perfetto export) imports none of them
-DASHBOARD = ("holoviews", "bokeh", "panel", "selenium")
-DRAWING = ("holoviews", "bokeh", "panel")  # a figure as a HoloViews object or self-contained HTML: no browser
+# `pip install 'overlapviz[dashboard]'`: the Panel server and the drawn figures (HoloViews imports Panel too;
+# PNG, SVG and PDF are drawn by the system's chromium over its DevTools pipe, no Python package). The trace tool
+# (ingest, analyze, explain, advise, compare, residency, the Perfetto export) imports none of them
+DASHBOARD = ("holoviews", "bokeh", "panel")
 
 
 class MissingExtra(ImportError):

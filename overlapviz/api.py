@@ -126,9 +126,9 @@ class Dataset:
         ImportError
             HoloViews, Bokeh or Panel not installed: one line naming them and ``pip install 'overlapviz[dashboard]'``.
         """
-        from overlapviz._extras import DRAWING, require
+        from overlapviz._extras import DASHBOARD, require
 
-        require("overlapviz figures", DRAWING)
+        require("overlapviz figures", DASHBOARD)
         _notebook_extension()
         from overlapviz.export.render import build_figure
 

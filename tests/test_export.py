@@ -252,3 +252,106 @@ def test_file_stems_are_safe_and_predictable():
     assert file_stem("heatmap") == "heatmap"
     assert file_stem("timeline", ["cb-ar_baseline_p0"]) == "timeline-cb-ar_baseline_p0"
     assert file_stem("compare", ["a/b c", "d"]) == "compare-a_b_c-vs-d"
+
+
+def test_the_browser_starts_for_static_formats_only():
+    """``export`` starts chromium before reading its arguments (reading DATASET imports pandas), from the words given."""
+    from overlapviz.cli.export import _draws_static
+
+    for args in (["ds", "--figure", "why", "-o", "a.PNG"], ["ds", "--all", "-o", "dir"], ["ds", "--figure", "why", "--format=pdf", "-o", "x"],
+                 ["ds", "--figure", "why", "--output", "x.svg"], ["ds", "--all", "--format", "svg", "-o", "dir"]):  # fmt: skip
+        assert _draws_static(args), args
+    for args in (["ds", "--figure", "why", "-o", "a.html"], ["ds", "--all", "--format", "html", "-o", "dir"],
+                 ["ds", "--format", "perfetto", "-o", "t.png"], ["ds", "--figure", "why", "-o", "a.png", "--help"], ["-h"]):  # fmt: skip
+        assert not _draws_static(args), args
+
+
+def test_the_png_records_its_dpi_and_keeps_its_pixels():
+    from PIL import Image, ImageChops
+
+    from overlapviz.export.render import _png_with_dpi
+
+    picture = Image.new("RGB", (7, 5), "#ffffff")
+    picture.putpixel((3, 2), (10, 200, 30))
+    buf = io.BytesIO()
+    picture.save(buf, format="PNG", dpi=(72, 72))  # a pHYs chunk already there is replaced
+    out = Image.open(io.BytesIO(_png_with_dpi(buf.getvalue(), 300)))
+    out.load()
+    assert round(out.info["dpi"][0]) == 300 and round(out.info["dpi"][1]) == 300
+    assert ImageChops.difference(out.convert("RGB"), picture).getbbox() is None
+    with pytest.raises(ValueError, match="not a PNG"):
+        _png_with_dpi(b"<svg/>", 96)
+
+
+def _chromiums_below(pid: int) -> dict:
+    """{pid: profile folder} of the chromium browser processes that descend from ``pid`` (driven over the pipe)."""
+    import os
+
+    parent, cmdline = {}, {}
+    for p in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            parent[int(p)] = int(open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[1])
+            cmdline[int(p)] = open(f"/proc/{p}/cmdline").read().split("\0")
+        except (OSError, IndexError, ValueError):
+            continue
+    found = {}
+    for p, args in cmdline.items():
+        if "--remote-debugging-pipe" not in args:
+            continue
+        q = p
+        while q > 1 and q != pid:
+            q = parent.get(q, 1)
+        if q == pid:
+            found[p] = next(a.split("=", 1)[1] for a in args if a.startswith("--user-data-dir="))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    import os
+
+    try:
+        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.browser
+@needs_chromium
+def test_the_browser_ends_with_the_command(dataset, tmp_path):
+    """The export's chromium and its profile are gone when the command ends, and the browser dies with a command that
+    is killed (SIGKILL) while it runs: nothing is left running."""
+    import os
+    import shutil
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    args = [sys.executable, "-m", "overlapviz", "export", str(dataset), "--figure", "heatmap", "-o"]
+    proc = subprocess.Popen([*args, str(tmp_path / "a.png")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    seen: dict = {}
+    while proc.poll() is None:
+        seen.update(_chromiums_below(proc.pid))
+        time.sleep(0.05)
+    assert proc.returncode == 0, proc.stderr
+    assert seen, "no chromium seen below the command"
+    time.sleep(0.5)
+    assert not [p for p in seen if _alive(p)] and not [d for d in seen.values() if os.path.exists(d)], seen
+
+    proc = subprocess.Popen([*args, str(tmp_path / "b.png")], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    seen, end = {}, time.monotonic() + 60
+    while not seen and proc.poll() is None and time.monotonic() < end:
+        seen = _chromiums_below(proc.pid)
+        time.sleep(0.02)
+    assert seen, "no chromium seen below the command"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    end = time.monotonic() + 10
+    while [p for p in seen if _alive(p)] and time.monotonic() < end:
+        time.sleep(0.05)
+    left = [p for p in seen if _alive(p)]
+    for p in left:
+        os.kill(p, signal.SIGKILL)
+    for d in seen.values():  # (a killed command cannot remove the profile)
+        shutil.rmtree(d, ignore_errors=True)
+    assert not left, left
