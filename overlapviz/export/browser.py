@@ -303,15 +303,15 @@ _PRESTARTED: dict = {}
 def prestart() -> None:
     """Start the shared chromium now and load the export page in it in a background thread (``overlapviz export``
     calls it before importing pandas and HoloViews): ``shared_chromium`` then waits for that instead of beginning its
-    own. Nothing happens without chromium."""
+    own. Nothing happens without chromium or BokehJS (the dashboard extra)."""
     if find_browser() is None or "thread" in _PRESTARTED:
         return
     try:
+        page = _page_file(widgets=False)  # most figures have no widgets; one with a table loads the other page
         with shared_chromium():  # the process, from this (the main) thread: it dies with the command
             pass
-    except Exception:  # noqa: BLE001  (the export that needs it starts one again and reports the error)
+    except Exception:  # noqa: BLE001  (no BokehJS, no browser: the export that needs them reports the error)
         return
-    page = _page_file(widgets=False)  # most figures have no widgets; one with a table loads the other page
 
     def start():
         try:
