@@ -96,8 +96,8 @@ def export(dataset, figure, all_figures, fmt, output, runs, ranks, start_ms, end
            kernel, what_if, device_name) -> None:  # fmt: skip
     """Write FIGURE of DATASET to a file, fully offline.
 
-    PNG, SVG and PDF are one drawing in the system's headless chromium (Debian: chromium,
-    chromium-driver): the same layout in each; SVG and PDF are vector; HTML embeds BokehJS inline.
+    PNG, SVG and PDF are one drawing in the system's headless chromium (Debian: chromium): the
+    same layout in each; SVG and PDF are vector; HTML embeds BokehJS inline.
     Figures need the dashboard extra (pip install 'overlapviz[dashboard]'); --format perfetto does not.
     """
     check_output(output, dataset)
