@@ -343,7 +343,9 @@ def test_a_long_read_is_interrupted(tmp_path, monkeypatch):
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
-    assert len(calls) == 3
+    # Stop is raised on the third call; a ring that comes between the raise and the timer's stop above (a loaded
+    # machine) calls the handler again without raising: the count is at least 3, not exactly 3
+    assert len(calls) >= 3
 
 
 @pytest.mark.parametrize("encoding", ["UTF-8", "UTF-16le", "UTF-16be"])
