@@ -3,6 +3,12 @@
 import sys
 
 import pytest
+from hypothesis import settings
+
+# no per-example deadline: it is a timing assertion (200 ms by default), and CI's loaded 2 cores and .ci/sanitize's
+# AddressSanitizer build pass it at random (timings belong in benchmarks/)
+settings.register_profile("overlapviz", deadline=None)
+settings.load_profile("overlapviz")
 
 
 @pytest.fixture(autouse=True)
