@@ -69,15 +69,15 @@ def explain(dataset: str, runs: tuple[str, ...], findings_only: bool, breakdown:
             frame = _breakdown(dataset, run_ids, per, scheduler)
             view = "breakdown"
         else:
-            records = _explain(dataset, run_ids, kinds, device_name, scheduler)
-            if findings_only or (fmt == "table" and not (summary or instances)):
-                from overlapviz.analysis import breakdown as bd
-                from overlapviz.analysis.findings import findings
+            from overlapviz.analysis.findings import answer
 
+            one_pass = findings_only and not (scheduler or all_kernels)  # the findings explain the ranks as they read them
+            records = None if one_pass else _explain(dataset, run_ids, kinds, device_name, scheduler)
+            if one_pass:
+                found, totals = answer(dataset, run_ids=run_ids, device=device_name)
+            elif findings_only or (fmt == "table" and not (summary or instances)):
                 comm_records = records.loc[records["kind"] == "comm"] if all_kernels else records
-                timelines = list(bd.rank_timelines(dataset, run_ids=run_ids))
-                found = findings(dataset, run_ids=run_ids, device=device_name, explained=comm_records, timelines=timelines)
-                totals = bd.run_totals(timelines)
+                found, totals = answer(dataset, run_ids=run_ids, device=device_name, explained=comm_records)
             if findings_only:
                 frame, view = _findings_frame(found, fmt), "findings"
             elif summary:
