@@ -41,7 +41,7 @@ from overlapviz.analysis.occupancy import blocks_fit, capacity, kernel_occupancy
 from overlapviz.analysis.rankwise import per_rank, rank_tables
 from overlapviz.analysis.residency import device_table, run_carveouts
 
-__all__ = ["CAUSES", "LAUNCH_LATENCY_NS", "KEYS", "explain", "per_rank", "summarize", "cause_waits", "part_waits", "rank_links", "comm_start_delays",
+__all__ = ["CAUSES", "LAUNCH_LATENCY_NS", "KEYS", "PEER_READS", "INSTANCE_READS", "explain", "per_rank", "summarize", "cause_waits", "part_waits", "rank_links", "comm_start_delays",
            "summarize_delays"]
 
 CAUSES = ("stream_order", "dependency", "launch_call", "sm_resources", "launch_latency", "unknown", "none")
@@ -69,6 +69,9 @@ READ = [
 # the launch call's end (launch_call), where the dataset's schema has it
 READ += [c for c in ("launch_end_ns",) if c in schema.KERNELS.names]
 DICTIONARY = ("run_id", "name", "kind", "collective", "comm_group")  # read without a string per row
+# the record columns peers.attach_peer_wait reads; and those peers.collective_instances reads
+PEER_READS = ("run_id", "rank", "kind", "name", "collective", "comm_group", "comm_seq", "start_ns", "end_ns")
+INSTANCE_READS = PEER_READS + ("ready_ns", "instance", "peer_wait_us", "clock_domain")
 _SYNC_INTS = ("tid", "start_ns", "end_ns", "correlation", "stream", "wait_on_stream", "wait_on_record_correlation")
 _HOST_WAITS = ("stream_sync", "context_sync", "event_sync")  # calls that block the host until the GPU catches up
 _RESOURCE = {"blocks": "block_slots"}  # the fit model's names -> DESIGN.md's
@@ -93,7 +96,7 @@ def str_column(table: pa.Table, name: str) -> np.ndarray:
 
 
 def explain(dataset_path: str | os.PathLike, *, run_ids=None, kinds: tuple[str, ...] = ("comm",), device: str | None = None,
-            pause: Callable[[], None] | None = None, on_rank: Callable | None = None) -> pd.DataFrame:  # fmt: skip
+            pause: Callable[[], None] | None = None, on_rank: Callable | None = None, columns=None) -> pd.DataFrame:  # fmt: skip
     """One record per communication kernel (or per kernel of ``kinds``): why it started when it did (module docstring).
 
     The definitions are the same for any GPU activity; ``kinds=("comm", "compute", "memory", "other")``
@@ -103,6 +106,8 @@ def explain(dataset_path: str | os.PathLike, *, run_ids=None, kinds: tuple[str, 
     each rank: a host computing this in the background (the dashboard) waits there while it draws a page.
     ``on_rank``, when given, is called with ``(run_id, rank, rows, syncs, links)`` for every rank
     (:class:`Links`), so that a caller reusing the rank's rows reads and links them once (the findings).
+    ``columns``, when given, keeps only those record columns (and those peer matching reads) of each rank
+    as it is explained: a caller that needs a few (``peers.collective_instances``) holds a few per kernel.
 
     Returns
     -------
@@ -110,6 +115,7 @@ def explain(dataset_path: str | os.PathLike, *, run_ids=None, kinds: tuple[str, 
         ``KEYS`` then ``EXTRA`` columns; times int64 ns (nullable), ``start_delay_us`` and
         ``peer_wait_us`` float µs computed from exact ns. Sorted by run, rank, start.
     """
+    keep = None if columns is None else set(columns) | set(PEER_READS)
     dev_limits = device_table(dataset_path, device)
     carveouts = run_carveouts(dataset_path)
     parts = []
@@ -121,11 +127,12 @@ def explain(dataset_path: str | os.PathLike, *, run_ids=None, kinds: tuple[str, 
             on_rank(run_id, rank, rk, rs, links)
         part = explain_rank(rk, rs, dev_limits, carveouts, kinds, links=links, memo=memo)
         if part is not None:
-            parts.append(part)
+            parts.append(part if columns is None else part[[c for c in part.columns if c in keep]])
         del rk, rs, links
     out = pd.concat(parts, ignore_index=True) if parts else empty_records()
     out = peers.attach_peer_wait(out, clocks.clock_domains(dataset_path, run_ids))
-    return out[KEYS + EXTRA].sort_values(["run_id", "rank", "start_ns"], kind="stable").reset_index(drop=True)
+    out = out[KEYS + EXTRA] if columns is None else out[[c for c in KEYS + EXTRA if c in out.columns]]
+    return out.sort_values(["run_id", "rank", "start_ns"], kind="stable").reset_index(drop=True)
 
 
 def _lanes(device: np.ndarray, stream: np.ndarray, host: np.ndarray) -> np.ndarray:

@@ -72,7 +72,7 @@ def explain(dataset: str, runs: tuple[str, ...], findings_only: bool, breakdown:
             from overlapviz.analysis.findings import answer
 
             one_pass = findings_only and not (scheduler or all_kernels)  # the findings explain the ranks as they read them
-            records = None if one_pass else _explain(dataset, run_ids, kinds, device_name, scheduler)
+            records = None if one_pass else _explain(dataset, run_ids, kinds, device_name, scheduler, instances)
             if one_pass:
                 found, totals = answer(dataset, run_ids=run_ids, device=device_name)
             elif findings_only or (fmt == "table" and not (summary or instances)):
@@ -112,7 +112,7 @@ def explain(dataset: str, runs: tuple[str, ...], findings_only: bool, breakdown:
     click.echo(render_output(frame, fmt, columns=columns, wide=wide), nl=fmt != "csv")
 
 
-def _explain(dataset, run_ids, kinds, device_name, scheduler):
+def _explain(dataset, run_ids, kinds, device_name, scheduler, instances=False):
     if scheduler:
         from overlapviz.distributed import client_for, explain_on
 
@@ -120,7 +120,9 @@ def _explain(dataset, run_ids, kinds, device_name, scheduler):
             return explain_on(client, dataset, run_ids=run_ids, kinds=kinds, device=device_name)
     from overlapviz.analysis import explain as explain_lib
 
-    return explain_lib.explain(dataset, run_ids=run_ids, kinds=kinds, device=device_name)
+    # --instances: the few columns its table reads, kept per kernel as each rank is explained
+    columns = explain_lib.INSTANCE_READS if instances else None
+    return explain_lib.explain(dataset, run_ids=run_ids, kinds=kinds, device=device_name, columns=columns)
 
 
 def _breakdown(dataset, run_ids, per, scheduler):
