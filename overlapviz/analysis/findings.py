@@ -170,25 +170,21 @@ def _found(dataset_path, timelines: list, explained: pd.DataFrame, arrivals: pd.
 
 @dataclass
 class RankDigest:
-    """What the findings read of one rank's :class:`overlapviz.analysis.breakdown.RankTimeline`: its exposed
-    communication, its labelled segments with the kernels they name (``next_kernel`` and ``gate`` index
-    ``names``, ``launch``, ``launch_tid``), its host wait calls, and per collective instance it arrived at, its
-    computation and idle time since its previous collective (``before``: instance -> ``(compute_ns, idle_ns)``);
-    ``top_kernel``: its computation kernel with the most time before its last late arrival (None where it
-    arrived last nowhere). Per collective, not per kernel."""
+    """What the findings read of one rank's :class:`overlapviz.analysis.breakdown.RankTimeline`, per collective
+    and per kernel name, never per kernel: its exposed communication; per label (``dependent``, ``host_idle``,
+    ``other``) the exposed time of its segments and that time by the next computation kernel (and, for
+    ``dependent``, the communication it was gated on), in order of first appearance (``parts``: label ->
+    ``(time_ns, [(kernel, gate, time_ns), ...])``, names shortened; None where none of it is exposed); the
+    time its host sat in each blocking call during its idle exposed time (``host_calls``); per collective
+    instance it arrived at, its computation and idle time since its previous collective (``before``:
+    instance -> ``(compute_ns, idle_ns)``); ``top_kernel``: its computation kernel with the most time before
+    its last late arrival (None where it arrived last nowhere)."""
 
     run_id: str
     rank: int
     exposed: intervals.IntervalSet
-    seg_start: np.ndarray
-    seg_end: np.ndarray
-    label: np.ndarray
-    next_kernel: np.ndarray
-    gate: np.ndarray
-    names: np.ndarray
-    launch: np.ndarray
-    launch_tid: np.ndarray
-    syncs: dict
+    parts: dict
+    host_calls: dict
     before: dict
     top_kernel: str | None
 
@@ -197,14 +193,19 @@ def digest(tl: bd.RankTimeline, arrived: pd.DataFrame | None, late_ns: int | Non
     """The :class:`RankDigest` of ``tl``, given the rank's rows of the run's :func:`overlapviz.analysis.breakdown.arrivals`
     (``arrived``, in that table's order; None: none) and its latest arrival at an instance it arrived at last
     (``late_ns``; None: none)."""
-    rows = np.concatenate([tl.next_kernel, tl.gate])
-    used = np.unique(rows[rows >= 0])
-    remap = lambda r: np.where(r >= 0, np.searchsorted(used, np.maximum(r, 0)), -1).astype(np.int64)  # noqa: E731
+    parts = {label: _label_part(tl, label) for label in ("dependent", "host_idle", "other")}
+    calls: dict[str, int] = {}  # the host calls that blocked the launching threads during the idle time
+    keep = np.flatnonzero(tl.label == bd.LABELS.index("host_idle"))
     s = tl.syncs
-    waits = {}
-    if len(s.get("kind", ())):
-        w = np.flatnonzero(np.isin(s["kind"], ("stream_sync", "context_sync", "event_sync")) & (s["source"] == "runtime"))
-        waits = {c: s[c][w] for c in ("kind", "source", "name", "start_ns", "end_ns")}
+    if len(keep) and len(s.get("kind", ())):
+        is_wait = np.isin(s["kind"], ("stream_sync", "context_sync", "event_sync")) & (s["source"] == "runtime")
+        if is_wait.any():
+            idle = intervals.intersect(_set(tl.seg_start[keep], tl.seg_end[keep]), tl.exposed)
+            w = np.flatnonzero(is_wait)
+            got = intervals.covered(idle, np.zeros(len(w), np.int64), s["start_ns"][w], s["end_ns"][w])
+            for name, g in zip(s["name"][w].tolist(), got.tolist()):
+                if g:
+                    calls[name] = calls.get(name, 0) + int(g)
     before, top = {}, None
     comp, busy = tl.kind == "compute", tl.kind != "memory"
     if arrived is not None and len(arrived):
@@ -223,10 +224,33 @@ def digest(tl: bd.RankTimeline, arrived: pd.DataFrame | None, late_ns: int | Non
         cp = np.flatnonzero(comp & (tl.end <= late_ns))
         if len(cp):
             top = pd.Series(tl.end[cp] - tl.start[cp]).groupby(tl.names[cp]).sum().idxmax()
-    # one more row (no kernel): the segments' -1 rows index it harmlessly, as any row of the whole rank did
-    pad = lambda v, x: np.concatenate([v[used], np.array([x], dtype=v.dtype)])  # noqa: E731
-    return RankDigest(tl.run_id, tl.rank, tl.exposed, tl.seg_start, tl.seg_end, tl.label, remap(tl.next_kernel),
-                      remap(tl.gate), pad(tl.names, None), pad(tl.launch, -1), pad(tl.launch_tid, -1), waits, before, top)  # fmt: skip
+    return RankDigest(tl.run_id, tl.rank, tl.exposed, parts, calls, before, top)
+
+
+def _label_part(tl: bd.RankTimeline, label: str):
+    """``(exposed time of the label's segments, [(next kernel, gate, time_ns), ...])`` of one rank, summed per
+    name pair in order of first appearance (names shortened; a missing kernel is ``None``, its shortened name
+    ``"None"`` for the gate pairs), or None where none of the label's time is exposed."""
+    keep = np.flatnonzero(tl.label == bd.LABELS.index(label))
+    if not len(keep) or not len(tl.exposed):
+        return None
+    got = intervals.covered(tl.exposed, np.zeros(len(keep), np.int64), tl.seg_start[keep], tl.seg_end[keep])
+    n = int(got.sum())
+    if n == 0:
+        return None
+    nk, gt = tl.next_kernel[keep], tl.gate[keep]
+    kernel = np.where(nk >= 0, tl.names[np.maximum(nk, 0)], None) if len(tl.names) else np.full(len(keep), None)
+    gate = np.where(gt >= 0, tl.names[np.maximum(gt, 0)], None) if len(tl.names) else np.full(len(keep), None)
+    if label != "dependent":  # the next kernel alone, where there is one
+        has = pd.notna(kernel)
+        kernel, gate, got = kernel[has], np.full(int(has.sum()), None), got[has]
+    short = {}  # each distinct name once
+    ks = [short.get(k) or short.setdefault(k, _short(k)) for k in kernel.tolist()]
+    gs = [short.get(g) or short.setdefault(g, _short(g)) for g in gate.tolist()] if label == "dependent" else [None] * len(ks)
+    sums: dict = {}
+    for k, g, t in zip(ks, gs, got.tolist()):
+        sums[(k, g)] = sums.get((k, g), 0) + t
+    return n, [(k, g, t) for (k, g), t in sums.items()]
 
 
 def _rank_arrivals(arr: pd.DataFrame) -> tuple[dict, dict, dict]:
@@ -366,37 +390,30 @@ def _short(name) -> str:
 
 
 def _pairs(tls: list, label: str) -> tuple[int, list[int], pd.DataFrame]:
-    """The exposed time of ``label`` per rank and the segments behind it (next kernel, gate)."""
-    total, ranks, segs = 0, [], []
-    code = bd.LABELS.index(label)
+    """The exposed time of ``label`` per rank and its time per (next kernel, gate) with the ranks behind it
+    (:class:`RankDigest`'s ``parts``, summed over the ranks in order of first appearance)."""
+    total, ranks, sums = 0, [], {}
     for t in tls:
-        keep = np.flatnonzero(t.label == code)
-        if not len(keep) or not len(t.exposed):
+        part = t.parts.get(label)
+        if part is None:
             continue
-        z = np.zeros(len(keep), np.int64)
-        got = intervals.covered(t.exposed, z, t.seg_start[keep], t.seg_end[keep])
-        n = int(got.sum())
-        if n == 0:
-            continue
-        total += n
+        total += part[0]
         ranks.append(t.rank)
-        nk, gt = t.next_kernel[keep], t.gate[keep]
-        segs.append(pd.DataFrame({
-            "rank": t.rank, "time_ns": got, "seg_start": t.seg_start[keep],
-            "kernel": np.where(nk >= 0, t.names[np.maximum(nk, 0)], None),
-            "kernel_launch_ns": np.where(nk >= 0, t.launch[np.maximum(nk, 0)], -1),
-            "launch_tid": np.where(nk >= 0, t.launch_tid[np.maximum(nk, 0)], -1),
-            "gate": np.where(gt >= 0, t.names[np.maximum(gt, 0)], None),
-        }))  # fmt: skip
-    return total, ranks, (pd.concat(segs, ignore_index=True) if segs else pd.DataFrame())
+        for k, g, n in part[1]:
+            acc = sums.setdefault((k, g), [0, set()])
+            acc[0] += n
+            acc[1].add(int(t.rank))
+    segs = pd.DataFrame({"kernel": [k for k, _ in sums], "gate": [g for _, g in sums],
+                         "time_ns": np.array([v[0] for v in sums.values()], np.int64),
+                         "ranks": [sorted(v[1]) for v in sums.values()]})  # fmt: skip
+    return total, ranks, segs
 
 
 def _dependent(run_id: str, tls: list) -> list[dict]:
     total, ranks, segs = _pairs(tls, "dependent")
     if not total:
         return []
-    segs = segs.assign(kernel=segs["kernel"].map(_short), gate=segs["gate"].map(_short))
-    top = segs.groupby(["kernel", "gate"], sort=False).agg(time_ns=("time_ns", "sum"), ranks=("rank", lambda r: sorted(set(int(x) for x in r))))
+    top = segs.set_index(["kernel", "gate"])[["time_ns", "ranks"]]  # summed per pair as it is read (_label_part)
     top = top.sort_values("time_ns", ascending=False).reset_index()
     evidence = [{"kernel": r.kernel, "waited_on": r.gate, "ranks": r.ranks, "time_ns": int(r.time_ns)} for r in top.head(_LIST).itertuples()]
     first = evidence[0]
@@ -414,22 +431,11 @@ def _host_idle(run_id: str, tls: list) -> list[dict]:
     if not total:
         return []
     evidence = []
-    # the host calls that blocked the launching threads during the idle time
+    # the host calls that blocked the launching threads during the idle time (per rank: RankDigest.host_calls)
     calls: dict[str, int] = {}
     for t in tls:
-        keep = np.flatnonzero(t.label == bd.LABELS.index("host_idle"))
-        s = t.syncs
-        if not len(keep) or not len(s.get("kind", ())):
-            continue
-        is_wait = np.isin(s["kind"], ("stream_sync", "context_sync", "event_sync")) & (s["source"] == "runtime")
-        if not is_wait.any():
-            continue
-        idle = intervals.intersect(_set(t.seg_start[keep], t.seg_end[keep]), t.exposed)
-        w = np.flatnonzero(is_wait)
-        got = intervals.covered(idle, np.zeros(len(w), np.int64), s["start_ns"][w], s["end_ns"][w])
-        for name, g in zip(s["name"][w].tolist(), got.tolist()):
-            if g:
-                calls[name] = calls.get(name, 0) + int(g)
+        for name, g in t.host_calls.items():
+            calls[name] = calls.get(name, 0) + g
     for name, n in sorted(calls.items(), key=lambda kv: -kv[1])[:_LIST]:
         evidence.append({"host_call": name, "time_ns": n})
     nxt = segs.dropna(subset=["kernel"]).assign(kernel=lambda d: d["kernel"].map(_short))
