@@ -206,11 +206,20 @@ def readme_result(records: list[dict]) -> Path:
                 what = f"{step}, {k / 1e6:g}M kernels over {n} ranks"
                 rows.append(readme_table.row(f"{what} (CPU: user + system)", value[(k, n, step, "cpu")]))
                 rows.append(readme_table.row(f"{what} (peak memory)", value[(k, n, step, "peak_rss")], "MiB"))
-    loads = [float(r["note"].split()[2]) for r in records if r["note"].startswith("load average")]
+    loads = [x for x in (load_of(r) for r in records) if x is not None]
     return readme_table.write(HERE / "results" / "scaling.json", "scaling", "Cost against size (generated Kineto sets)", rows,
                               note="One run per point, each step a whole command in a fresh process, its CPU seconds (the machine was shared: "
                                    "wall times are in the records); time linear in kernels is the target. Every step and the CPU seconds: docs/benchmarks.md.",
                               load_before=max(loads) if loads else None)  # fmt: skip
+
+
+def load_of(record: dict) -> float | None:
+    """The 1-minute load average before the record's step: its ``load_before`` field, or (records written before
+    the field) parsed from its note, ``load average X before; ...``."""
+    if record.get("load_before") is not None:
+        return float(record["load_before"])
+    note = record.get("note", "")
+    return float(note.split()[2]) if note.startswith("load average") else None
 
 
 def run_point(sets: Path, work: Path, kernels: int, ranks: int, steps: list[str], args) -> list[dict]:
@@ -228,7 +237,7 @@ def run_point(sets: Path, work: Path, kernels: int, ranks: int, steps: list[str]
         for metric, value, unit in (("wall", m["wall_s"], "s"), ("cpu", m["cpu_s"], "s"), ("peak_rss", m["peak_mb"], "MiB")):
             out.append({"benchmark": "scaling", "case": case, "metric": f"{step} {metric}", "value": round(value, 3),
                         "unit": unit, "command": shown, "commit": commit(), "note": note,
-                        "kernels": kernels, "ranks": ranks, "step": step})  # fmt: skip
+                        "kernels": kernels, "ranks": ranks, "step": step, "load_before": round(load_before, 2)})  # fmt: skip
         print(f"{case:>24} {step:>10}: {m['wall_s']:8.1f} s {m['cpu_s']:8.1f} s CPU {m['peak_mb']:8.0f} MiB  {note}", file=sys.stderr)
         done = {(r["case"], r["metric"]) for r in out}
         save([r for r in load() if (r["case"], r["metric"]) not in done] + out)  # each step as it ends: a long point may be cut
@@ -287,7 +296,7 @@ def table(records: list[dict]) -> str:
                 continue
             wall, peak = value[(k, n, step, "wall")], value[(k, n, step, "peak_rss")]["value"]
             cpu = value.get((k, n, step, "cpu"), {}).get("value")
-            load = wall["note"].split(" before")[0].removeprefix("load average ")
+            load = "-" if load_of(wall) is None else f"{load_of(wall):.1f}"
             stopped = " (stopped)" if "STOPPED" in wall["note"] or "exit" in wall["note"] else ""
             lines.append(f"| {k / 1e6:g}M | {n} | {step}{stopped} | {wall['value']:.1f} | {'-' if cpu is None else f'{cpu:.1f}'} | "
                          f"{'-' if cpu is None else f'{cpu / (k / 1e6):.2f}'} | {peak:.0f} | {load} |")  # fmt: skip

@@ -41,7 +41,7 @@ from overlapviz.analysis import clocks, intervals, peers
 from overlapviz.analysis import explain
 from overlapviz.analysis.explain import int_column, per_rank, str_column, rank_links
 
-__all__ = ["PARTS", "COLUMNS", "LABELS", "READ", "breakdown", "run_totals", "arrivals", "rank_waits", "rank_timelines",
+__all__ = ["PARTS", "COLUMNS", "LABELS", "READ", "breakdown", "run_totals", "arrivals", "rank_waits", "rank_timelines", "comm_arrivals", "totals_of",
            "timeline_of", "group_rows", "finish", "RankTimeline"]
 
 LABELS = ("peer_wait", "dependent", "host_idle", "other")
@@ -133,10 +133,14 @@ def finish(dataset_path, rows: list[dict], per: str, run_ids=None) -> pd.DataFra
 def run_totals(timelines) -> pd.DataFrame:
     """Per run, the breakdown summed over its ranks (``n_ranks`` and :data:`COLUMNS`, int64 ns), from
     :func:`rank_timelines`' timelines already computed."""
+    return totals_of([row for tl in timelines for row in group_rows(tl, "rank")])
+
+
+def totals_of(rank_rows: list[dict]) -> pd.DataFrame:
+    """:func:`run_totals` from each rank's :func:`group_rows` row (``per="rank"``), in rank order."""
     rows: dict[str, dict] = {}
-    for tl in timelines:
-        (r,) = group_rows(tl, "rank")
-        acc = rows.setdefault(tl.run_id, {"run_id": tl.run_id, "n_ranks": 0, **{c: 0 for c in COLUMNS}})
+    for r in rank_rows:
+        acc = rows.setdefault(r["run_id"], {"run_id": r["run_id"], "n_ranks": 0, **{c: 0 for c in COLUMNS}})
         acc["n_ranks"] += 1
         for c in COLUMNS:
             acc[c] += r[c]
@@ -260,21 +264,23 @@ def rank_waits(dataset_path, comm: pd.DataFrame, run_ids=None) -> dict:
 
 
 def rank_timelines(dataset_path, *, run_ids=None, pause=None):
-    """Yield a :class:`RankTimeline` per run x rank, in run, rank order."""
-    k = schema.read_kernels(dataset_path, columns=READ, run_ids=run_ids, dictionary=DICTIONARY)
-    syncs = schema.read_table(dataset_path, "syncs")
-    if run_ids is not None and syncs.num_rows:
-        syncs = syncs.filter(pc.is_in(syncs.column("run_id"), pa.array(list(run_ids), pa.string())))
-    comm_rows = k.filter(pc.equal(k.column("kind").cast(pa.string()), "comm"))
-    waits = rank_waits(dataset_path, comm_rows.select(ARRIVAL_COLUMNS).to_pandas(), run_ids)
-    for rk in per_rank(k):
-        if pause is not None:
-            pause()
-        run_id, rank = rk.column("run_id")[0].as_py(), int(rk.column("rank")[0].as_py())
-        rs = None
-        if syncs.num_rows:
-            rs = syncs.filter(pc.and_(pc.equal(syncs.column("run_id"), run_id), pc.equal(syncs.column("rank"), rank)))
+    """Yield a :class:`RankTimeline` per run x rank, in run, rank order (one rank's kernels read at a time)."""
+    from overlapviz.analysis.rankwise import rank_tables
+
+    waits = rank_waits(dataset_path, comm_arrivals(dataset_path, run_ids), run_ids)
+    for run_id, rank, rk, rs in rank_tables(dataset_path, READ, run_ids=run_ids, dictionary=DICTIONARY, pause=pause):
         yield timeline_of(run_id, rank, rk, rs, waits.get((run_id, rank)))
+
+
+def comm_arrivals(dataset_path, run_ids=None) -> pd.DataFrame:
+    """The communication kernels' :data:`ARRIVAL_COLUMNS` (what :func:`rank_waits` and :func:`arrivals` read), in
+    ``explain``'s order (run, rank, start), without reading the other kernels' rows."""
+    comm = schema.read_kernels(dataset_path, columns=ARRIVAL_COLUMNS, run_ids=run_ids, filter=pc.field("kind") == "comm",
+                               dictionary=("run_id", "name", "kind", "collective", "comm_group"))  # fmt: skip
+    comm = comm.to_pandas()
+    for c in ("run_id", "name", "kind", "collective", "comm_group"):  # strings shared through the dictionary, as objects
+        comm[c] = comm[c].astype(object).where(comm[c].notna(), None)
+    return comm.sort_values(["run_id", "rank", "start_ns"], kind="stable").reset_index(drop=True) if len(comm) else comm
 
 
 def timeline_of(run_id: str, rank: int, k: pa.Table, syncs: pa.Table | None, waits, links=None) -> RankTimeline:

@@ -38,9 +38,10 @@ from overlapviz.dataset import schema
 from overlapviz.analysis import clocks, peers
 from overlapviz.analysis.dependencies import UNKNOWN, dependency_ready, stream_previous, stream_ready
 from overlapviz.analysis.occupancy import blocks_fit, capacity, kernel_occupancy, limits_for
+from overlapviz.analysis.rankwise import per_rank, rank_tables
 from overlapviz.analysis.residency import device_table, run_carveouts
 
-__all__ = ["CAUSES", "LAUNCH_LATENCY_NS", "KEYS", "explain", "summarize", "cause_waits", "part_waits", "rank_links", "comm_start_delays",
+__all__ = ["CAUSES", "LAUNCH_LATENCY_NS", "KEYS", "PEER_READS", "INSTANCE_READS", "explain", "per_rank", "summarize", "cause_waits", "part_waits", "rank_links", "comm_start_delays",
            "summarize_delays"]
 
 CAUSES = ("stream_order", "dependency", "launch_call", "sm_resources", "launch_latency", "unknown", "none")
@@ -68,6 +69,9 @@ READ = [
 # the launch call's end (launch_call), where the dataset's schema has it
 READ += [c for c in ("launch_end_ns",) if c in schema.KERNELS.names]
 DICTIONARY = ("run_id", "name", "kind", "collective", "comm_group")  # read without a string per row
+# the record columns peers.attach_peer_wait reads; and those peers.collective_instances reads
+PEER_READS = ("run_id", "rank", "kind", "name", "collective", "comm_group", "comm_seq", "start_ns", "end_ns")
+INSTANCE_READS = PEER_READS + ("ready_ns", "instance", "peer_wait_us", "clock_domain")
 _SYNC_INTS = ("tid", "start_ns", "end_ns", "correlation", "stream", "wait_on_stream", "wait_on_record_correlation")
 _HOST_WAITS = ("stream_sync", "context_sync", "event_sync")  # calls that block the host until the GPU catches up
 _RESOURCE = {"blocks": "block_slots"}  # the fit model's names -> DESIGN.md's
@@ -92,7 +96,7 @@ def str_column(table: pa.Table, name: str) -> np.ndarray:
 
 
 def explain(dataset_path: str | os.PathLike, *, run_ids=None, kinds: tuple[str, ...] = ("comm",), device: str | None = None,
-            pause: Callable[[], None] | None = None, on_rank: Callable | None = None) -> pd.DataFrame:  # fmt: skip
+            pause: Callable[[], None] | None = None, on_rank: Callable | None = None, columns=None) -> pd.DataFrame:  # fmt: skip
     """One record per communication kernel (or per kernel of ``kinds``): why it started when it did (module docstring).
 
     The definitions are the same for any GPU activity; ``kinds=("comm", "compute", "memory", "other")``
@@ -102,6 +106,8 @@ def explain(dataset_path: str | os.PathLike, *, run_ids=None, kinds: tuple[str, 
     each rank: a host computing this in the background (the dashboard) waits there while it draws a page.
     ``on_rank``, when given, is called with ``(run_id, rank, rows, syncs, links)`` for every rank
     (:class:`Links`), so that a caller reusing the rank's rows reads and links them once (the findings).
+    ``columns``, when given, keeps only those record columns (and those peer matching reads) of each rank
+    as it is explained: a caller that needs a few (``peers.collective_instances``) holds a few per kernel.
 
     Returns
     -------
@@ -109,33 +115,24 @@ def explain(dataset_path: str | os.PathLike, *, run_ids=None, kinds: tuple[str, 
         ``KEYS`` then ``EXTRA`` columns; times int64 ns (nullable), ``start_delay_us`` and
         ``peer_wait_us`` float µs computed from exact ns. Sorted by run, rank, start.
     """
-    if pause is not None:
-        pause()
-    k = schema.read_kernels(dataset_path, columns=READ, run_ids=run_ids, dictionary=DICTIONARY)
-    syncs = schema.read_table(dataset_path, "syncs") if "syncs" in schema.TABLES else None
-    if syncs is not None and run_ids is not None:
-        syncs = syncs.filter(pc.is_in(syncs.column("run_id"), pa.array(list(run_ids), pa.string())))
+    keep = None if columns is None else set(columns) | set(PEER_READS)
     dev_limits = device_table(dataset_path, device)
     carveouts = run_carveouts(dataset_path)
     parts = []
     memo: dict = {}  # occupancy per launch shape and device limits, shared by the ranks (_occupancy)
-    for rk in per_rank(k):
-        if pause is not None:
-            pause()
-        g = {"run_id": rk.column("run_id")[0].as_py(), "rank": rk.column("rank")[0].as_py()}
-        rs = None
-        if syncs is not None and syncs.num_rows:
-            m = pc.and_(pc.equal(syncs.column("run_id"), g["run_id"]), pc.equal(syncs.column("rank"), g["rank"]))
-            rs = syncs.filter(m)
+    # one rank's kernels in memory at a time (issue 36): the records kept are the comm kernels'
+    for run_id, rank, rk, rs in rank_tables(dataset_path, READ, run_ids=run_ids, dictionary=DICTIONARY, pause=pause):
         links = rank_links(rk, rs)
         if on_rank is not None:
-            on_rank(g["run_id"], int(g["rank"]), rk, rs, links)
+            on_rank(run_id, rank, rk, rs, links)
         part = explain_rank(rk, rs, dev_limits, carveouts, kinds, links=links, memo=memo)
         if part is not None:
-            parts.append(part)
+            parts.append(part if columns is None else part[[c for c in part.columns if c in keep]])
+        del rk, rs, links
     out = pd.concat(parts, ignore_index=True) if parts else empty_records()
     out = peers.attach_peer_wait(out, clocks.clock_domains(dataset_path, run_ids))
-    return out[KEYS + EXTRA].sort_values(["run_id", "rank", "start_ns"], kind="stable").reset_index(drop=True)
+    out = out[KEYS + EXTRA] if columns is None else out[[c for c in KEYS + EXTRA if c in out.columns]]
+    return out.sort_values(["run_id", "rank", "start_ns"], kind="stable").reset_index(drop=True)
 
 
 def _lanes(device: np.ndarray, stream: np.ndarray, host: np.ndarray) -> np.ndarray:
@@ -143,25 +140,6 @@ def _lanes(device: np.ndarray, stream: np.ndarray, host: np.ndarray) -> np.ndarr
     if len(stream) and stream.min() >= -1 and stream.max() < (1 << 50) and device.min() >= -1 and device.max() < 1000:
         return pd.factorize((stream + 1) * 2048 + (device + 1) * 2 + host.astype(np.int64))[0].astype(np.int64)
     return pd.factorize(pd.MultiIndex.from_arrays([device, stream, host]))[0].astype(np.int64)
-
-
-def per_rank(k: pa.Table):
-    """``k``'s rows of each run x rank, in run, rank order: slices where a rank's rows are
-    contiguous (the dataset stores one file per run x rank), else taken."""
-    if not k.num_rows:
-        return
-    run = k.column("run_id").combine_chunks().dictionary_encode()
-    code = run.indices.to_numpy(zero_copy_only=False).astype(np.int64) * (1 << 32) + int_column(k, "rank")
-    cut = np.flatnonzero(code[1:] != code[:-1]) + 1
-    lo, hi = np.concatenate([[0], cut]), np.concatenate([cut, [len(code)]])
-    names = run.dictionary.to_pylist()
-    segments = sorted(zip(lo.tolist(), hi.tolist()), key=lambda ab: (names[code[ab[0]] >> 32], int(code[ab[0]] & 0xFFFFFFFF)))
-    if len(np.unique(code[lo])) == len(lo):  # each run x rank one contiguous block
-        for a, b in segments:
-            yield k.slice(a, b - a)
-        return
-    for key in sorted(np.unique(code), key=lambda c: (names[c >> 32], int(c & 0xFFFFFFFF))):
-        yield k.take(pa.array(np.flatnonzero(code == key)))
 
 
 def empty_records() -> pd.DataFrame:

@@ -22,6 +22,7 @@ Sorted by ``time_ns``, largest first.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -31,7 +32,7 @@ from overlapviz.analysis import breakdown as bd
 from overlapviz.analysis import clocks, intervals
 from overlapviz.analysis import explain as explain_lib
 
-__all__ = ["KINDS", "COLUMNS", "findings", "format_ns", "headline", "compare_runs", "changes_by_kind"]
+__all__ = ["KINDS", "COLUMNS", "findings", "answer", "digest", "RankDigest", "format_ns", "headline", "compare_runs", "changes_by_kind"]
 
 KINDS = ("straggler", "dependent", "host_idle", "sm_resources", "stream_order", "dependency", "launch_latency", "unknown",
          "launch_call", "exposed_other")  # fmt: skip
@@ -89,22 +90,58 @@ def findings(dataset_path: str | os.PathLike, *, run_ids=None, device: str | Non
         numbers), ``share`` (time_ns over the run's exposed communication summed over its
         ranks; null where it has none). Sorted by ``time_ns``, largest first.
     """
-    if timelines is None and explained is None:  # one read and one linking of each rank for both
-        ranks = []
-        explained = explain_lib.explain(dataset_path, run_ids=run_ids, device=device, pause=pause,
-                                        on_rank=lambda *a: ranks.append(a))  # fmt: skip
-        waits = bd.rank_waits(dataset_path, explained, run_ids)
-        timelines = [bd.timeline_of(r, k, rows, syncs, waits.get((r, k)), links=links) for r, k, rows, syncs, links in ranks]
-        del ranks
+    return answer(dataset_path, run_ids=run_ids, device=device, explained=explained, timelines=timelines, pause=pause)[0]
+
+
+def answer(dataset_path: str | os.PathLike, *, run_ids=None, device: str | None = None, explained: pd.DataFrame | None = None,
+           timelines: list | None = None, pause=None) -> tuple[pd.DataFrame, pd.DataFrame]:  # fmt: skip
+    """:func:`findings` and :func:`overlapviz.analysis.breakdown.run_totals` of the same runs, in one read of each rank.
+
+    Without ``timelines``, the ranks are read one at a time (issue 36): each rank's timeline is
+    reduced to what the findings use (its exposed communication, labelled segments, the kernels
+    they name, its computation and idle time before each of its collective arrivals) before the
+    next is read, so that memory holds one rank's kernels, the communication records and those
+    reductions. Same parameters as :func:`findings`.
+    """
     if timelines is None:
-        timelines = list(bd.rank_timelines(dataset_path, run_ids=run_ids, pause=pause))
-    if explained is None:
-        explained = explain_lib.explain(dataset_path, run_ids=run_ids, device=device, pause=pause)
+        if explained is None:
+            comm = bd.comm_arrivals(dataset_path, run_ids)  # the comm rows alone: the instances need every rank's
+            arrivals = bd.arrivals(comm, clocks.clock_domains(dataset_path, run_ids)) if len(comm) else bd.arrivals(comm)
+            del comm
+        else:
+            arrivals = _arrivals(dataset_path, explained, run_ids)
+        waits, arrive_by, late_by = _rank_arrivals(arrivals)
+        digests, total_rows = [], []
+
+        def take(run_id, rank, rk, syncs, links=None):
+            tl = bd.timeline_of(run_id, rank, rk, syncs, waits.get((run_id, rank)), links=links)
+            total_rows.extend(bd.group_rows(tl, "rank"))
+            digests.append(digest(tl, arrive_by.get((run_id, rank)), late_by.get((run_id, rank))))
+
+        if explained is None:
+            explained = explain_lib.explain(dataset_path, run_ids=run_ids, device=device, pause=pause, on_rank=take)
+        else:
+            from overlapviz.analysis.rankwise import rank_tables
+
+            for run_id, rank, rk, syncs in rank_tables(dataset_path, bd.READ, run_ids=run_ids, dictionary=bd.DICTIONARY,
+                                                       pause=pause):  # fmt: skip
+                take(run_id, rank, rk, syncs)
+        totals = bd.totals_of(total_rows)
+    else:
+        if explained is None:
+            explained = explain_lib.explain(dataset_path, run_ids=run_ids, device=device, pause=pause)
+        arrivals = _arrivals(dataset_path, explained, run_ids)
+        _, arrive_by, late_by = _rank_arrivals(arrivals)
+        totals = bd.run_totals(timelines)
+        digests = [digest(tl, arrive_by.get((tl.run_id, tl.rank)), late_by.get((tl.run_id, tl.rank))) for tl in timelines]
+    return _found(dataset_path, digests, explained, arrivals, device), totals
+
+
+def _found(dataset_path, timelines: list, explained: pd.DataFrame, arrivals: pd.DataFrame, device) -> pd.DataFrame:
     rows: list[dict] = []
     by_run: dict[str, list] = {}
     for tl in timelines:
         by_run.setdefault(tl.run_id, []).append(tl)
-    arrivals = _arrivals(dataset_path, explained, run_ids)
     runs = schema.read_frame(dataset_path, "runs")
     for run_id, tls in by_run.items():
         exposed_total = sum(int(intervals.measure(t.exposed, 1)[0]) for t in tls)
@@ -129,6 +166,106 @@ def findings(dataset_path: str | os.PathLike, *, run_ids=None, device: str | Non
     kind_order = out["kind"].map({k: i for i, k in enumerate(KINDS)})
     out = out.assign(_k=kind_order).sort_values(["time_ns", "run_id", "_k"], ascending=[False, True, True], kind="stable")
     return out.drop(columns="_k").reset_index(drop=True)
+
+
+@dataclass
+class RankDigest:
+    """What the findings read of one rank's :class:`overlapviz.analysis.breakdown.RankTimeline`, per collective
+    and per kernel name, never per kernel: its exposed communication; per label (``dependent``, ``host_idle``,
+    ``other``) the exposed time of its segments and that time by the next computation kernel (and, for
+    ``dependent``, the communication it was gated on), in order of first appearance (``parts``: label ->
+    ``(time_ns, [(kernel, gate, time_ns), ...])``, names shortened; None where none of it is exposed); the
+    time its host sat in each blocking call during its idle exposed time (``host_calls``); per collective
+    instance it arrived at, its computation and idle time since its previous collective (``before``:
+    instance -> ``(compute_ns, idle_ns)``); ``top_kernel``: its computation kernel with the most time before
+    its last late arrival (None where it arrived last nowhere)."""
+
+    run_id: str
+    rank: int
+    exposed: intervals.IntervalSet
+    parts: dict
+    host_calls: dict
+    before: dict
+    top_kernel: str | None
+
+
+def digest(tl: bd.RankTimeline, arrived: pd.DataFrame | None, late_ns: int | None) -> RankDigest:
+    """The :class:`RankDigest` of ``tl``, given the rank's rows of the run's :func:`overlapviz.analysis.breakdown.arrivals`
+    (``arrived``, in that table's order; None: none) and its latest arrival at an instance it arrived at last
+    (``late_ns``; None: none)."""
+    parts = {label: _label_part(tl, label) for label in ("dependent", "host_idle", "other")}
+    calls: dict[str, int] = {}  # the host calls that blocked the launching threads during the idle time
+    keep = np.flatnonzero(tl.label == bd.LABELS.index("host_idle"))
+    s = tl.syncs
+    if len(keep) and len(s.get("kind", ())):
+        is_wait = np.isin(s["kind"], ("stream_sync", "context_sync", "event_sync")) & (s["source"] == "runtime")
+        if is_wait.any():
+            idle = intervals.intersect(_set(tl.seg_start[keep], tl.seg_end[keep]), tl.exposed)
+            w = np.flatnonzero(is_wait)
+            got = intervals.covered(idle, np.zeros(len(w), np.int64), s["start_ns"][w], s["end_ns"][w])
+            for name, g in zip(s["name"][w].tolist(), got.tolist()):
+                if g:
+                    calls[name] = calls.get(name, 0) + int(g)
+    before, top = {}, None
+    comp, busy = tl.kind == "compute", tl.kind != "memory"
+    if arrived is not None and len(arrived):
+        # each arrival's computation and idle time since the rank's previous collective end
+        a = arrived.sort_values("arrival_ns")
+        prev_end = np.concatenate([[np.iinfo(np.int64).min], a["end_ns"].to_numpy(np.int64)[:-1]])
+        first = int(tl.start.min()) if len(tl.start) else 0
+        lo = np.maximum(prev_end, first)
+        hi = a["arrival_ns"].to_numpy(np.int64)
+        lo = np.minimum(lo, hi)
+        z = np.zeros(len(lo), np.int64)
+        c = intervals.covered(_set(tl.start[comp], tl.end[comp]), z, lo, hi)
+        b = intervals.covered(_set(tl.start[busy], tl.end[busy]), z, lo, hi)
+        before = {inst: (ci, gi) for inst, ci, gi in zip(a["instance"].tolist(), c.tolist(), (hi - lo - b).tolist())}
+    if late_ns is not None:  # its longest computation kernel (by name) before its late arrivals
+        cp = np.flatnonzero(comp & (tl.end <= late_ns))
+        if len(cp):
+            top = pd.Series(tl.end[cp] - tl.start[cp]).groupby(tl.names[cp]).sum().idxmax()
+    return RankDigest(tl.run_id, tl.rank, tl.exposed, parts, calls, before, top)
+
+
+def _label_part(tl: bd.RankTimeline, label: str):
+    """``(exposed time of the label's segments, [(next kernel, gate, time_ns), ...])`` of one rank, summed per
+    name pair in order of first appearance (names shortened; a missing kernel is ``None``, its shortened name
+    ``"None"`` for the gate pairs), or None where none of the label's time is exposed."""
+    keep = np.flatnonzero(tl.label == bd.LABELS.index(label))
+    if not len(keep) or not len(tl.exposed):
+        return None
+    got = intervals.covered(tl.exposed, np.zeros(len(keep), np.int64), tl.seg_start[keep], tl.seg_end[keep])
+    n = int(got.sum())
+    if n == 0:
+        return None
+    nk, gt = tl.next_kernel[keep], tl.gate[keep]
+    kernel = np.where(nk >= 0, tl.names[np.maximum(nk, 0)], None) if len(tl.names) else np.full(len(keep), None)
+    gate = np.where(gt >= 0, tl.names[np.maximum(gt, 0)], None) if len(tl.names) else np.full(len(keep), None)
+    if label != "dependent":  # the next kernel alone, where there is one
+        has = pd.notna(kernel)
+        kernel, gate, got = kernel[has], np.full(int(has.sum()), None), got[has]
+    short = {}  # each distinct name once
+    ks = [short.get(k) or short.setdefault(k, _short(k)) for k in kernel.tolist()]
+    gs = [short.get(g) or short.setdefault(g, _short(g)) for g in gate.tolist()] if label == "dependent" else [None] * len(ks)
+    sums: dict = {}
+    for k, g, t in zip(ks, gs, got.tolist()):
+        sums[(k, g)] = sums.get((k, g), 0) + t
+    return n, [(k, g, t) for (k, g), t in sums.items()]
+
+
+def _rank_arrivals(arr: pd.DataFrame) -> tuple[dict, dict, dict]:
+    """Of the arrivals table, per ``(run_id, rank)``: :func:`overlapviz.analysis.breakdown.rank_waits`' arrays,
+    the rank's rows, and its latest arrival at the instances it arrived at last."""
+    if not len(arr):
+        return {}, {}, {}
+    waits, rows = {}, {}
+    for key, g in arr.groupby(["run_id", "rank"], sort=False):
+        key = (key[0], int(key[1]))
+        waits[key] = (g["arrival_ns"].to_numpy(np.int64), g["last_arrival_ns"].to_numpy(np.int64))
+        rows[key] = g
+    last = arr.loc[arr["straggler"].to_numpy(np.int64) == arr["rank"].to_numpy(np.int64)]
+    late = {(r, int(k)): int(v) for (r, k), v in last.groupby(["run_id", "rank"])["arrival_ns"].max().items()}
+    return waits, rows, late
 
 
 def _arrivals(dataset_path, explained: pd.DataFrame, run_ids) -> pd.DataFrame:
@@ -168,7 +305,7 @@ def _stragglers(run_id: str, tls: list, arr: pd.DataFrame) -> list[dict]:
         return []
     tl_of = {t.rank: t for t in tls}
     n_instances = arr["instance"].nunique()
-    out = []
+    out, before_of = [], None
     for straggler, mine in arr.groupby("straggler", sort=True):
         straggler = int(straggler)
         late = mine["instance"].unique()
@@ -184,7 +321,12 @@ def _stragglers(run_id: str, tls: list, arr: pd.DataFrame) -> list[dict]:
                 waiting.append(int(rank))
         if waited == 0:
             continue
-        before = _before_arrival(arr.loc[arr["instance"].isin(late)], arr, tl_of, straggler)
+        if before_of is None:  # instance -> rank (ascending) -> (compute, idle), once per run
+            before_of = {}
+            for r, t in sorted(tl_of.items()):
+                for inst, v in t.before.items():
+                    before_of.setdefault(inst, {})[r] = v
+        before = _before_arrival(arr.loc[arr["instance"].isin(late)], tl_of, before_of, straggler)
         evidence = []
         for inst, g in mine.groupby("instance", sort=False):
             wait = int(g["wait_ns"].sum())
@@ -218,55 +360,27 @@ def _stragglers(run_id: str, tls: list, arr: pd.DataFrame) -> list[dict]:
     return out
 
 
-def _before_arrival(late: pd.DataFrame, arr: pd.DataFrame, tl_of: dict, straggler: int) -> dict:
+def _before_arrival(late: pd.DataFrame, tl_of: dict, before_of: dict, straggler: int) -> dict:
     """Computation and idle time of each rank between its previous collective and its arrival at
-    each of ``late``'s instances; the straggler's sums against the median of the other ranks'."""
-    compute, idle, per_instance = {}, {}, {}
-    sets = {}
-    for rank, t in tl_of.items():
-        comp = t.kind == "compute"
-        busy = t.kind != "memory"
-        sets[rank] = (_set(t.start[comp], t.end[comp]), _set(t.start[busy], t.end[busy]), t)
-    # each rank's previous collective end before each arrival
-    for (rank,), a in arr.groupby(["rank"]):
-        if rank not in sets:
-            continue
-        a = a.sort_values("arrival_ns")
-        prev_end = np.concatenate([[np.iinfo(np.int64).min], a["end_ns"].to_numpy(np.int64)[:-1]])
-        comp_set, busy_set, t = sets[rank]
-        first = int(t.start.min()) if len(t.start) else 0
-        lo = np.maximum(prev_end, first)
-        hi = a["arrival_ns"].to_numpy(np.int64)
-        lo = np.minimum(lo, hi)
-        z = np.zeros(len(lo), np.int64)
-        c = intervals.covered(comp_set, z, lo, hi)
-        b = intervals.covered(busy_set, z, lo, hi)
-        for inst, ci, gi in zip(a["instance"].tolist(), c.tolist(), (hi - lo - b).tolist()):
-            compute[(inst, int(rank))] = ci
-            idle[(inst, int(rank))] = gi
+    each of ``late``'s instances (``before_of``: instance -> rank -> :class:`RankDigest`'s ``before``);
+    the straggler's sums against the median of the other ranks'."""
+    per_instance = {}
     tot = {"compute_ns": 0, "median_compute_ns": 0, "idle_ns": 0, "median_idle_ns": 0}
     for inst in late["instance"].unique():
-        ranks = [r for (i, r) in compute if i == inst]
-        if straggler not in ranks:
+        got = before_of.get(inst, {})
+        if straggler not in got:
             continue
-        others = [r for r in ranks if r != straggler] or ranks  # the median of the ranks that waited
-        cs = [compute[(inst, r)] for r in others]
-        gs = [idle[(inst, r)] for r in others]
-        row = {"compute_ns": compute[(inst, straggler)], "median_compute_ns": int(np.median(cs)),
-               "idle_ns": idle[(inst, straggler)], "median_idle_ns": int(np.median(gs))}  # fmt: skip
+        others = [r for r in got if r != straggler] or list(got)  # the median of the ranks that waited
+        cs = [got[r][0] for r in others]
+        gs = [got[r][1] for r in others]
+        row = {"compute_ns": got[straggler][0], "median_compute_ns": int(np.median(cs)),
+               "idle_ns": got[straggler][1], "median_idle_ns": int(np.median(gs))}  # fmt: skip
         per_instance[inst] = row
         for k2 in tot:
             tot[k2] += row[k2]
     tot["per_instance"] = per_instance
-    tot["top_kernel"] = None
-    if straggler in sets:  # the straggler's longest computation kernel before its late arrivals
-        t = sets[straggler][2]
-        arrive = late.loc[late["rank"] == straggler]
-        if len(arrive):
-            comp = np.flatnonzero((t.kind == "compute") & (t.end <= int(arrive["arrival_ns"].max())))
-            if len(comp):
-                dur = pd.Series(t.end[comp] - t.start[comp]).groupby(t.names[comp]).sum()
-                tot["top_kernel"] = _short(dur.idxmax())
+    t = tl_of.get(straggler)
+    tot["top_kernel"] = _short(t.top_kernel) if t is not None and t.top_kernel is not None else None
     return tot
 
 
@@ -276,37 +390,30 @@ def _short(name) -> str:
 
 
 def _pairs(tls: list, label: str) -> tuple[int, list[int], pd.DataFrame]:
-    """The exposed time of ``label`` per rank and the segments behind it (next kernel, gate)."""
-    total, ranks, segs = 0, [], []
-    code = bd.LABELS.index(label)
+    """The exposed time of ``label`` per rank and its time per (next kernel, gate) with the ranks behind it
+    (:class:`RankDigest`'s ``parts``, summed over the ranks in order of first appearance)."""
+    total, ranks, sums = 0, [], {}
     for t in tls:
-        keep = np.flatnonzero(t.label == code)
-        if not len(keep) or not len(t.exposed):
+        part = t.parts.get(label)
+        if part is None:
             continue
-        z = np.zeros(len(keep), np.int64)
-        got = intervals.covered(t.exposed, z, t.seg_start[keep], t.seg_end[keep])
-        n = int(got.sum())
-        if n == 0:
-            continue
-        total += n
+        total += part[0]
         ranks.append(t.rank)
-        nk, gt = t.next_kernel[keep], t.gate[keep]
-        segs.append(pd.DataFrame({
-            "rank": t.rank, "time_ns": got, "seg_start": t.seg_start[keep],
-            "kernel": np.where(nk >= 0, t.names[np.maximum(nk, 0)], None),
-            "kernel_launch_ns": np.where(nk >= 0, t.launch[np.maximum(nk, 0)], -1),
-            "launch_tid": np.where(nk >= 0, t.launch_tid[np.maximum(nk, 0)], -1),
-            "gate": np.where(gt >= 0, t.names[np.maximum(gt, 0)], None),
-        }))  # fmt: skip
-    return total, ranks, (pd.concat(segs, ignore_index=True) if segs else pd.DataFrame())
+        for k, g, n in part[1]:
+            acc = sums.setdefault((k, g), [0, set()])
+            acc[0] += n
+            acc[1].add(int(t.rank))
+    segs = pd.DataFrame({"kernel": [k for k, _ in sums], "gate": [g for _, g in sums],
+                         "time_ns": np.array([v[0] for v in sums.values()], np.int64),
+                         "ranks": [sorted(v[1]) for v in sums.values()]})  # fmt: skip
+    return total, ranks, segs
 
 
 def _dependent(run_id: str, tls: list) -> list[dict]:
     total, ranks, segs = _pairs(tls, "dependent")
     if not total:
         return []
-    segs = segs.assign(kernel=segs["kernel"].map(_short), gate=segs["gate"].map(_short))
-    top = segs.groupby(["kernel", "gate"], sort=False).agg(time_ns=("time_ns", "sum"), ranks=("rank", lambda r: sorted(set(int(x) for x in r))))
+    top = segs.set_index(["kernel", "gate"])[["time_ns", "ranks"]]  # summed per pair as it is read (_label_part)
     top = top.sort_values("time_ns", ascending=False).reset_index()
     evidence = [{"kernel": r.kernel, "waited_on": r.gate, "ranks": r.ranks, "time_ns": int(r.time_ns)} for r in top.head(_LIST).itertuples()]
     first = evidence[0]
@@ -324,22 +431,11 @@ def _host_idle(run_id: str, tls: list) -> list[dict]:
     if not total:
         return []
     evidence = []
-    # the host calls that blocked the launching threads during the idle time
+    # the host calls that blocked the launching threads during the idle time (per rank: RankDigest.host_calls)
     calls: dict[str, int] = {}
     for t in tls:
-        keep = np.flatnonzero(t.label == bd.LABELS.index("host_idle"))
-        s = t.syncs
-        if not len(keep) or not len(s.get("kind", ())):
-            continue
-        is_wait = np.isin(s["kind"], ("stream_sync", "context_sync", "event_sync")) & (s["source"] == "runtime")
-        if not is_wait.any():
-            continue
-        idle = intervals.intersect(_set(t.seg_start[keep], t.seg_end[keep]), t.exposed)
-        w = np.flatnonzero(is_wait)
-        got = intervals.covered(idle, np.zeros(len(w), np.int64), s["start_ns"][w], s["end_ns"][w])
-        for name, g in zip(s["name"][w].tolist(), got.tolist()):
-            if g:
-                calls[name] = calls.get(name, 0) + int(g)
+        for name, g in t.host_calls.items():
+            calls[name] = calls.get(name, 0) + g
     for name, n in sorted(calls.items(), key=lambda kv: -kv[1])[:_LIST]:
         evidence.append({"host_call": name, "time_ns": n})
     nxt = segs.dropna(subset=["kernel"]).assign(kernel=lambda d: d["kernel"].map(_short))
@@ -597,9 +693,8 @@ def compare_runs(dataset_path: str | os.PathLike, run_a: str, run_b: str, *, dev
         finding whose time changed most (why B is faster or slower).
     """
     if totals is None or found is None:
-        timelines = list(bd.rank_timelines(dataset_path, run_ids=[run_a, run_b]))
-        totals = bd.run_totals(timelines) if totals is None else totals
-        found = findings(dataset_path, run_ids=[run_a, run_b], device=device, timelines=timelines) if found is None else found
+        both = answer(dataset_path, run_ids=[run_a, run_b], device=device)
+        found, totals = (both[0] if found is None else found), (both[1] if totals is None else totals)
     tot = totals.set_index("run_id")
     rows = []
     for col in bd.COLUMNS:

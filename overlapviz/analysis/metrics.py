@@ -203,12 +203,43 @@ def analyze_table(dataset_path: str | os.PathLike, *, per: str = "rank", run_ids
     if per not in PER:
         raise ValueError(f"per={per!r}: expected one of {', '.join(PER)}")
     run_ids = check_runs(dataset_path, run_ids)
+    from overlapviz.analysis.rankwise import rank_files, read_rank
+
     columns = list(INPUT_COLUMNS) + (["step"] if per == "step" else [])
+    plan = rank_files(dataset_path, run_ids)
+    if plan is not None and len(plan) > 1:
+        # every metric is a function of one run x rank (x step): one kernels file in memory at a time (issue 36),
+        # in run, rank order, so that the groups come out sorted as overlap_table sorts them
+        parts = []
+        try:
+            for _, _, rel in plan:
+                part = overlap_table(read_rank(dataset_path, rel, columns, ("run_id", "kind")), per=per)
+                parts.append(part)
+        except ValueError:
+            parts = None  # the message over the whole dataset (its counts and first bad row), below
+        if parts is not None and _one_group_per_file(parts, per):
+            return pa.concat_tables(parts).combine_chunks()
     table = schema.read_kernels(dataset_path, columns=columns, run_ids=run_ids, dictionary=("run_id", "kind"))
     try:
         return overlap_table(table, per=per)
     except ValueError as exc:
         raise ValueError(f"{dataset_path}: {exc}") from None
+
+
+def _one_group_per_file(parts: list[pa.Table], per: str) -> bool:
+    """Whether the files' groups are distinct and in order (each run x rank in one file, as ingest writes them)."""
+    last = None
+    for t in parts:
+        if not t.num_rows:
+            continue
+        runs, ranks = t.column("run_id").to_pylist(), t.column("rank").to_pylist()
+        if len(set(zip(runs, ranks))) != 1:
+            return False
+        key = (runs[0], ranks[0])
+        if last is not None and key <= last:
+            return False
+        last = key
+    return True
 
 
 def check_runs(dataset_path: str | os.PathLike, run_ids) -> list[str] | None:

@@ -69,15 +69,15 @@ def explain(dataset: str, runs: tuple[str, ...], findings_only: bool, breakdown:
             frame = _breakdown(dataset, run_ids, per, scheduler)
             view = "breakdown"
         else:
-            records = _explain(dataset, run_ids, kinds, device_name, scheduler)
-            if findings_only or (fmt == "table" and not (summary or instances)):
-                from overlapviz.analysis import breakdown as bd
-                from overlapviz.analysis.findings import findings
+            from overlapviz.analysis.findings import answer
 
+            one_pass = findings_only and not (scheduler or all_kernels)  # the findings explain the ranks as they read them
+            records = None if one_pass else _explain(dataset, run_ids, kinds, device_name, scheduler, instances)
+            if one_pass:
+                found, totals = answer(dataset, run_ids=run_ids, device=device_name)
+            elif findings_only or (fmt == "table" and not (summary or instances)):
                 comm_records = records.loc[records["kind"] == "comm"] if all_kernels else records
-                timelines = list(bd.rank_timelines(dataset, run_ids=run_ids))
-                found = findings(dataset, run_ids=run_ids, device=device_name, explained=comm_records, timelines=timelines)
-                totals = bd.run_totals(timelines)
+                found, totals = answer(dataset, run_ids=run_ids, device=device_name, explained=comm_records)
             if findings_only:
                 frame, view = _findings_frame(found, fmt), "findings"
             elif summary:
@@ -112,7 +112,7 @@ def explain(dataset: str, runs: tuple[str, ...], findings_only: bool, breakdown:
     click.echo(render_output(frame, fmt, columns=columns, wide=wide), nl=fmt != "csv")
 
 
-def _explain(dataset, run_ids, kinds, device_name, scheduler):
+def _explain(dataset, run_ids, kinds, device_name, scheduler, instances=False):
     if scheduler:
         from overlapviz.distributed import client_for, explain_on
 
@@ -120,7 +120,9 @@ def _explain(dataset, run_ids, kinds, device_name, scheduler):
             return explain_on(client, dataset, run_ids=run_ids, kinds=kinds, device=device_name)
     from overlapviz.analysis import explain as explain_lib
 
-    return explain_lib.explain(dataset, run_ids=run_ids, kinds=kinds, device=device_name)
+    # --instances: the few columns its table reads, kept per kernel as each rank is explained
+    columns = explain_lib.INSTANCE_READS if instances else None
+    return explain_lib.explain(dataset, run_ids=run_ids, kinds=kinds, device=device_name, columns=columns)
 
 
 def _breakdown(dataset, run_ids, per, scheduler):

@@ -3,27 +3,18 @@
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Sequence
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from overlapviz.analysis.rankwise import kernel_files, rank_of_file  # noqa: F401 (the local path's: one reading of a rank)
 from overlapviz.dataset import schema
 from overlapviz.distributed.cluster import check_workers, task_key
 
 BATCH_BYTES = 64 << 20  # analysis tasks read about this much Parquet each (or one bigger file)
 BATCH_FILES = 64  # and at most this many files
-
-
-def kernel_files(dataset_path, run_ids) -> list[str]:
-    """The kernels files ``schema.read_kernels`` would read, in its order (relative paths)."""
-    files = list(schema.read_metadata(dataset_path).get("kernel_files", []))
-    if run_ids is not None:
-        keys = {schema.run_key(r) for r in run_ids}
-        files = [f for f in files if Path(f).parent.name in keys]
-    return files
 
 
 def file_batches(root: str, files: list[str], client=None) -> list[list[str]]:
@@ -82,9 +73,3 @@ def read_file(root: str, rel: str, columns: Sequence[str], dictionary: Sequence[
     except (OSError, pa.ArrowException) as exc:  # the local reader's one line, naming the file
         raise schema.unreadable_file(Path(where or root) / rel, exc) from None
     return schema.conform(table, target, where=where or root)
-
-
-def rank_of_file(rel: str) -> int:
-    """The rank a kernels file's name states (``rank3.parquet``: 3), -1 for another name."""
-    m = re.match(r"^rank(\d+)\.parquet$", Path(rel).name)
-    return int(m.group(1)) if m else -1
