@@ -131,7 +131,7 @@ def check_rank(table: pa.Table, rel: str, run_id: str, rank: int, where) -> None
     bounds = pc.min_max(ranks).as_py()
     one = pc.count_distinct(runs).as_py() == 1 and bounds["min"] == bounds["max"]
     if got != (run_id, rank) or not one:
-        raise ValueError(f"{os.path.join(str(where), rel)}: holds run {got[0]!r} rank {got[1]}, not run {run_id!r} rank {rank}")
+        raise ValueError(f"{schema.display_path(os.path.join(str(where), rel))}: holds run {got[0]!r} rank {got[1]}, not run {run_id!r} rank {rank}")
 
 
 def per_rank(k: pa.Table):

@@ -9,6 +9,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from overlapviz.analysis.rankwise import check_rank
 from overlapviz.dataset import schema
 from overlapviz.distributed.cluster import gather_in_order
 from overlapviz.distributed.partitions import kernel_files, plan_batches, rank_of_file, read_file
@@ -239,14 +240,6 @@ def rank_items(dataset_path, files: list[str], device: str | None) -> list[tuple
             raise ValueError(f"{dataset_path}: kernels file {rel} belongs to no run of the runs table")
         items.append((rel, run_id, rank, by_rank.get((run_id, rank), {}) | given, {run_id: carveouts[run_id]}))
     return items
-
-
-def check_rank(table: pa.Table, rel: str, run_id: str, rank: int, where: str) -> None:
-    """A kernels file holds the run x rank its path names (its rows get that rank's limits)."""
-    got = (table.column("run_id")[0].as_py(), table.column("rank")[0].as_py())
-    if got != (run_id, rank):
-        raise ValueError(f"{display(os.path.join(where, rel))}: holds run {got[0]!r} rank {got[1]}, "
-                         f"not run {run_id!r} rank {rank}")  # fmt: skip
 
 
 def explain_on(client, dataset_path: str | os.PathLike, *, run_ids=None, kinds: tuple[str, ...] = ("comm",),

@@ -21,7 +21,8 @@ import pandas as pd
 import pyarrow as pa
 
 from overlapviz.dataset import schema
-from overlapviz.distributed.analysis import check_rank, rank_items
+from overlapviz.analysis.rankwise import check_rank
+from overlapviz.distributed.analysis import rank_items
 from overlapviz.distributed.cluster import gather_in_order
 from overlapviz.distributed.partitions import kernel_files, plan_batches, read_file
 from overlapviz.ingest.files import display
