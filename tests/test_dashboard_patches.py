@@ -18,7 +18,7 @@ ROOT = Path(__file__).parent.parent
 
 
 def _pinned() -> dict[str, Requirement]:
-    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["dashboard"]
     return {r.name: r for r in map(Requirement, deps) if r.name in ("bokeh", "panel")}
 
 
