@@ -165,12 +165,16 @@ def gunzip_bounded(data: bytes, path: Path, limit: int | None = None) -> bytes:
     limit = max_inflated_bytes() if limit is None else limit
     parts: list[bytes] = []
     total = 0
+    # gzip's last 4 bytes: the (last) member's inflated size mod 2**32. Asked for that much at once, a
+    # one-member file inflates into one buffer, without joining 64 MB chunks (a copy: ~40% of inflating)
+    size_hint = int.from_bytes(data[-4:], "little") + 1 if len(data) >= 18 else _CHUNK
     while True:
         inflater = _inflate.decompressobj(wbits=31)
         pending = data
         try:
             while not inflater.eof:
-                chunk = inflater.decompress(pending, min(_CHUNK, limit - total + 1))
+                chunk = inflater.decompress(pending, min(max(_CHUNK, size_hint), limit - total + 1))
+                size_hint = 0
                 total += len(chunk)
                 if total > limit:
                     raise ValueError(
