@@ -30,11 +30,9 @@ class DatasetOrTraces(click.ParamType):
             return str(path)
         hold = ctx is not None and ctx.info_name in HELD_COMMANDS
         try:
-            out = cache.cached_path([path])
+            out = where = cache.cached_path([path])
             if not cache.is_dataset(out):  # cold: only now the ingest package (~0.1 s of imports a warm cache skips)
-                from overlapviz.ingest import samples
-
-                out = samples.cached_dataset([path], progress=None, hold=hold)
+                out = _ingest(path, where, ctx if hold else None)
         except ValueError as exc:
             why = str(exc)
             why = why[len(f"{path}: "):] if why.startswith(f"{path}: ") else why
@@ -43,10 +41,40 @@ class DatasetOrTraces(click.ParamType):
                                        f"{why}{hint}") from None
         from overlapviz.dataset.outdir import display_path as shown  # a name's control characters as \xNN, as in errors
 
-        click.echo(f"{shown(path)}: raw traces, read into {shown(out)} (cached; `overlapviz ingest {shown(path)} -o DIR` "
+        click.echo(f"{shown(path)}: raw traces, read into {shown(where)} (cached; `overlapviz ingest {shown(path)} -o DIR` "
                    "keeps a dataset of your own)",
                    err=True)  # fmt: skip
         return str(out) if isinstance(out, Path) else out  # a HeldDataset: what was just ingested, held
+
+
+def _ingest(path: Path, out: Path, ctx: click.Context | None):
+    """The traces ``path`` ingested into the cache dataset ``out`` (``samples.cached_dataset``, its key already known).
+
+    With ``ctx`` (a command that reads the dataset once, in this process): a ``HeldDataset`` whose files are
+    written behind the command (``driver.ingest_held``), finished when ``ctx`` closes: a failure to keep them
+    is then the command's error, unless another process cached the same traces meanwhile."""
+    from overlapviz.dataset import cache
+    from overlapviz.ingest import driver
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        if ctx is None:
+            return driver.ingest([str(path)], out, progress=None)
+        held = driver.ingest_held([str(path)], out, progress=None, write_behind=True)
+    except ValueError:
+        if cache.is_dataset(out):  # another process ingested the same traces meanwhile
+            return out
+        raise
+
+    def finish() -> None:
+        try:
+            held.wait()
+        except ValueError as exc:
+            if not cache.is_dataset(out):
+                raise click.ClickException(f"{exc} (the traces' dataset is not kept in the cache)") from None
+
+    ctx.call_on_close(finish)
+    return held
 
 
 DATASET = DatasetOrTraces()
