@@ -180,3 +180,43 @@ def test_cache_that_cannot_be_written_fails_the_command_and_leaves_nothing(tmp_p
     ok = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True)
     assert json.loads(failed.stdout) == json.loads(ok.stdout)
     assert [p.name for p in cache.iterdir() if p.name.startswith("traces-")] and "raw traces, read into" in ok.stderr
+
+
+def test_one_gzip_trace_is_inflated_ahead_and_read_as_the_file(tmp_path):
+    """A cold ``analyze TRACE.json.gz`` inflates the file in a thread while the ingest modules import
+    (cli/_dataset._inflate_ahead); ``files.read_bytes`` takes those bytes only for that file unchanged and only
+    where they are what it would read (one gzip member), else it reads the file itself."""
+    import gzip
+
+    from overlapviz.cli import _dataset
+    from overlapviz.ingest import files
+
+    src = tmp_path / "one" / "rank0.json.gz"
+    write_trace(generate_trace(500, rank=0, world_size=1, seed=9), src)
+    text = gzip.decompress(src.read_bytes())
+    ahead = _dataset._inflate_ahead(src.parent)
+    assert ahead is not None and ahead[1]() == text
+    # taken once, by that file only
+    files.READ_AHEAD[files.file_identity(ahead[0])] = lambda: b"from the read-ahead"
+    assert files.read_bytes(src) == b"from the read-ahead" and not files.READ_AHEAD
+    assert files.read_bytes(src) == text
+    # the file changed since: read anew
+    ahead = _dataset._inflate_ahead(src.parent)
+    files.READ_AHEAD[files.file_identity(ahead[0])] = lambda: b"stale"
+    src.write_bytes(gzip.compress(b" ") + gzip.compress(text))  # two members now, the trailer giving the second's size
+    try:
+        assert files.read_bytes(src) == b" " + text
+    finally:
+        files.READ_AHEAD.clear()
+    ahead = _dataset._inflate_ahead(src.parent)
+    assert ahead is not None and ahead[1]() is None, "not one member: left to read_bytes"
+    # the command: cold (inflated ahead) and warm print what the ingested dataset prints
+    src.write_bytes(gzip.compress(text))
+    env = {"OVERLAPVIZ_CACHE_DIR": str(tmp_path / "cache"), "PATH": "/usr/bin:/bin"}
+    run = lambda target: subprocess.run([sys.executable, "-m", "overlapviz", "analyze", str(target), "--format", "json"],  # noqa: E731
+                                        capture_output=True, text=True, env=env, check=True).stdout  # fmt: skip
+    subprocess.run([sys.executable, "-m", "overlapviz", "ingest", str(src.parent), "-o", str(tmp_path / "ds"), "-q"], env=env,
+                   check=True)  # fmt: skip
+    expected = run(tmp_path / "ds")
+    assert run(src.parent) == expected and json.loads(expected)
+    assert run(src.parent) == expected

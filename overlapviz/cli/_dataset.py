@@ -54,8 +54,12 @@ def _ingest(path: Path, out: Path, ctx: click.Context | None):
     written behind the command (``driver.ingest_held``), finished when ``ctx`` closes: a failure to keep them
     is then the command's error, unless another process cached the same traces meanwhile."""
     from overlapviz.dataset import cache
-    from overlapviz.ingest import driver
 
+    ahead = _inflate_ahead(path) if ctx is not None else None
+    from overlapviz.ingest import driver, files  # ~0.1 s of imports: the file inflates meanwhile
+
+    if ahead is not None:
+        files.READ_AHEAD[files.file_identity(ahead[0])] = ahead[1]
     out.parent.mkdir(parents=True, exist_ok=True)
     try:
         if ctx is None:
@@ -65,6 +69,8 @@ def _ingest(path: Path, out: Path, ctx: click.Context | None):
         if cache.is_dataset(out):  # another process ingested the same traces meanwhile
             return out
         raise
+    finally:
+        files.READ_AHEAD.clear()  # what the ingest did not take (a file it did not read) is not kept
 
     def finish() -> None:
         try:
@@ -75,6 +81,54 @@ def _ingest(path: Path, out: Path, ctx: click.Context | None):
 
     ctx.call_on_close(finish)
     return held
+
+
+def _inflate_ahead(path: Path):
+    """``(stat, inflated)``: the one gzip file of ``path`` (its ``os.stat``), read and inflated by a thread (the
+    inflater releases the GIL: it runs while the ingest modules import); ``inflated()`` gives its bytes, or None
+    where the file is not one gzip member that inflates to the size its trailer says. ``files.read_bytes`` takes
+    them for that file unchanged (``files.READ_AHEAD``), else reads it. None where ``path`` holds not exactly one
+    ``.gz`` file, or an inflation limit is set (``files.MAX_INFLATED_BYTES_ENV``: the thread does not know it)."""
+    import stat
+    import threading
+
+    if os.environ.get("OVERLAPVIZ_MAX_INFLATED_BYTES"):
+        return None
+    try:
+        found = [path] if path.is_file() else [p for p in path.rglob("*.gz") if p.is_file()]
+        if len(found) != 1:
+            return None
+        st = os.stat(found[0])
+        if not stat.S_ISREG(st.st_mode):
+            return None
+    except OSError:
+        return None
+    result: list = [None]
+
+    def inflate() -> None:
+        try:
+            data = found[0].read_bytes()
+            if data[:2] != b"\x1f\x8b":
+                return
+            try:
+                from isal import isal_zlib as inflating
+            except ImportError:  # pragma: no cover - zlib inflates the same bytes
+                import zlib as inflating
+            inflater = inflating.decompressobj(wbits=31)
+            out = inflater.decompress(data, int.from_bytes(data[-4:], "little") + 1)
+            if inflater.eof and not inflater.unused_data:
+                result[0] = out
+        except Exception:  # noqa: BLE001 - read_bytes reads the file again, and says what is wrong with it
+            pass
+
+    thread = threading.Thread(target=inflate, name="overlapviz-inflate", daemon=True)
+    thread.start()
+
+    def inflated() -> bytes | None:
+        thread.join()
+        return result[0]
+
+    return st, inflated
 
 
 DATASET = DatasetOrTraces()
