@@ -498,8 +498,15 @@ def write_kernels(table: pa.Table, directory: str | os.PathLike, run_id: str, ra
     path.parent.mkdir(exist_ok=True)
     if not is_sorted(table.column("start_ns")):
         table = table.sort_by([("start_ns", "ascending")])
-    _write(table, path, row_group_size=1 << 20)
+    # compressed, dictionary pages for the text columns only: on times, ids and sizes (mostly distinct, or runs that
+    # zstd packs as well) they cost a third of the write and make the file larger (100k kernels: 0.099 -> 0.068 CPU s,
+    # 2.75 -> 1.81 MB); a small file is not compressed, and dictionaries keep it smaller
+    big = table.num_rows >= _COMPRESS_MIN_ROWS
+    _write(table, path, row_group_size=1 << 20, use_dictionary=_TEXT_COLUMNS if big else True)
     return rel, table.num_rows
+
+
+_TEXT_COLUMNS = [f.name for f in KERNELS if pa.types.is_string(f.type)]
 
 
 # below this many rows a table is written uncompressed: zstd's per-column setup costs more
