@@ -21,7 +21,10 @@ own venv: ``--hta-python``). Wall seconds and CPU seconds (user + system of the 
 shared machine the CPU seconds move less), medians of ``--repeat``; records into
 benchmarks/results/answer_commands.json.
 
-    .venv/bin/python benchmarks/bench_answer.py --commands [--repeat 5] [--hta-python PATH]
+    .venv/bin/python benchmarks/bench_answer.py --commands [--repeat 5] [--hta-python PATH] [--old TREE] [--only TEXT]
+
+``--old TREE``: the baseline is the checkout TREE run by its own ``TREE/.venv`` (a worktree made as
+bench_export.py's docstring shows), instead of commit BEFORE; ``--only TEXT``: the cases whose name holds TEXT.
 """
 
 from __future__ import annotations
@@ -82,18 +85,25 @@ def commands(args) -> None:
     trace100k = args.work / "trace100k"
     if not (trace100k / "rank0.json.gz").exists():  # indented: HTA finds the rank with '"rank":\s+(\d+)'
         write_trace(generate_trace(100_000, rank=0, world_size=1, seed=0), trace100k / "rank0.json.gz", pretty=True)
-    trees = {"this": ROOT, BEFORE: previous_tree(args.work, BEFORE)}
+    baseline = BEFORE
+    if args.old:  # a checkout with its own venv
+        baseline = "old " + subprocess.run(["git", "-C", str(args.old), "rev-parse", "--short", "HEAD"], capture_output=True,
+                                           text=True, check=True).stdout.strip()  # fmt: skip
+    trees = {"this": (ROOT, sys.executable),
+             baseline: (args.old.resolve(), str(args.old.resolve() / ".venv" / "bin" / "python")) if args.old
+             else (previous_tree(args.work, BEFORE), sys.executable)}  # fmt: skip
     cases = [("DLRM explain --instances", DLRM, ["explain", "--instances", "--format", "json"]),
              ("DLRM explain (findings first)", DLRM, ["explain"]),
              ("100k kernels analyze", trace100k, ["analyze", "--format", "json"])]  # fmt: skip
+    cases = [c for c in cases if args.only is None or args.only in c[0]]
     got: dict = {}
-    for _ in range(args.repeat):  # alternating, so both see the same machine
+    for i in range(args.repeat):  # alternating (old first every other round), so both see the same machine
         for case, src, argv in cases:
-            for side, tree in trees.items():
+            for side, (tree, python) in sorted(trees.items(), reverse=bool(i % 2)):
                 cache = args.work / f"cache-{side}"
                 shutil.rmtree(cache, ignore_errors=True)
                 env = dict(os.environ, PYTHONPATH=str(tree), OVERLAPVIZ_CACHE_DIR=str(cache))
-                cmd = [sys.executable, "-m", "overlapviz", *argv, str(src)]
+                cmd = [python, "-m", "overlapviz", *argv, str(src)]
                 for state in ("cold", "warm"):
                     got.setdefault((case, side, state), []).append(run_measured(cmd, env, tree))
         if args.hta_python:
@@ -127,15 +137,18 @@ def commands(args) -> None:
                             "commit": commit, "note": f"median of {args.repeat}; HTA 0.5 load + overlap in-call"})  # fmt: skip
     for case, _, _ in cases:
         for state in ("cold", "warm"):
-            a, b = med[(case, "this", state)], med[(case, BEFORE, state)]
-            print(f"{case} {state}: this / {BEFORE} wall {a[0] / b[0]:.2f}, CPU {a[1] / b[1]:.2f}")
+            a, b = med[(case, "this", state)], med[(case, baseline, state)]
+            print(f"{case} {state}: this / {baseline} wall {a[0] / b[0]:.2f}, CPU {a[1] / b[1]:.2f}")
+    print(f"load after: {os.getloadavg()[0]:.1f}")
+    if args.only is not None:
+        return  # a partial run: the result files keep the whole one
     out = Path(__file__).resolve().parent / "results" / "records" / "answer_commands.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(records, indent=1) + "\n")
-    commands_result(records)
+    commands_result(records, baseline)
 
 
-def commands_result(records: list[dict]) -> Path:
+def commands_result(records: list[dict], baseline: str = BEFORE) -> Path:
     """benchmarks/results/answer_commands.json in readme_table's format, from the --commands records (wall seconds)."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import readme_table
@@ -146,7 +159,7 @@ def commands_result(records: list[dict]) -> Path:
                           ("DLRM explain (findings first)", ("<= 0.5 s", "<= 0.3 s"))):  # fmt: skip
         for state, target in zip(("cold", "warm"), targets, strict=True):
             rows.append(readme_table.row(f"{case}, {state} cache (whole command)", wall[f"{case}, this, {state}"],
-                                         baseline=wall.get(f"{case}, {BEFORE}, {state}"), baseline_label=BEFORE, target=target))
+                                         baseline=wall.get(f"{case}, {baseline}, {state}"), baseline_label=baseline, target=target))
     hta = wall.get("100k kernels analyze, HTA 0.5 in-call, load + overlap")
     for state in ("cold", "warm"):
         rows.append(readme_table.row(f"100k kernels: overlap as one command, {state} cache", wall[f"100k kernels analyze, this, {state}"],
@@ -169,6 +182,8 @@ def main() -> None:
     ap.add_argument("--json", type=Path, help="also write the result here (format: benchmarks/readme_table.py)")
     ap.add_argument("--commands", action="store_true", help="one command on raw traces, cold and warm (module docstring)")
     ap.add_argument("--hta-python", type=Path, help="HTA 0.5's interpreter (bench_ingest creates benchmarks/.venv-hta)")
+    ap.add_argument("--old", type=Path, help="--commands: the baseline checkout, run by its own .venv (default: commit BEFORE)")
+    ap.add_argument("--only", help="--commands: only the cases whose name holds this text (no result files written)")
     args = ap.parse_args()
     load_before = os.getloadavg()[0]
     args.work.mkdir(parents=True, exist_ok=True)

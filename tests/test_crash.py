@@ -336,3 +336,59 @@ def _dead_pid() -> int:
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
     proc.wait()
     return proc.pid
+
+
+def test_kill_9_of_a_cold_analyze_leaves_no_half_written_cache(tmp_path):
+    """``analyze TRACE`` with a cold cache writes the cache dataset behind the analysis (a thread of the command,
+    cli/_dataset): killed at any instant, the cache holds no dataset or a complete one, never a half-written one;
+    the next command answers the same and leaves only the dataset."""
+    src = tmp_path / "trace"
+    src.mkdir()
+    shutil.copy(NCCL, src / "rank0.json.gz")
+    cache = tmp_path / "cache"
+    env = dict(os.environ, OVERLAPVIZ_CACHE_DIR=str(cache))
+    cmd = [*CLI, "analyze", str(src), "--format", "json"]
+
+    def run() -> str:
+        done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
+        assert done.returncode == 0, done.stderr
+        (dataset,) = cache.iterdir()  # the dataset alone: what a killed run left is gone
+        check_dataset(dataset)
+        return done.stdout
+
+    t0 = time.monotonic()
+    expected = run()
+    full = time.monotonic() - t0
+    rng = random.Random(20261207)
+    stale_seen = 0
+    # and kills certain to land while the cache dataset is built: once its directory is there, and once the kernels
+    # file is being written behind the analysis
+    for at in ["directory", "kernels file", *(rng.uniform(0.3 * full, 1.1 * full) for _ in range(KILLS))]:
+        shutil.rmtree(cache)
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, start_new_session=True)
+        if isinstance(at, str):
+            deadline = time.monotonic() + 30
+            pattern, marker = ("*", ".ovz-tmp.") if at == "directory" else ("*/kernels/*/*.parquet", "")
+            while time.monotonic() < deadline and p.poll() is None and not _found(cache, pattern, marker):
+                time.sleep(0.001)
+        else:
+            time.sleep(at)
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass  # it finished first
+        p.communicate(timeout=60)
+        left = sorted(cache.iterdir()) if cache.exists() else []
+        for d in left:
+            if not d.name.startswith("."):
+                check_dataset(d)  # in place: complete
+        stale_seen += any(d.name.startswith(".") for d in left)
+        assert run() == expected, f"killed at {at if isinstance(at, str) else f'{at:.2f} s'} of {full:.2f} s"
+    assert stale_seen, "no kill landed while the cache was being written"
+
+
+def _found(cache: Path, pattern: str, marker: str) -> bool:
+    try:
+        return any(marker in str(f) for f in cache.glob(pattern))
+    except OSError:  # a directory renamed or removed while listed
+        return False

@@ -114,3 +114,109 @@ def test_cli_on_raw_traces_cold_and_warm_is_the_dataset(tmp_path, args):
     assert json.loads(expected), "an answer with records"
     warm = run(src)
     assert warm.stdout == expected
+
+
+def test_one_file_is_held_whatever_its_size(tmp_path, monkeypatch):
+    """One trace file is read in this process however large: its one table is held (memory: one rank's, which analysis
+    would read back), the same as its file."""
+    monkeypatch.setattr(driver, "HOLD_MAX_BYTES", 0)
+    src = tmp_path / "rank0.json"
+    write_trace(generate_trace(300, rank=0, world_size=1, seed=5), src)
+    held = driver.ingest_held([src], tmp_path / "held", progress=False)
+    assert list(held.kernels) == schema.read_metadata(held.path)["kernel_files"]
+    for rel, table in held.kernels.items():
+        assert table.equals(schema.conform(pq.read_table(held.path / rel), schema.KERNELS)), rel
+
+
+def _files(directory: Path) -> dict[str, object]:
+    """Every file of a dataset: Parquet files as their tables, the others as text (less the ingested paths)."""
+    out: dict[str, object] = {}
+    for f in sorted(p for p in directory.rglob("*") if p.is_file()):
+        rel = f.relative_to(directory).as_posix()
+        if f.suffix == ".parquet":
+            out[rel] = pq.read_table(f)
+        else:
+            out[rel] = {k: v for k, v in json.loads(f.read_text()).items() if k != "ingested_from"}
+    return out
+
+
+@pytest.mark.parametrize("case", ["dlrm_8rank", "misaligned"])
+def test_write_behind_writes_the_dataset_ingest_writes(tmp_path, case):
+    """``write_behind``: the answers come from the held tables while a thread writes the files; once it is done the
+    dataset is file for file the one ``ingest`` writes (a rank whose clock ingest shifts included), and nothing
+    temporary is left beside it."""
+    src = _misaligned(tmp_path) if case == "misaligned" else REAL[case]
+    out = tmp_path / "cache" / "held"
+    out.parent.mkdir()
+    held = driver.ingest_held([src], out, progress=False, write_behind=True)
+    assert held.finishing is not None and sorted(held.kernels)
+    written = driver.ingest([src], tmp_path / "written", progress=False)
+    assert metrics.analyze_table(held).equals(metrics.analyze_table(written))
+    assert Path(held) == out  # os.fspath waits for the files
+    assert held.finishing.done() and schema.read_metadata(out)["kernel_files"] == sorted(held.kernels)
+    got, expected = _files(out), _files(written)
+    assert sorted(got) == sorted(expected)
+    for rel in expected:
+        assert got[rel] == expected[rel] if isinstance(got[rel], dict) else got[rel].equals(expected[rel]), rel
+    assert [p.name for p in out.parent.iterdir()] == ["held"]
+
+
+def test_cache_that_cannot_be_written_fails_the_command_and_leaves_nothing(tmp_path):
+    """A cold ``analyze TRACES`` whose cache files cannot be written (here: larger than the process may write,
+    RLIMIT_FSIZE) still prints the answer from memory, then fails with one line saying the dataset is not kept;
+    the cache holds no dataset and nothing temporary, and the next run ingests again."""
+    import resource
+
+    cache = tmp_path / "cache"
+    env = {"OVERLAPVIZ_CACHE_DIR": str(cache), "PATH": "/usr/bin:/bin"}
+    cmd = [sys.executable, "-m", "overlapviz", "analyze", str(REAL["dlrm_8rank"]), "--format", "json"]
+    limit = lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))  # noqa: E731 (Python ignores SIGXFSZ)
+    # no bytecode written under the limit: a .pyc cut at 4 KB would break every later import of its module
+    failed = subprocess.run(cmd, capture_output=True, text=True, env=env | {"PYTHONDONTWRITEBYTECODE": "1"}, preexec_fn=limit)
+    assert failed.returncode == 1, failed.stderr
+    error = [line for line in failed.stderr.splitlines() if line.startswith("Error")]
+    assert len(error) == 1 and "cannot write the dataset" in error[0] and "File too large" in error[0] and "not kept" in error[0], failed.stderr
+    assert [p.name for p in cache.iterdir()] == [], "no dataset, nothing temporary"
+    ok = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True)
+    assert json.loads(failed.stdout) == json.loads(ok.stdout)
+    assert [p.name for p in cache.iterdir() if p.name.startswith("traces-")] and "raw traces, read into" in ok.stderr
+
+
+def test_one_gzip_trace_is_inflated_ahead_and_read_as_the_file(tmp_path):
+    """A cold ``analyze TRACE.json.gz`` inflates the file in a thread while the ingest modules import
+    (cli/_dataset._inflate_ahead); ``files.read_bytes`` takes those bytes only for that file unchanged and only
+    where they are what it would read (one gzip member), else it reads the file itself."""
+    import gzip
+
+    from overlapviz.cli import _dataset
+    from overlapviz.ingest import files
+
+    src = tmp_path / "one" / "rank0.json.gz"
+    write_trace(generate_trace(500, rank=0, world_size=1, seed=9), src)
+    text = gzip.decompress(src.read_bytes())
+    ahead = _dataset._inflate_ahead(src.parent)
+    assert ahead is not None and ahead[1]() == text
+    # taken once, by that file only
+    files.READ_AHEAD[files.file_identity(ahead[0])] = lambda: b"from the read-ahead"
+    assert files.read_bytes(src) == b"from the read-ahead" and not files.READ_AHEAD
+    assert files.read_bytes(src) == text
+    # the file changed since: read anew
+    ahead = _dataset._inflate_ahead(src.parent)
+    files.READ_AHEAD[files.file_identity(ahead[0])] = lambda: b"stale"
+    src.write_bytes(gzip.compress(b" ") + gzip.compress(text))  # two members now, the trailer giving the second's size
+    try:
+        assert files.read_bytes(src) == b" " + text
+    finally:
+        files.READ_AHEAD.clear()
+    ahead = _dataset._inflate_ahead(src.parent)
+    assert ahead is not None and ahead[1]() is None, "not one member: left to read_bytes"
+    # the command: cold (inflated ahead) and warm print what the ingested dataset prints
+    src.write_bytes(gzip.compress(text))
+    env = {"OVERLAPVIZ_CACHE_DIR": str(tmp_path / "cache"), "PATH": "/usr/bin:/bin"}
+    run = lambda target: subprocess.run([sys.executable, "-m", "overlapviz", "analyze", str(target), "--format", "json"],  # noqa: E731
+                                        capture_output=True, text=True, env=env, check=True).stdout  # fmt: skip
+    subprocess.run([sys.executable, "-m", "overlapviz", "ingest", str(src.parent), "-o", str(tmp_path / "ds"), "-q"], env=env,
+                   check=True)  # fmt: skip
+    expected = run(tmp_path / "ds")
+    assert run(src.parent) == expected and json.loads(expected)
+    assert run(src.parent) == expected

@@ -238,3 +238,19 @@ def test_an_internal_error_says_where_in_overlapviz_it_happened(tmp_path, monkey
     assert f"internal error while reading this file (KeyError: 30 at ingest/driver.py:{line} in _read_and_write)" in str(err.value)
     assert "t.json" in str(err.value) and "\n" not in str(err.value)
     assert not (tmp_path / "ds").exists()
+
+
+@pytest.mark.parametrize("members", [1, 3])
+def test_gzip_inflates_whole_whatever_its_size_trailer_says(tmp_path, monkeypatch, members):
+    """The trailer's size (the last member's) is only how much to ask for at once: several members, and members
+    larger than a chunk, inflate whole; the inflated-size limit still stops a file at the limit."""
+    from overlapviz.ingest import files
+
+    monkeypatch.setattr(files, "_CHUNK", 1000)
+    parts = [json.dumps(good_doc(rank=i)).encode() * (30 if i == 0 else 1) for i in range(members)]
+    data = b"".join(gzip.compress(p) for p in parts)
+    assert files.gunzip_bounded(data, tmp_path / "t.json.gz") == b"".join(parts)
+    whole = sum(map(len, parts))
+    assert files.gunzip_bounded(data, tmp_path / "t.json.gz", limit=whole) == b"".join(parts)
+    with pytest.raises(ValueError, match="inflates to more than"):
+        files.gunzip_bounded(data, tmp_path / "t.json.gz", limit=whole - 1)

@@ -269,3 +269,20 @@ def test_a_damaged_dataset_file_is_named_in_one_line(tmp_path, damage):
             schema.read_table(out, "runs")
     cli = subprocess.run([sys.executable, "-m", "overlapviz", "analyze", str(out)], capture_output=True, text=True)
     assert cli.returncode == 1 and str(victim) in cli.stderr and len(cli.stderr.strip().splitlines()) == 1, cli.stderr
+
+
+@pytest.mark.parametrize("n", [10, schema._COMPRESS_MIN_ROWS])
+def test_kernels_files_keep_dictionaries_for_text_where_compressed(tmp_path, n):
+    """A compressed (large) kernels file has dictionary pages for its text columns only: on times and ids they cost a
+    third of the write and grow the file. A small one (not compressed) keeps them for every column. Read back: the
+    same table either way."""
+    table = schema.conform(_kernels(n), schema.KERNELS)
+    (tmp_path / "kernels").mkdir()
+    rel, rows = schema.write_kernels(table, tmp_path, "r", 0)
+    meta = pq.ParquetFile(tmp_path / rel).metadata
+    encoded = {meta.schema.column(i).name for i in range(meta.num_columns)
+               if any("DICTIONARY" in e for e in meta.row_group(0).column(i).encodings)}  # fmt: skip
+    text = {f.name for f in schema.KERNELS if pa.types.is_string(f.type)}
+    every = {f.name for f in schema.KERNELS if not pa.types.is_boolean(f.type)}  # Parquet has no boolean dictionaries
+    assert encoded == (text if n >= schema._COMPRESS_MIN_ROWS else every)
+    assert rows == n and schema.conform(pq.read_table(tmp_path / rel), schema.KERNELS).equals(table.sort_by("start_ns"))

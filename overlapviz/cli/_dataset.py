@@ -30,11 +30,9 @@ class DatasetOrTraces(click.ParamType):
             return str(path)
         hold = ctx is not None and ctx.info_name in HELD_COMMANDS
         try:
-            out = cache.cached_path([path])
+            out = where = cache.cached_path([path])
             if not cache.is_dataset(out):  # cold: only now the ingest package (~0.1 s of imports a warm cache skips)
-                from overlapviz.ingest import samples
-
-                out = samples.cached_dataset([path], progress=None, hold=hold)
+                out = _ingest(path, where, ctx if hold else None)
         except ValueError as exc:
             why = str(exc)
             why = why[len(f"{path}: "):] if why.startswith(f"{path}: ") else why
@@ -43,10 +41,94 @@ class DatasetOrTraces(click.ParamType):
                                        f"{why}{hint}") from None
         from overlapviz.dataset.outdir import display_path as shown  # a name's control characters as \xNN, as in errors
 
-        click.echo(f"{shown(path)}: raw traces, read into {shown(out)} (cached; `overlapviz ingest {shown(path)} -o DIR` "
+        click.echo(f"{shown(path)}: raw traces, read into {shown(where)} (cached; `overlapviz ingest {shown(path)} -o DIR` "
                    "keeps a dataset of your own)",
                    err=True)  # fmt: skip
         return str(out) if isinstance(out, Path) else out  # a HeldDataset: what was just ingested, held
+
+
+def _ingest(path: Path, out: Path, ctx: click.Context | None):
+    """The traces ``path`` ingested into the cache dataset ``out`` (``samples.cached_dataset``, its key already known).
+
+    With ``ctx`` (a command that reads the dataset once, in this process): a ``HeldDataset`` whose files are
+    written behind the command (``driver.ingest_held``), finished when ``ctx`` closes: a failure to keep them
+    is then the command's error, unless another process cached the same traces meanwhile."""
+    from overlapviz.dataset import cache
+
+    ahead = _inflate_ahead(path) if ctx is not None else None
+    from overlapviz.ingest import driver, files  # ~0.1 s of imports: the file inflates meanwhile
+
+    if ahead is not None:
+        files.READ_AHEAD[files.file_identity(ahead[0])] = ahead[1]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        if ctx is None:
+            return driver.ingest([str(path)], out, progress=None)
+        held = driver.ingest_held([str(path)], out, progress=None, write_behind=True)
+    except ValueError:
+        if cache.is_dataset(out):  # another process ingested the same traces meanwhile
+            return out
+        raise
+    finally:
+        files.READ_AHEAD.clear()  # what the ingest did not take (a file it did not read) is not kept
+
+    def finish() -> None:
+        try:
+            held.wait()
+        except ValueError as exc:
+            if not cache.is_dataset(out):
+                raise click.ClickException(f"{exc} (the traces' dataset is not kept in the cache)") from None
+
+    ctx.call_on_close(finish)
+    return held
+
+
+def _inflate_ahead(path: Path):
+    """``(stat, inflated)``: the one gzip file of ``path`` (its ``os.stat``), read and inflated by a thread (the
+    inflater releases the GIL: it runs while the ingest modules import); ``inflated()`` gives its bytes, or None
+    where the file is not one gzip member that inflates to the size its trailer says. ``files.read_bytes`` takes
+    them for that file unchanged (``files.READ_AHEAD``), else reads it. None where ``path`` holds not exactly one
+    ``.gz`` file, or an inflation limit is set (``files.MAX_INFLATED_BYTES_ENV``: the thread does not know it)."""
+    import stat
+    import threading
+
+    if os.environ.get("OVERLAPVIZ_MAX_INFLATED_BYTES"):
+        return None
+    try:
+        found = [path] if path.is_file() else [p for p in path.rglob("*.gz") if p.is_file()]
+        if len(found) != 1:
+            return None
+        st = os.stat(found[0])
+        if not stat.S_ISREG(st.st_mode):
+            return None
+    except OSError:
+        return None
+    result: list = [None]
+
+    def inflate() -> None:
+        try:
+            data = found[0].read_bytes()
+            if data[:2] != b"\x1f\x8b":
+                return
+            try:
+                from isal import isal_zlib as inflating
+            except ImportError:  # pragma: no cover - zlib inflates the same bytes
+                import zlib as inflating
+            inflater = inflating.decompressobj(wbits=31)
+            out = inflater.decompress(data, int.from_bytes(data[-4:], "little") + 1)
+            if inflater.eof and not inflater.unused_data:
+                result[0] = out
+        except Exception:  # noqa: BLE001 - read_bytes reads the file again, and says what is wrong with it
+            pass
+
+    thread = threading.Thread(target=inflate, name="overlapviz-inflate", daemon=True)
+    thread.start()
+
+    def inflated() -> bytes | None:
+        thread.join()
+        return result[0]
+
+    return st, inflated
 
 
 DATASET = DatasetOrTraces()

@@ -31,10 +31,10 @@ import re
 import shutil
 import stat
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
-__all__ = ["INCOMPLETE", "check_output", "check_output_path", "check_replaceable", "clean_stale_temporaries", "display_path",
+__all__ = ["INCOMPLETE", "Finishing", "check_output", "check_output_path", "check_replaceable", "clean_stale_temporaries", "display_path",
            "finish_tree", "is_dataset", "move_into_place", "process_tag", "temporary_prefix"]  # fmt: skip
 
 METADATA_FILE = "dataset.json"  # schema.METADATA_FILE
@@ -408,3 +408,36 @@ def _sync_dir(path: Path) -> None:
         os.close(fd)
 
 
+
+
+class Finishing:
+    """``finish()`` (writing an output directory and moving it into place) running in a thread of its own, while this
+    one goes on; ``wait`` gives its result or raises what it raised.
+
+    Not a daemon: an interpreter that exits before ``wait`` still finishes the directory first (threading's shutdown
+    joins it), so what was started is moved into place or, on a failure, removed by ``finish`` itself."""
+
+    def __init__(self, finish: Callable[[], Path]):
+        import threading
+
+        self._result: Path | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(finish,), name="overlapviz-finishing")
+        self._thread.start()
+
+    def _run(self, finish: Callable[[], Path]) -> None:
+        try:
+            self._result = finish()
+        except BaseException as exc:  # handed to wait(): raised in the thread that asks
+            self._error = exc
+
+    def done(self) -> bool:
+        return not self._thread.is_alive()
+
+    def wait(self) -> Path:
+        """The result of ``finish`` once it returned; what it raised, again at each call."""
+        self._thread.join()
+        if self._error is not None:
+            raise self._error.with_traceback(None)
+        assert self._result is not None
+        return self._result

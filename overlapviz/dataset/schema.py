@@ -17,13 +17,11 @@ directory can be read with one ``pyarrow.dataset`` call and no partition parsing
 
 from __future__ import annotations
 
-import importlib.abc
 import json
 import os
 import re
 import shutil
 import stat
-import sys
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -32,75 +30,13 @@ from typing import Iterator, Sequence
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from overlapviz.dataset import outdir
+from overlapviz.dataset import _nopandas, outdir
 from overlapviz._version import __version__
 from overlapviz.dataset.outdir import display_path
 
 _shown = display_path
 
-# --- pyarrow without pandas ---------------------------------------------------------
-# pyarrow imports pandas (when installed) the first time pa.array or pa.scalar runs, to
-# ask whether its argument is a pandas object: ~50 MB and ~0.4 s that `ingest` and
-# `analyze` do not need. While pandas is not imported, let that first probe find no
-# pandas; the moment anyone imports pandas, tell pyarrow (as its first to_pandas would),
-# so pandas objects made afterwards convert exactly as without this.
-
-
-class _PandasImportWatch(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """On ``import pandas``: load it as usual, then let pyarrow's pandas shim find it."""
-
-    def find_spec(self, fullname, path=None, target=None):
-        if fullname != "pandas":
-            return None
-        _unwatch()
-        for finder in sys.meta_path:  # the finders that would have found it
-            find = getattr(finder, "find_spec", None)
-            spec = find(fullname, path, target) if find is not None else None
-            if spec is not None:
-                break
-        else:
-            return None
-        if spec.loader is None:
-            return spec
-        self._loader = spec.loader
-        spec.loader = self
-        return spec
-
-    def create_module(self, spec):
-        return self._loader.create_module(spec)
-
-    def exec_module(self, module) -> None:
-        self._loader.exec_module(module)
-        shim = getattr(pa.lib, "_pandas_api", None)
-        if shim is not None:
-            _ = shim.pd  # pyarrow re-checks for pandas: found now, and remembered
-
-
-def _unwatch() -> None:
-    sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _PandasImportWatch)]
-
-
-def _defer_pandas_in_pyarrow() -> None:
-    if "pandas" in sys.modules or any(isinstance(f, _PandasImportWatch) for f in sys.meta_path):
-        return
-    if not hasattr(type(getattr(pa.lib, "_pandas_api", None)), "pd"):  # on the class: not the getter
-        return  # a pyarrow whose shim this does not know: leave it alone (it imports pandas)
-    block = _NoPandas()
-    sys.meta_path.insert(0, block)  # an ImportError for pyarrow's one probe
-    try:
-        pa.scalar(0)
-    finally:
-        sys.meta_path.remove(block)
-    sys.meta_path.insert(0, _PandasImportWatch())
-
-
-class _NoPandas(importlib.abc.MetaPathFinder):
-    def find_spec(self, fullname, path=None, target=None):
-        if fullname == "pandas":
-            raise ModuleNotFoundError("pandas is not imported for pyarrow's probe", name=fullname)
-
-
-_defer_pandas_in_pyarrow()
+_nopandas.defer_pandas_in_pyarrow()  # pyarrow's first conversion imports no pandas (see there)
 
 SCHEMA_VERSION = "1.1"  # 1.1: kernels.launch_end_ns; ranks.clock_domain, clock_offset_ns, clock_note
 SCHEMA_MAJOR = 1
@@ -381,6 +317,7 @@ class DatasetWriter:
         self._tables: dict[str, list[pa.Table]] = {name: [] for name in TABLES}
         self._kernel_files: list[str] = []
         self._kernel_rows = 0
+        self._unwritten: dict[str, tuple[pa.Table, str, int]] = {}  # kernels file -> (table, run_id, rank): commit writes it
         self._tmp: Path | None = None
 
     def __enter__(self) -> "DatasetWriter":
@@ -441,6 +378,20 @@ class DatasetWriter:
         self._kernel_files.append(rel)
         self._kernel_rows += int(n_rows)
 
+    def add_kernels_later(self, table: pa.Table, run_id: str, rank: int) -> str:
+        """Count one run x rank's kernels (conformed to KERNELS, sorted by ``start_ns``: as ``write_kernels``
+        writes them) whose file ``commit`` writes; ``replace_kernels`` may still change them. Returns the file's
+        relative path."""
+        rel = kernels_file(run_id, rank)
+        self.add_kernels_file(rel, table.num_rows, run_id, rank)
+        self._unwritten[rel] = (table, run_id, rank)
+        return rel
+
+    def replace_kernels(self, rel: str, table: pa.Table) -> None:
+        """The table a kernels file counted by ``add_kernels_later`` will hold instead (same rows: a clock shift)."""
+        _, run_id, rank = self._unwritten[rel]
+        self._unwritten[rel] = (table, run_id, rank)
+
     def _check_new(self, run_id: str, rank: int) -> None:
         if kernels_file(run_id, rank) in self._kernel_files:
             raise ValueError(f"{run_id}: rank {rank} appears twice")
@@ -449,8 +400,13 @@ class DatasetWriter:
         """Append rows to one of the small tables (runs, ranks, devices, steps, iterations)."""
         self._tables[name].append(conform(table, TABLES[name], where=name))
 
-    def commit(self, extra_metadata: dict | None = None) -> Path:
-        """Write the small tables and ``dataset.json``, then move the dataset into place.
+    def commit(self, extra_metadata: dict | None = None, *, background: bool = False) -> Path | outdir.Finishing:
+        """Write the kernels files still to write (``add_kernels_later``), the small tables and ``dataset.json``,
+        then move the dataset into place.
+
+        ``background``: the tables are assembled here (``written``, ``metadata``), and the files written and
+        moved into place by a thread, which owns the temporary directory from then on (removes it if it fails):
+        returns that ``outdir.Finishing``, whose ``wait`` gives the path or raises.
 
         Raises
         ------
@@ -459,26 +415,49 @@ class DatasetWriter:
             meanwhile into something that may not be replaced.
         """
         assert self._tmp is not None
+        self._assemble(extra_metadata)
+        if not background:
+            self._finish(self._tmp)
+            self._tmp = None
+            return self.out
+        tmp, self._tmp = self._tmp, None  # the thread's now: __exit__ leaves it
+
+        def finish() -> Path:
+            try:
+                self._finish(tmp)
+            except BaseException:
+                shutil.rmtree(tmp, ignore_errors=True)
+                raise
+            return self.out
+
+        return outdir.Finishing(finish)
+
+    def _finish(self, tmp: Path) -> None:
         try:
-            self._write_tables(extra_metadata)
+            for rel, (table, run_id, rank) in self._unwritten.items():
+                write_kernels(table, tmp, run_id, rank)
+            for name, table in self.written.items():
+                if table.num_rows:
+                    _write(table, tmp / f"{name}.parquet", lean=True)
+                else:
+                    _write_empty(name, tmp / f"{name}.parquet")
+            (tmp / METADATA_FILE).write_text(json.dumps(self.metadata, indent=2) + "\n")
         except OSError as exc:
             raise ValueError(f"{_shown(self.out)}: cannot write the dataset: {exc.strerror or exc}") from None
         outdir.check_replaceable(self.out, self.overwrite)  # again: out may have changed meanwhile
         try:
-            outdir.finish_tree(self._tmp)
-            (self._tmp / outdir.INCOMPLETE).unlink()
-            outdir.move_into_place(self._tmp, self.out)
+            outdir.finish_tree(tmp)
+            (tmp / outdir.INCOMPLETE).unlink()
+            outdir.move_into_place(tmp, self.out)
         except OSError as exc:
             raise ValueError(f"{_shown(self.out)}: cannot move the dataset into place: {exc.strerror or exc}") from None
-        self._tmp = None
-        return self.out
 
-    def _write_tables(self, extra_metadata: dict | None) -> None:
-        self.written = {}  # name -> the table as written (HeldDataset's small tables), dataset.json as "metadata"
+    def _assemble(self, extra_metadata: dict | None) -> None:
+        """The small tables (``written``: HeldDataset's) and dataset.json (``metadata``), in memory."""
+        self.written = {}
         for name in TABLES:
             parts = [t for t in self._tables[name] if t.num_rows]
             if not parts:
-                _write_empty(name, self._tmp / f"{name}.parquet")
                 self.written[name] = empty(TABLES[name])
                 continue
             table = parts[0] if len(parts) == 1 else pa.concat_tables(parts)
@@ -487,7 +466,6 @@ class DatasetWriter:
                 dup = sorted({i for i in ids if ids.count(i) > 1})
                 if dup:
                     raise ValueError(f"run id {dup[0]!r} appears twice")
-            _write(table, self._tmp / f"{name}.parquet", lean=True)
             self.written[name] = table
         meta = {
             "schema_version": SCHEMA_VERSION,
@@ -497,7 +475,6 @@ class DatasetWriter:
             "n_kernels": self._kernel_rows,
         }
         meta.update(extra_metadata or {})
-        (self._tmp / METADATA_FILE).write_text(json.dumps(meta, indent=2) + "\n")
         self.metadata = json.loads(json.dumps(meta))  # as read_metadata would give it back
 
 
@@ -521,8 +498,15 @@ def write_kernels(table: pa.Table, directory: str | os.PathLike, run_id: str, ra
     path.parent.mkdir(exist_ok=True)
     if not is_sorted(table.column("start_ns")):
         table = table.sort_by([("start_ns", "ascending")])
-    _write(table, path, row_group_size=1 << 20)
+    # compressed, dictionary pages for the text columns only: on times, ids and sizes (mostly distinct, or runs that
+    # zstd packs as well) they cost a third of the write and make the file larger (100k kernels: 0.099 -> 0.068 CPU s,
+    # 2.75 -> 1.81 MB); a small file is not compressed, and dictionaries keep it smaller
+    big = table.num_rows >= _COMPRESS_MIN_ROWS
+    _write(table, path, row_group_size=1 << 20, use_dictionary=_TEXT_COLUMNS if big else True)
     return rel, table.num_rows
+
+
+_TEXT_COLUMNS = [f.name for f in KERNELS if pa.types.is_string(f.type)]
 
 
 # below this many rows a table is written uncompressed: zstd's per-column setup costs more
@@ -581,16 +565,27 @@ class HeldDataset(os.PathLike):
     A path like any other (``os.fspath`` gives the directory); kernels of a run x rank it does
     not hold are read from their file. The tables are those the writer wrote, conformed and
     sorted as in the files, so what is read is the same either way.
+
+    ``finishing``: the directory is still being written by a thread (``DatasetWriter.commit(background=True)``);
+    ``os.fspath`` and every read of a file wait for it (``wait``), the held tables do not.
     """
 
-    def __init__(self, path: str | os.PathLike, metadata: dict, tables: dict[str, pa.Table], kernels: dict[str, pa.Table]):
+    def __init__(self, path: str | os.PathLike, metadata: dict, tables: dict[str, pa.Table], kernels: dict[str, pa.Table],
+                 finishing: outdir.Finishing | None = None):  # fmt: skip
         self.path = Path(path)
         self.metadata = metadata
         self.tables = tables  # name -> the small table as read_table returns it
         self.kernels = kernels  # kernels_file(run_id, rank) -> that file's table
+        self.finishing = finishing
+
+    def wait(self) -> Path:
+        """The directory, once it is written and in place. Raises the ValueError of a write that failed."""
+        if self.finishing is not None:
+            self.finishing.wait()
+        return self.path
 
     def __fspath__(self) -> str:
-        return os.fspath(self.path)
+        return os.fspath(self.wait())
 
     def __str__(self) -> str:
         return str(self.path)
@@ -650,7 +645,7 @@ def read_kernels(
         of reading ``run_id`` and ``kind`` for a million kernels.
     """
     meta = read_metadata(path)
-    files = [str(Path(path) / f) for f in meta.get("kernel_files", [])]
+    files = [str(_directory(path) / f) for f in meta.get("kernel_files", [])]
     if run_ids is not None:
         keys = {run_key(r) for r in run_ids}
         files = [f for f in files if Path(f).parent.name in keys]
@@ -668,6 +663,8 @@ def read_kernels(
         held = [path.kernels.get(Path(f).relative_to(path.path).as_posix()) for f in files]
         if all(t is not None for t in held):
             return _from_held(held, wanted, encoded, schema)
+    if isinstance(path, HeldDataset):
+        path.wait()  # the files are read: they must be there
     if filter is None and (len(files) == 1 or _total_bytes(files) < _DATASET_MIN_BYTES):
         # one Parquet reader per file: a pyarrow.dataset scan costs ~1 ms more to set up,
         # and pays only when several large files are read at once
@@ -697,6 +694,11 @@ def read_kernels(
                 raise unreadable_file(f, bad) from None
         raise unreadable_file(Path(path), exc) from None
     return conform(table, schema, where=str(path))
+
+
+def _directory(path: str | os.PathLike) -> Path:
+    """The dataset directory ``path`` names, a HeldDataset's without waiting for its files."""
+    return path.path if isinstance(path, HeldDataset) else Path(path)
 
 
 def _from_held(tables: list[pa.Table], wanted: list[str], encoded: list[str], schema: pa.Schema) -> pa.Table:

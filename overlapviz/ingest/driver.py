@@ -31,8 +31,9 @@ __all__ = ["ingest", "ingest_held"]
 # after a file with at least this much content, freed memory is handed back to the OS
 # (see pool.release_memory); below it there is little to hand back and trimming costs time
 RELEASE_MIN_BYTES = 8 * 1024 * 1024
-# ingest_held holds the kernels it wrote only below this much trace content in all (every file is then read
-# in this process, pool.POOL_MIN_BYTES): above it, what analysis reads comes from the files, memory stays bounded
+# ingest_held holds the kernels it read where this process reads every file: one file, whatever its size (its one
+# table is what analysis would read back), or several below this much trace content in all (pool.POOL_MIN_BYTES):
+# above it, what analysis reads comes from the files, and memory stays bounded per rank
 HOLD_MAX_BYTES = pool.POOL_MIN_BYTES
 
 
@@ -49,7 +50,7 @@ class RankPart:
     syncs: pa.Table | None
     top_device: int | None  # the device most of the rank's kernels ran on
     extremes: tuple | None = None  # (earliest, latest) time of the rank with their events (ranges.time_extremes)
-    kernels: pa.Table | None = None  # the kernels file's table, where the parent read the file and holds what it wrote
+    kernels: pa.Table | None = None  # the kernels file's table, where the parent read the file and holds it (not yet written)
 
 
 # OVERLAPVIZ_DEBUG=1: an unexpected exception while reading a file keeps its traceback
@@ -66,7 +67,8 @@ def ingest_file(path: str, reader_name: str, rules_json: str, file_index: int, r
     Runs wherever the file is read (the parent or a worker), so the expensive per-file work
     (parse, classify, steps, conform, Parquet write) stays with the process that holds the
     trace, and no kernels table crosses between processes. The parent checks the ranks.
-    Read by process ``hold_pid`` (the parent of an ``ingest_held``), the parts keep the tables written.
+    Read by process ``hold_pid`` (the parent of an ``ingest_held``), the parts keep the tables, which the
+    writer writes at its commit (``DatasetWriter.add_kernels_later``) rather than here.
 
     Whatever goes wrong comes out as a one-line ValueError naming the file: a reader's own
     message (prefixed with the file where it does not name it), nesting past the recursion
@@ -168,10 +170,12 @@ def _read_and_write(path: str, reader_name: str, rules_json: str, file_index: in
         if hold:  # as write_kernels writes it, so that the held table is the file's
             k = schema.conform(k, schema.KERNELS, where=f"kernels of {run_id} rank {rank}")
             k = k if schema.is_sorted(k.column("start_ns")) else k.sort_by([("start_ns", "ascending")])
-        try:
-            rel, n = schema.write_kernels(k, directory, run_id, rank)
-        except OSError as exc:
-            raise _WriteError(exc.strerror or str(exc)) from None
+            rel = schema.kernels_file(run_id, rank)
+        else:
+            try:
+                rel, n = schema.write_kernels(k, directory, run_id, rank)
+            except OSError as exc:
+                raise _WriteError(exc.strerror or str(exc)) from None
         info = {key: display(v) if isinstance(v, str) else v for key, v in t.info.items()}
         parts.append(RankPart(rank, rel, n, t.steps, t.devices, info, getattr(t, "syncs", None), _top_device(k),
                               extremes, k if hold else None))
@@ -238,6 +242,7 @@ def ingest(
     append: bool = False,
     align_clocks: str = "auto",
     _hold: bool = False,
+    _write_behind: bool = False,
 ) -> Path:
     """Ingest traces into the dataset directory ``out`` and return its path.
 
@@ -303,22 +308,28 @@ def ingest(
         try:
             return _ingest_runs(sources, runs, out, rules=rules, overwrite=overwrite or append, workers=workers,
                                 progress=progress, skipped=skipped if skip_bad else None, existing=existing,
-                                replace=overwrite, align_clocks=align_clocks, hold=_hold)  # fmt: skip
+                                replace=overwrite, align_clocks=align_clocks, hold=_hold, behind=_write_behind)  # fmt: skip
         except NotOneJob as d:
             runs = runs[: d.index] + split_run(runs[d.index]) + runs[d.index + 1:]
             check_unique(runs)
 
 
-def ingest_held(sources: Sequence[str | os.PathLike], out: str | os.PathLike, **options) -> schema.HeldDataset:
+def ingest_held(sources: Sequence[str | os.PathLike], out: str | os.PathLike, *, write_behind: bool = False,
+                **options) -> schema.HeldDataset:  # fmt: skip
     """``ingest`` (same ``options``), returning the dataset with the tables this process wrote still held
     (``schema.HeldDataset``), so that the analysis of a raw trace right after its ingest reads them from memory
     instead of back from the files just written (``overlapviz analyze|explain TRACES`` with a cold cache).
 
-    The kernels are held only where this process read every file itself, below ``HOLD_MAX_BYTES`` of trace
-    content in all; above it they are read from the files as from any dataset, and memory stays bounded per
+    The kernels are held only where this process read every file itself: one file, or several below
+    ``HOLD_MAX_BYTES`` of trace content in all; above it they are read from the files as from any dataset, and memory stays bounded per
     rank. The small tables and metadata are always held. Raises what ``ingest`` raises.
+
+    ``write_behind``: return as soon as the tables are held; the held kernels, the small tables and
+    ``dataset.json`` are written, and the dataset moved into place, by a thread meanwhile (Parquet and fsync
+    release the GIL: an analysis of the held tables runs beside it). ``HeldDataset.wait`` (and ``os.fspath``)
+    waits for it and raises its ValueError; a write that fails leaves no dataset and nothing temporary.
     """
-    return ingest(sources, out, _hold=True, **options)
+    return ingest(sources, out, _hold=True, _write_behind=write_behind, **options)
 
 
 def _existing(out) -> dict:
@@ -334,7 +345,7 @@ def _existing(out) -> dict:
 
 
 def _ingest_runs(sources, runs: list[RunSource], out, *, rules, overwrite, workers, progress, skipped, existing,
-                 replace, align_clocks="auto", hold=False) -> Path:  # fmt: skip
+                 replace, align_clocks="auto", hold=False, behind=False) -> Path:  # fmt: skip
     old_ids: list[str] = [] if existing is None else list(existing["tables"]["runs"].column("run_id").to_pylist())
     clash = [r.run_id for r in runs if r.run_id in old_ids]
     if clash and not replace:
@@ -359,8 +370,9 @@ def _ingest_runs(sources, runs: list[RunSource], out, *, rules, overwrite, worke
         state = [RunState() for _ in runs]
         bar = pool.progress_bar(len(tasks), progress)
         rules_json = {rid: rs.to_json() for rid, rs in run_rules.items()}
-        # held only where this process reads every file (a few small ones): what it holds stays small
-        hold_pid = os.getpid() if hold and sum(input_bytes(Path(t[2])) for t in tasks) < HOLD_MAX_BYTES else 0
+        # held only where this process reads every file (one, or a few small ones): what it holds stays one rank's or small
+        alone = len(tasks) == 1 or sum(input_bytes(Path(t[2])) for t in tasks) < HOLD_MAX_BYTES
+        hold_pid = os.getpid() if hold and alone else 0
         jobs = [(t, (str(t[2]), t[3], rules_json[runs[t[0]].run_id], t[1], runs[t[0]].run_id, str(writer.directory),
                      hold_pid))
                 for t in tasks]
@@ -388,11 +400,12 @@ def _ingest_runs(sources, runs: list[RunSource], out, *, rules, overwrite, worke
         cycles = list(dict.fromkeys(r.cycles for r, _ in done if r.cycles))
         if cycles:  # how per-cycle files became runs (ingest's summary line says it)
             meta["grouped_cycles"] = cycles
-        path = writer.commit(meta)
         if not hold:
-            return path
+            return writer.commit(meta)
         held = {rel: t for _, st in done for rel, t in st.held.items()}
-        return schema.HeldDataset(path, writer.metadata, writer.written, held)
+        finishing = writer.commit(meta, background=True) if behind else None  # written while the held tables are analysed
+        path = writer.out if behind else writer.commit(meta)
+        return schema.HeldDataset(path, writer.metadata, writer.written, held, finishing)
 
 
 def _without_path(message: str, path) -> str:
@@ -510,7 +523,9 @@ def _add_file_parts(writer, run: RunSource, st: RunState, path: Path, parts: lis
         st.files.add(part.kernels_file)
         if part.kernels is not None:
             st.held[part.kernels_file] = part.kernels
-        writer.add_kernels_file(part.kernels_file, part.n_kernels, run.run_id, rank)
+            writer.add_kernels_later(part.kernels, run.run_id, rank)
+        else:
+            writer.add_kernels_file(part.kernels_file, part.n_kernels, run.run_id, rank)
         st.n_kernels += part.n_kernels
         ident = {"run_id": run.run_id, "rank": rank}
         timed = {}
@@ -581,7 +596,7 @@ def _add_clocked(writer, run: RunSource, st: RunState, mode: str) -> None:
     for rank, (info, timed) in sorted(st.pending.items()):
         fix = fixes[rank]
         if fix.offset_ns:
-            _shift_kernels(writer.directory, run.run_id, rank, fix.offset_ns, st.held)
+            _shift_kernels(writer, run.run_id, rank, fix.offset_ns, st.held)
             timed = {name: _shifted(t, _TIMES[name], fix.offset_ns, f"{run.run_id} rank {rank}") for name, t in timed.items()}
         for name, table in timed.items():
             writer.add(name, table)
@@ -625,16 +640,18 @@ def _shifted(table: pa.Table, columns, offset: int, where: str) -> pa.Table:
     return table
 
 
-def _shift_kernels(directory: Path, run_id: str, rank: int, offset: int, held: dict | None = None) -> None:
-    """Add ``offset`` to every time of the rank's kernels file (and to its ``held`` table)."""
+def _shift_kernels(writer, run_id: str, rank: int, offset: int, held: dict | None = None) -> None:
+    """Add ``offset`` to every time of the rank's kernels file, or of its ``held`` table (which the writer writes
+    at its commit)."""
     import pyarrow.parquet as pq
 
     rel = schema.kernels_file(run_id, rank)
-    table = held[rel] if held and rel in held else pq.read_table(Path(directory) / rel)
-    table = _shifted(table, _TIMES["kernels"], offset, f"{run_id} rank {rank}")
-    schema.write_kernels(table, directory, run_id, rank)
     if held and rel in held:
-        held[rel] = schema.conform(table, schema.KERNELS)
+        held[rel] = schema.conform(_shifted(held[rel], _TIMES["kernels"], offset, f"{run_id} rank {rank}"), schema.KERNELS)
+        writer.replace_kernels(rel, held[rel])
+        return
+    table = _shifted(pq.read_table(writer.directory / rel), _TIMES["kernels"], offset, f"{run_id} rank {rank}")
+    schema.write_kernels(table, writer.directory, run_id, rank)
 
 
 _RUN_FACTS = ("world_size", "backend", "nccl_version", "hip_version", "cuda_version", "torch_version", "host")
