@@ -263,7 +263,7 @@ def test_every_page_draws_and_stays_on_localhost(loaded, tmp_path, server_log, t
         open_page(driver, name)
         if name == "Overview":  # its grid is drawn; the run's answer may come after (said by a notice meanwhile)
             wait_for(driver, lambda: idle(driver) and "Where each rank's communication time went" in page_text(driver),
-                     what="the Overview's answer")  # fmt: skip
+                     timeout=180, what="the Overview's answer")  # fmt: skip  (as the warm-up's wait: a hang guard)
         if SAMPLES and name in ("Timeline", "Compare"):
             _choose_runs(driver)
             wait_for(driver, lambda: idle(driver) and any(SHOWN_RUNS["run_id" if name == "Timeline" else "run_b"] in t
