@@ -11,6 +11,9 @@
 #     pip install SRC                366 MB (35 % of 1036): pyarrow 170, pandas 84, numpy 73 (with numpy.libs)
 #     pip install 'SRC[dashboard]'   644 MB: + panel 119 (its JS bundles), selenium 35 (+ trio), bokeh 32,
 #                                    holoviews 28, pillow 23
+#   export draws over chromium's pipe: selenium only in the test extra                                   2026-12-07
+#     pip install SRC                366 MB (35 % of 1036)
+#     pip install 'SRC[dashboard]'   602 MB: + panel 119, bokeh 32, holoviews 28, pillow 15 (+ its libs)
 set -euo pipefail
 src=$(cd "${1:-$(dirname "$0")/..}" && pwd)
 tmp=$(mktemp -d)
