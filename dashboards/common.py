@@ -30,6 +30,16 @@ def in_session() -> bool:
     return doc is not None and doc.session_context is not None
 
 
+def once_loaded(doc, change) -> None:
+    """Make ``change`` to ``doc``'s models now (on the server's loop, as ``doc``'s) if the browser has said "document
+    ready", else when it does (Panel's ``onload``). The browser draws the page from the document serialized into its HTML,
+    then opens its websocket; Panel drops a change made before "document ready" (``panel.io.document.
+    _drain_unconnected_events``: it counts on a serialization still to come). An answer computed in that window never
+    reached the page, which said "Computing…" for good (CI, under load: the browser took seconds to connect)."""
+    with set_curdoc(doc):
+        pn.state.onload(change)
+
+
 def when_computed(work, arrived, name: str) -> None:
     """Run ``work()`` in a background thread, then ``arrived()`` in the session that asked, on its next tick: the one
     Document call allowed from another thread. A page draws what it has at once and adds what ``work`` computes when it
@@ -38,8 +48,7 @@ def when_computed(work, arrived, name: str) -> None:
     doc = pn.state.curdoc
 
     def later():
-        with set_curdoc(doc):
-            arrived()
+        once_loaded(doc, arrived)
 
     def run():
         wait_idle(5.0)

@@ -22,7 +22,7 @@ from panel.io.state import set_curdoc
 from overlapviz.figures import charts as figures
 from overlapviz.figures import timeline as ftl
 from overlapviz.analysis import ranks as ranks_analysis
-from overlapviz.dashboards.common import (PLOT_WIDTH, Page, controls_row, export_button, export_buttons, hidden, notice, perfetto_button, plot,
+from overlapviz.dashboards.common import (PLOT_WIDTH, Page, controls_row, export_button, export_buttons, hidden, notice, once_loaded, perfetto_button, plot,
                                           StaticTable, in_session, static_plot, table, unavailable, when_computed)  # fmt: skip
 from overlapviz.dashboards import pages_findings, patches
 from overlapviz.dashboards.pages_why import CollectivesPage, ResidencyPage, WhyPage
@@ -443,8 +443,7 @@ class TimelinePage(Page):
             return
 
         def later():
-            with set_curdoc(doc):
-                self.why_note = note
+            once_loaded(doc, lambda: setattr(self, "why_note", note))
 
         doc.add_next_tick_callback(later)
 

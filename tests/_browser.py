@@ -33,6 +33,21 @@ TEXT_JS = """function t(root){ let s = ''; const w = document.createTreeWalker(r
 return t(document)"""
 
 
+# `overlapviz serve` whose explain waits until the file $OVZ_TEST_WHY_GATE exists: what the pages show before and after
+GATED_EXPLAIN = """
+import os, time
+from overlapviz.dashboards import store
+real = store.ANALYSES["explain"]
+def gated(*args, **kwargs):
+    while not os.path.exists(os.environ["OVZ_TEST_WHY_GATE"]):
+        time.sleep(0.05)
+    return real(*args, **kwargs)
+store.ANALYSES["explain"] = gated
+from overlapviz.cli import main
+main()
+"""
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -42,7 +57,7 @@ def _free_port() -> int:
 def _serve(dataset, log: Path, *, code: str = "from overlapviz.cli import main; main()", env: dict | None = None):
     """``overlapviz serve`` on a free port with a known token; yields (url, log path)."""
     port = _free_port()
-    env = dict(os.environ, OVERLAPVIZ_TOKEN=TOKEN, **(env or {}))
+    env = dict(os.environ, OVERLAPVIZ_TOKEN=TOKEN, PYTHONFAULTHANDLER="1", **(env or {}))
     with open(log, "wb") as fh:
         proc = subprocess.Popen(
             [sys.executable, "-c", code, "serve", *([str(dataset)] if dataset else []),
@@ -108,8 +123,20 @@ def wait_for(driver, predicate, timeout=90.0, what="condition"):
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
+            raise AssertionError(f"timed out waiting for {what}; {_state(driver)}")
         time.sleep(0.2)
+
+
+def _state(driver) -> str:
+    """What the page showed when a wait ran out (for the failure's message): idle or not, its text, its console errors."""
+    parts = []
+    for label, get in (("idle", lambda: idle(driver)), ("text", lambda: page_text(driver)[:1500]),
+                       ("console", lambda: [e["message"][:300] for e in driver.get_log("browser") if e["level"] == "SEVERE"][-8:])):
+        try:
+            parts.append(f"{label}: {get()!r}")
+        except Exception as exc:  # noqa: BLE001  (a page that cannot be asked: said as such)
+            parts.append(f"{label}: {type(exc).__name__}")
+    return "; ".join(parts)
 
 
 def idle(driver) -> bool:

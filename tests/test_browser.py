@@ -21,7 +21,7 @@ import pytest
 
 from overlapviz.export.render import find_chromium
 
-from _browser import MODELS, SAMPLES, TITLES_JS, _serve, browser, dataset, downloads, idle, page_text, set_model, wait_for  # noqa: F401 (shared helpers and fixtures)
+from _browser import GATED_EXPLAIN, MODELS, SAMPLES, TITLES_JS, _serve, browser, dataset, downloads, idle, page_text, set_model, wait_for  # noqa: F401 (shared helpers and fixtures)
 
 pytestmark = [
     pytest.mark.browser,
@@ -858,18 +858,6 @@ def test_overview_names_every_run_by_gemm_dtype_and_control(controls_server, bro
 
 # the server of `overlapviz serve`, with explain held until a file exists (the test's stand-in for a run whose explain
 # takes seconds): what the Timeline shows before and after a run's why is computed
-GATED_EXPLAIN = """
-import os, time
-from overlapviz.dashboards import store
-real = store.ANALYSES["explain"]
-def gated(*args, **kwargs):
-    while not os.path.exists(os.environ["OVZ_TEST_WHY_GATE"]):
-        time.sleep(0.05)
-    return real(*args, **kwargs)
-store.ANALYSES["explain"] = gated
-from overlapviz.cli import main
-main()
-"""
 COMM_CAUSES_JS = PLOT_VIEW + """
   for (const r of pv.renderer_views.values()) {
     const d = r.model.data_source ? r.model.data_source.data : null;
