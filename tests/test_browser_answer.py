@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from _browser import TITLES_JS, _serve, browser, downloads, idle, page_text, set_model, wait_for  # noqa: F401 (fixtures)
+from _browser import GATED_EXPLAIN, TITLES_JS, _serve, browser, downloads, idle, page_text, set_model, wait_for  # noqa: F401 (fixtures)
 
 from overlapviz.analysis.findings import format_ns, headline
 from overlapviz.export.render import find_chromium
@@ -128,3 +128,47 @@ def test_the_sample_sweep_s_answer_and_comparison_on_screen_are_the_cli_s(sweep,
         assert f"The finding that changed most: {kind.replace('_', ' ')} , {format_ns(time_of[a].get(kind, 0))} in A" in said
         for r, w in ((a, "A"), (b, "B")):
             assert f"{w} {expected_headline(cli_json(sweep, '--breakdown', '--run', r))}." in said
+
+
+# `overlapviz serve` whose explain waits for the file $OVZ_TEST_WHY_GATE and which takes a page's "document ready" (sent
+# by the browser once it has drawn the document it pulled) only once $OVZ_TEST_READY_GATE exists, saying in its log when
+# each background computation ends
+GATED_READY = """
+import asyncio, os
+from panel.io.state import state
+from tornado.ioloop import IOLoop
+from overlapviz.dashboards import common
+real_ready, real_background = state._schedule_on_load, common.background
+def gated_ready(doc, event):
+    async def later():
+        while not os.path.exists(os.environ["OVZ_TEST_READY_GATE"]):
+            await asyncio.sleep(0.05)
+        doc.add_next_tick_callback(lambda: real_ready(doc, event))  # under the document's lock, as Bokeh calls it
+    IOLoop.current().add_callback(later)
+def background(target, name):
+    def said():
+        target()
+        print("computed:", name, flush=True)
+    return real_background(said, name)
+state._schedule_on_load, common.background = gated_ready, background
+""" + GATED_EXPLAIN
+
+
+def test_an_answer_that_comes_before_the_page_is_ready_reaches_it(dlrm, browser, tmp_path):
+    # was: Panel drops a change made after the browser pulled the document and before it says "document ready" (it
+    # counts on a serialization still to come), so an answer computed in that window never reached the page: the
+    # Overview said "Computing this run's findings…" for good (CI, under load: the browser drew for seconds). Here the
+    # server takes the page's "document ready" only after the answer is computed.
+    gates = {"OVZ_TEST_WHY_GATE": tmp_path / "explain", "OVZ_TEST_READY_GATE": tmp_path / "ready"}
+    log = tmp_path / "serve.log"
+    with contextlib.contextmanager(_serve)(dlrm, log, code=GATED_READY, env={k: str(v) for k, v in gates.items()}) as url:
+        browser.get(url)
+        wait_for(browser, lambda: "Computing this run's findings" in text(browser), timeout=180,
+                 what="the page drawn, its answer to come")  # fmt: skip
+        gates["OVZ_TEST_WHY_GATE"].touch()
+        wait_for(browser, lambda: "computed: overlapviz-answer" in log.read_text(), timeout=120, what="the answer computed")
+        assert "Computing this run's findings" in text(browser)  # not ready: nothing reached the page yet
+        gates["OVZ_TEST_READY_GATE"].touch()
+        said = wait_for(browser, lambda: idle(browser) and ANSWER in (t := text(browser)) and t, timeout=60,
+                        what="the first page's answer")  # fmt: skip
+        assert "Computing this run's findings" not in said
