@@ -392,3 +392,45 @@ def _found(cache: Path, pattern: str, marker: str) -> bool:
         return any(marker in str(f) for f in cache.glob(pattern))
     except OSError:  # a directory renamed or removed while listed
         return False
+
+
+def _profile_of(pid: int) -> Path | None:
+    """The --user-data-dir of the chromium that process ``pid`` started (its child), if it runs."""
+    for proc in Path("/proc").iterdir():
+        try:
+            if not proc.name.isdigit() or int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1]) != pid:
+                continue
+            args = (proc / "cmdline").read_bytes().split(b"\0")
+        except (OSError, ValueError, IndexError):
+            continue
+        for a in args:
+            if a.startswith(b"--user-data-dir="):
+                return Path(a.split(b"=", 1)[1].decode())
+    return None
+
+
+def test_sigterm_ends_an_export_with_its_browser_and_profile(tmp_path):
+    """A job's SIGTERM to ``overlapviz export`` ends its chromium and removes its profile, as Ctrl-C does (was: the
+    profile, ~140 files, stayed in /dev/shm for good)."""
+    from overlapviz.export.browser import find_browser
+
+    if find_browser() is None:
+        pytest.skip("Debian chromium not installed")
+    out = tmp_path / "why.png"
+    sample = Path(__file__).parent.parent / "sample_traces" / "h200_standin_sweep"
+    env = dict(os.environ, OVERLAPVIZ_CACHE_DIR=str(tmp_path / "cache"))
+    p = subprocess.Popen([*CLI, "export", str(sample), "--figure", "why", "-o", str(out)], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, env=env, start_new_session=True)  # fmt: skip
+    deadline = time.monotonic() + 60
+    while (profile := _profile_of(p.pid)) is None and p.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert profile is not None and profile.is_dir(), "no browser seen"
+    os.killpg(p.pid, signal.SIGTERM)
+    stdout, stderr = p.communicate(timeout=60)
+    _wait_gone(p.pid)
+    text = (stdout + stderr).decode(errors="replace")
+    assert "Traceback" not in text, text
+    assert not profile.exists(), sorted(profile.iterdir())[:5]
+    if p.returncode != 0:  # (it may have finished first)
+        assert text.strip().splitlines()[-1] == "Error: interrupted", text
+        assert not out.exists()

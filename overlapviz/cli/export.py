@@ -34,6 +34,12 @@ class _Export(click.Command):
     """Starts the browser before the arguments are read: reading DATASET imports pandas (0.4 s it could start in)."""
 
     def parse_args(self, ctx, args):
+        # SIGTERM and SIGHUP end the command as Ctrl-C does: through the exit handlers that end the browser and remove
+        # its profile (/dev/shm/overlapviz-chromium-*, left behind by a job's `kill` before)
+        from overlapviz import lifetime
+
+        self._signals = lifetime.signals_interrupt(once=True)
+        self._signals.__enter__()
         if _draws_static(args):
             from overlapviz.export.browser import prestart
 
@@ -41,15 +47,21 @@ class _Export(click.Command):
             gc.disable()  # until the plotting libraries are imported (export below): collecting found nothing in 0.1-0.3 s
         try:
             return super().parse_args(ctx, args)
-        except BaseException:
+        except BaseException as exc:
             gc.enable()
+            self._signals.__exit__(None, None, None)
+            if isinstance(exc, KeyboardInterrupt):
+                raise click.ClickException("interrupted") from None
             raise
 
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
+        except KeyboardInterrupt:  # Ctrl-C, or a job's SIGTERM: one line (as ingest's), no output file
+            raise click.ClickException("interrupted") from None
         finally:
             gc.enable()
+            self._signals.__exit__(None, None, None)
 
 
 def _draws_static(args: list[str]) -> bool:
