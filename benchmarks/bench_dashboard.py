@@ -91,6 +91,15 @@ def big_dataset(work: Path, n: int, ranks: int) -> Path:
     return out
 
 
+def _size(dataset: Path) -> str:
+    """The dataset's kernels and ranks in words (its metadata and ranks table)."""
+    from overlapviz.dataset import schema
+
+    n = int(schema.read_metadata(str(dataset)).get("n_kernels", 0))
+    ranks = schema.read_frame(str(dataset), "ranks")
+    return f"{n:,} kernels, {ranks[['run_id', 'rank']].drop_duplicates().shape[0]} ranks"
+
+
 def wait(predicate, timeout=120.0) -> float:
     t0 = time.perf_counter()
     while time.perf_counter() - t0 < timeout:
@@ -101,6 +110,24 @@ def wait(predicate, timeout=120.0) -> float:
             pass
         time.sleep(0.03)
     raise TimeoutError
+
+
+PROFILE_ENV = "OVZ_BENCH_PROFILE"  # a directory: each server runs under cProfile (its main thread: the sessions' pages)
+
+
+def _server_code() -> str:
+    """The server's ``-c`` program: the CLI, under cProfile into $OVZ_BENCH_PROFILE/serve-PID.prof when that is set (written
+    when the server stops: ``close`` terminates it, the CLI stops its loop on SIGTERM)."""
+    if not os.environ.get(PROFILE_ENV):
+        return "from overlapviz.cli import main; main()"
+    return ("import cProfile, os; from overlapviz.cli import main; p = cProfile.Profile(); p.enable()\ntry: main()\n"
+            f"finally: p.disable(); p.dump_stats(os.path.join({os.environ[PROFILE_ENV]!r}, f'serve-{{os.getpid()}}.prof'))")
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (every thread)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 class Session:
@@ -119,12 +146,23 @@ class Session:
         # -P: the server imports the checkout on PYTHONPATH (another one's, for the side-by-side figures), not the current
         # directory's (run from a clone's root, `-c` would put it first)
         self.log = open(os.environ.get("OVZ_BENCH_LOG", os.devnull), "w")  # (closed by close())
-        self.proc = subprocess.Popen([sys.executable, "-P", "-c", "from overlapviz.cli import main; main()", "serve", str(dataset),
+        self.proc = subprocess.Popen([sys.executable, "-P", "-c", _server_code(), "serve", str(dataset),
                                       "--port", str(self.port), "--no-show"], stdout=subprocess.DEVNULL, stderr=self.log, env=env)  # fmt: skip
         browser, driver_path = find_chromium()
         self.driver = webdriver.Chrome(service=Service(driver_path), options=chromium_options(browser, width=1400, height=1100))
         self.url = f"http://127.0.0.1:{self.port}/?token={TOKEN}"
+        t0 = time.perf_counter()
         wait(lambda: socket.create_connection(("127.0.0.1", self.port), timeout=1).close() or True)
+        self.listening = time.perf_counter() - t0  # the server's start (chromium's launch overlaps it)
+
+    def cpu(self) -> tuple[float, float]:
+        """(the server's CPU seconds so far, the page's main-thread task seconds so far in chromium): what a page costs
+        whatever the machine's load, where its wall time is the share of two cores it got."""
+        if not getattr(self, "_perf", False):
+            self.driver.execute_cdp_cmd("Performance.enable", {})
+            self._perf = True
+        metrics = {m["name"]: m["value"] for m in self.driver.execute_cdp_cmd("Performance.getMetrics", {})["metrics"]}
+        return _cpu_seconds(self.proc.pid), metrics.get("TaskDuration", float("nan"))
 
     def js(self, script, *args):
         return self.driver.execute_script(script, *args)
@@ -138,7 +176,7 @@ class Session:
         text = self.js(TEXT_JS)
         return any(m in text for m in MARKERS[page] if m[0].islower() or m.startswith(("Compare", "Needs", "No ")))
 
-    def load(self) -> float:
+    def load(self, timeout: float = 120.0) -> float:
         """Open the dashboard: the seconds until the Overview is drawn with its answer. ``painted``: the seconds until
         it first showed (since 2026-12-07 the page is sent at once, saying its answer is being computed)."""
         t0 = time.perf_counter()
@@ -153,7 +191,7 @@ class Session:
                 self.painted = time.perf_counter() - t0
             return not computing and self.shown("Overview")
 
-        wait(drawn)
+        wait(drawn, timeout)
         return time.perf_counter() - t0
 
     def pages(self) -> list[str]:
@@ -268,7 +306,7 @@ def bench_restarted(dataset: Path, repeat: int) -> dict:
             s.driver.get("about:blank")
             s.proc.terminate()
             s.proc.wait(timeout=30)
-            s.proc = subprocess.Popen([sys.executable, "-P", "-c", "from overlapviz.cli import main; main()", "serve", str(dataset),
+            s.proc = subprocess.Popen([sys.executable, "-P", "-c", _server_code(), "serve", str(dataset),
                                        "--port", str(s.port), "--no-show"], stdout=subprocess.DEVNULL, stderr=s.log,
                                       env=dict(os.environ, OVERLAPVIZ_TOKEN=TOKEN))  # fmt: skip
             wait(lambda: socket.create_connection(("127.0.0.1", s.port), timeout=1).close() or True)
@@ -335,6 +373,65 @@ def bench_first_ever(dataset: Path, repeat: int) -> None:
         finally:
             s.close()
         print(" / ".join(f"{p} {t:.2f}" for p, t in out) + f" · sum {sum(t for _, t in out):.2f}", flush=True)
+
+
+def bench_first_page(dataset: Path, repeat: int, timeout: float) -> dict:
+    """The first page alone, as a user opening a big dataset sees it: ``repeat`` + 1 fresh servers, each opened once in a
+    fresh chromium as soon as it listens; the first with an empty table cache (nothing computed), then cold ones (the
+    tables an earlier server left on disk). Each: the seconds until the Overview first showed (its "Computing…" notice
+    or its answer) and until its answer was on screen, and the server's start (until it listened)."""
+    out: dict = defaultdict(list)
+    for rep in range(repeat + 1):
+        cold = "first ever: nothing computed" if rep == 0 else "cold"
+        s = Session(dataset)
+        try:
+            out[f"server start, until it listens ({cold})"].append(s.listening)
+            try:
+                answer = s.load(timeout)
+            except TimeoutError:
+                answer = FAILED
+            out[f"Overview first paint ({cold})"].append(s.painted if s.painted is not None else FAILED)
+            out[f"Overview with its answer ({cold})"].append(answer)
+        finally:
+            s.close()
+        print(f"# server {rep}: " + ", ".join(f"{k} {_s(v[-1])}" for k, v in out.items() if cold in k), flush=True)
+    return _medians(out)
+
+
+def bench_cpu(dataset: Path, repeat: int) -> None:
+    """What each page costs on a loaded machine: ``repeat`` fresh servers (the first fills the table cache and is not
+    counted), every page opened in a fresh browser (cold) then in a second session (warm), each with its wall seconds, the
+    server's CPU seconds (every thread) and chromium's main-thread task seconds during it; printed as medians."""
+    out: dict = defaultdict(list)
+    for rep in range(repeat + 1):
+        s = Session(dataset)
+        try:
+            for session in ("cold", "warm"):
+                if session == "warm":
+                    s.driver.get("about:blank")
+                    time.sleep(1.0)
+                before = s.cpu()
+                wall = s.load()
+                after = s.cpu()
+                rows = [("Overview", wall, after[0] - before[0], after[1] - before[1] if after[1] >= before[1] else after[1])]
+                for page in s.pages()[1:]:
+                    time.sleep(0.5)
+                    before = s.cpu()
+                    try:
+                        wall = s.open(page)
+                    except TimeoutError:
+                        wall = FAILED
+                    after = s.cpu()
+                    rows.append((page, wall, after[0] - before[0], after[1] - before[1]))
+                if rep:
+                    for page, *values in rows:
+                        out[(page, session)].append(values)
+        finally:
+            s.close()
+    print("| page | session | wall s | server CPU s | browser main thread s |\n|---|---|---|---|---|")
+    for (page, session), values in out.items():
+        med = [statistics.median(v[i] for v in values) for i in range(3)]
+        print(f"| {page} | {session} | " + " | ".join(_s(x) for x in med) + " |", flush=True)
 
 
 def bench_interleaved(dataset: Path, page: str, other: Path, rounds: int, visits: int) -> None:
@@ -450,6 +547,8 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=Path("/tmp/ovz-bench"))
     parser.add_argument("--samples-only", action="store_true", help="skip the generated dataset")
     parser.add_argument("--big-only", action="store_true", help="skip the sample traces")
+    parser.add_argument("--dataset", type=Path, metavar="DATASET",
+                        help="an ingested dataset instead of the generated one (--kernels and --ranks then only name it)")
     parser.add_argument("--no-exports", action="store_true")
     parser.add_argument("--first-ever", type=int, default=0, metavar="N",
                         help="only N fresh servers with nothing computed, every page opened back to back (one line each)")
@@ -460,6 +559,10 @@ def main() -> None:
     parser.add_argument("--against", type=Path, metavar="OTHER_CHECKOUT",
                         help="only the browser part, a fresh server of OTHER_CHECKOUT then one of this one per round "
                              "(--repeat + 1 rounds): medians before / after and their ratio")
+    parser.add_argument("--first-page", action="store_true",
+                        help="only the Overview (first paint and its answer) of --repeat + 1 fresh servers, the first with nothing computed")
+    parser.add_argument("--cpu", action="store_true", help="only each page's wall, server CPU and browser CPU seconds (--repeat fresh servers)")
+    parser.add_argument("--timeout", type=float, default=120.0, help="seconds --first-page waits for the answer")
     parser.add_argument("--page", default="Collectives", help="the page --interleave opens")
     parser.add_argument("--visits", type=int, default=3, help="new sessions per server with --interleave")
     args = parser.parse_args()
@@ -477,7 +580,9 @@ def main() -> None:
                  f"(ln -s ../dashboards {code}/overlapviz/dashboards)")
     print(f"# code: {code}")
     datasets = {} if args.big_only else {"sample traces": samples.sample_dataset(cache=args.work / "cache")}
-    if not args.samples_only:
+    if args.dataset is not None:
+        datasets[f"{args.dataset.name}: {_size(args.dataset)}"] = args.dataset.resolve()
+    elif not args.samples_only:
         datasets[f"generated {args.kernels:,} kernels, {args.ranks} ranks"] = big_dataset(args.work, args.kernels, args.ranks)
     load = os.getloadavg()[0]
     print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load average {load:.2f}, {os.cpu_count()} CPUs")
@@ -489,6 +594,17 @@ def main() -> None:
         if args.against:
             print(f"\n## {name} ({path}): {args.against} (before) against this checkout (after), alternating\n")
             bench_against(path, args.against.resolve(), args.repeat)
+            continue
+        if args.cpu:
+            print(f"\n## {name} ({path}): wall and CPU per page, medians of {args.repeat} fresh servers (tables on disk)\n")
+            os.environ["OVERLAPVIZ_CACHE_DIR"] = tempfile.mkdtemp(prefix="ovz-bench-cache-")
+            bench_cpu(path, args.repeat)
+            continue
+        if args.first_page:
+            print(f"\n## {name} ({path}): the first page, {args.repeat + 1} fresh servers\n\n| measure | seconds |\n|---|---|")
+            os.environ["OVERLAPVIZ_CACHE_DIR"] = tempfile.mkdtemp(prefix="ovz-bench-cache-")
+            for label, secs in bench_first_page(path, args.repeat, args.timeout).items():
+                print(f"| {label} | {_s(secs)} |", flush=True)
             continue
         if args.first_ever:
             print(f"\n## {name} ({path}): first ever, pages back to back")
