@@ -154,7 +154,9 @@ class Dashboard(Viewer):
 
 
 def build_app(dataset: str | os.PathLike) -> Dashboard:
-    """The dashboard for ``dataset`` (see ``Dashboard``)."""
+    """The dashboard for ``dataset`` (see ``Dashboard``), in a page that patches BokehJS (``patches.BROWSER_PATCH``)."""
+    if pn.state.curdoc is not None:
+        patches.patch_page(pn.state.curdoc)
     return Dashboard(dataset)
 
 

@@ -104,6 +104,17 @@ def test_get_serves_the_page_once(dataset):
     assert pn.state.served is False
 
 
+def test_the_page_patches_bokehjs_once_it_is_loaded_before_the_document_is_drawn(dataset):
+    from overlapviz.dashboards.app import get
+    from overlapviz.dashboards.patches import BROWSER_PATCH
+
+    status, body = get(dataset, "/")
+    assert status == 200, body[:500]
+    patch = body.find(BROWSER_PATCH)
+    assert patch > body.find("bokeh.min.js") > 0  # after BokehJS is loaded
+    assert patch < body.find('type="application/json"')  # before the document (its JSON and the script that draws it)
+
+
 def test_serve_get_through_the_cli(dataset):
     from click.testing import CliRunner
 
