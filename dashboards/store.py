@@ -477,10 +477,11 @@ def warm(path: str, stamp: str, run_id: str | None, pair: tuple[str, str] | None
             # the first page's answer: the run's findings and breakdown
             ("now", lambda: load_findings(path, stamp, run_id)) if run_id else None,
             ("now", lambda: run_analysis(path, stamp, "breakdown", run_id)) if run_id else None,
-            # its kernels, read at once (Arrow decodes without the GIL): the Timeline a user opens next draws them
-            ("now", lambda: load_timeline(path, stamp, run_id, None, why=False)) if run_id else None,
-            # then its why, at once and not paused for pages (the next pages wait for it): what pages wait for first
-            ("now", lambda: load_timeline(path, stamp, run_id, None)) if run_id else None,
+            # its kernels (the Timeline a user opens next draws them), then its why (the next pages wait for it): not paused
+            # for pages, but begun once the first page is sent ("next"). Begun at once, they took the GIL from that page:
+            # a restarted server's first Overview of the 1M-kernel set spent half its 3 s waiting for it (py-spy)
+            ("next", lambda: load_timeline(path, stamp, run_id, None, why=False)) if run_id else None,
+            ("next", lambda: load_timeline(path, stamp, run_id, None)) if run_id else None,
             "nice",
             *[(lambda n=n: run_analysis(path, stamp, n, run_id)) if run_id else None for n in ("summary", "blockers", "cells")],
             (lambda: load_timeline(path, stamp, pair[1], None)) if two else None,
@@ -508,12 +509,14 @@ def warm(path: str, stamp: str, run_id: str | None, pair: tuple[str, str] | None
                 continue
             if step is None:
                 continue
-            now = isinstance(step, tuple)
+            now = step[0] if isinstance(step, tuple) else None
             step = step[1] if now else step
             if i and not now:
                 _wait_idle()
-            elif now:  # not while a page's server side is drawn (the browser's part is not waited for)
+            elif now == "now":  # not while a page's server side is drawn (the browser's part is not waited for)
                 _wait_while(lambda: _DRAWING[0] > 0, 3.0, 0.02)
+            elif now == "next":  # nor while a session is begun or a page is sent (``busy``), for a few seconds at most
+                _wait_while(_page_busy, 4.0, 0.02)
             if _STOP.is_set():
                 return
             try:

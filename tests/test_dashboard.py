@@ -505,6 +505,31 @@ def test_the_timeline_hover_gives_each_rank_the_residency_on_its_own_gpu(tmp_pat
         assert (by["blocks_per_sm"].nunique() > 1).any()
 
 
+def test_the_warm_up_reads_the_first_run_s_timeline_once_the_first_page_is_sent(dataset, monkeypatch):
+    """A server's warm-up computes its first page's answer at once, but begins the first run's timeline (the kernels and
+    the why, for the Timeline opened next) only once no session is being begun or drawn (``busy``): begun at once, it
+    took the GIL from the first page (a restarted server's first Overview of 1M kernels waited half its time for it)."""
+    from overlapviz.dashboards import store
+
+    asked = []
+    for name in ("load_findings", "load_timeline", "run_analysis", "load_analysis", "_derived"):
+        monkeypatch.setattr(store, name, lambda *a, _n=name, **k: asked.append((_n, store._page_busy())))
+    monkeypatch.setattr(store, "_WARMED", set())
+    path = str(dataset)
+    stamp = store.dataset_stamp(path)
+    run_id = store.load_runs(path, stamp)["run_id"].iloc[0]
+    try:
+        store.busy(1.0)  # a session is begun (``DataStore.__init__`` says so) and its first page drawn
+        thread = store.warm(path, stamp, run_id)
+        thread.join(HANG_S)
+        assert not thread.is_alive()
+    finally:
+        store._BUSY["until"] = 0.0
+    assert ("load_findings", True) in asked  # the answer the first page shows: at once
+    timeline = [busy for name, busy in asked if name == "load_timeline"]
+    assert timeline and not any(timeline), asked  # the timeline: once the page was sent
+
+
 def test_background_analysis_yields_to_a_page_being_drawn_unless_a_page_waits_for_it():
     """Who pauses for a page, and until when: told by whether a page is still busy when ``yield_to_pages`` returns,
     never by how long it took (each wait's limit is far past the join's, so a wait that ends on its limit fails)."""
