@@ -288,10 +288,39 @@ def bench_against(dataset: Path, other: Path, repeat: int) -> None:
         ratio = a / b if a == a and b == b and b else FAILED
         every = " · ".join(" ".join("—" if x is None or x != x else f"{x:.2f}" for x in out[w].get(key, [])) for w in codes)
         print(f"| {key} | {_s(b)} | {_s(a)} | {_s(ratio)} | {every} |", flush=True)
+    return before, after
 
 
 def _s(x) -> str:
     return "failed" if x is None or x != x else f"{x:.2f}"
+
+
+def target(measure: str) -> str | None:
+    """Issue 36's target for a measure: a page's first render cold 1.5 s, warm 1 s (a fresh browser session), a widget
+    update or a zoom 0.2 s; the first page of the 10M-kernel set 3 s."""
+    if "with its answer" in measure or "first paint" in measure:
+        return "<= 3 s (10M kernels, 64 ranks)" if "10,000,000" in measure else None
+    if "first render (warm)" in measure:
+        return "<= 1 s"
+    if "first render (cold)" in measure:
+        return "<= 1.5 s"
+    if "(widget update)" in measure or "zoom" in measure:
+        return "<= 0.2 s"
+    return None
+
+
+def write_json(path: Path, name: str, medians: dict, baseline: dict | None, baseline_label: str | None, note: str,
+               load_before: float) -> None:  # fmt: skip
+    """The measures in readme_table's format (benchmarks/results/*.json; the README's table is made from them)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import readme_table
+
+    rows = [readme_table.row(k, None if v != v else round(v, 3),
+                             baseline=None if baseline is None or baseline.get(k, FAILED) != baseline.get(k, FAILED)
+                             else round(baseline[k], 3), baseline_label=baseline_label if baseline else None,
+                             target=target(f"{name}: {k}")) for k, v in medians.items()]  # fmt: skip
+    readme_table.write(path, path.stem, f"The dashboard in headless chromium (issue 36, item 3): {name}", rows, note=note,
+                       load_before=load_before)
 
 
 def bench_restarted(dataset: Path, repeat: int) -> dict:
@@ -375,27 +404,37 @@ def bench_first_ever(dataset: Path, repeat: int) -> None:
         print(" / ".join(f"{p} {t:.2f}" for p, t in out) + f" · sum {sum(t for _, t in out):.2f}", flush=True)
 
 
-def bench_first_page(dataset: Path, repeat: int, timeout: float) -> dict:
+def bench_first_page(dataset: Path, repeat: int, timeout: float, computed: bool = False, other: Path | None = None) -> dict:
     """The first page alone, as a user opening a big dataset sees it: ``repeat`` + 1 fresh servers, each opened once in a
     fresh chromium as soon as it listens; the first with an empty table cache (nothing computed), then cold ones (the
     tables an earlier server left on disk). Each: the seconds until the Overview first showed (its "Computing…" notice
-    or its answer) and until its answer was on screen, and the server's start (until it listened)."""
-    out: dict = defaultdict(list)
+    or its answer) and until its answer was on screen, and the server's start (until it listened). ``computed``: the
+    table cache holds the tables already (every server is cold). ``other``: each round is a server of that checkout
+    (``PYTHONPATH``) then one of this one, sharing the table cache (their analysis code must be the same); returns
+    ``{"before": medians, "after": medians}``."""
+    here = str(Path(__file__).resolve().parent.parent)
+    codes = {"before": str(other), "after": here} if other is not None else {"after": os.environ.get("PYTHONPATH")}
+    out: dict = {label: defaultdict(list) for label in codes}
     for rep in range(repeat + 1):
-        cold = "first ever: nothing computed" if rep == 0 else "cold"
-        s = Session(dataset)
-        try:
-            out[f"server start, until it listens ({cold})"].append(s.listening)
+        cold = "first ever: nothing computed" if rep == 0 and not computed else "cold"
+        for label, code in codes.items():
+            if code is not None:
+                os.environ["PYTHONPATH"] = code
+            s = Session(dataset)
             try:
-                answer = s.load(timeout)
-            except TimeoutError:
-                answer = FAILED
-            out[f"Overview first paint ({cold})"].append(s.painted if s.painted is not None else FAILED)
-            out[f"Overview with its answer ({cold})"].append(answer)
-        finally:
-            s.close()
-        print(f"# server {rep}: " + ", ".join(f"{k} {_s(v[-1])}" for k, v in out.items() if cold in k), flush=True)
-    return _medians(out)
+                out[label][f"server start, until it listens ({cold})"].append(s.listening)
+                try:
+                    answer = s.load(timeout)
+                except TimeoutError:
+                    answer = FAILED
+                out[label][f"Overview first paint ({cold})"].append(s.painted if s.painted is not None else FAILED)
+                out[label][f"Overview with its answer ({cold})"].append(answer)
+            finally:
+                s.close()
+            print(f"# server {rep} ({label}): " + ", ".join(f"{k} {_s(v[-1])}" for k, v in out[label].items() if cold in k),
+                  flush=True)  # fmt: skip
+    medians = {label: _medians(o) for label, o in out.items()}
+    return medians if other is not None else medians["after"]
 
 
 def bench_cpu(dataset: Path, repeat: int) -> None:
@@ -562,6 +601,13 @@ def main() -> None:
     parser.add_argument("--first-page", action="store_true",
                         help="only the Overview (first paint and its answer) of --repeat + 1 fresh servers, the first with nothing computed")
     parser.add_argument("--cpu", action="store_true", help="only each page's wall, server CPU and browser CPU seconds (--repeat fresh servers)")
+    parser.add_argument("--json", type=Path, metavar="PATH",
+                        help="with --against or --first-page: also write the medians as a result file (benchmarks/readme_table.py's format)")
+    parser.add_argument("--note", default="", help="the result file's note (method, load)")
+    parser.add_argument("--first-page-against", type=Path, metavar="OTHER_CHECKOUT",
+                        help="--first-page alternating a server of OTHER_CHECKOUT and one of this one (the same analysis code)")
+    parser.add_argument("--cache", type=Path, metavar="DIR",
+                        help="--first-page's table cache (default: a new one, so the first server computes everything)")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds --first-page waits for the answer")
     parser.add_argument("--page", default="Collectives", help="the page --interleave opens")
     parser.add_argument("--visits", type=int, default=3, help="new sessions per server with --interleave")
@@ -593,7 +639,10 @@ def main() -> None:
             continue
         if args.against:
             print(f"\n## {name} ({path}): {args.against} (before) against this checkout (after), alternating\n")
-            bench_against(path, args.against.resolve(), args.repeat)
+            before, after = bench_against(path, args.against.resolve(), args.repeat)
+            if args.json:
+                old = subprocess.run(["git", "-C", str(args.against), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+                write_json(args.json, name, after, before, old.stdout.strip() or str(args.against), args.note, load)
             continue
         if args.cpu:
             print(f"\n## {name} ({path}): wall and CPU per page, medians of {args.repeat} fresh servers (tables on disk)\n")
@@ -602,9 +651,18 @@ def main() -> None:
             continue
         if args.first_page:
             print(f"\n## {name} ({path}): the first page, {args.repeat + 1} fresh servers\n\n| measure | seconds |\n|---|---|")
-            os.environ["OVERLAPVIZ_CACHE_DIR"] = tempfile.mkdtemp(prefix="ovz-bench-cache-")
-            for label, secs in bench_first_page(path, args.repeat, args.timeout).items():
-                print(f"| {label} | {_s(secs)} |", flush=True)
+            cache = args.cache or Path(tempfile.mkdtemp(prefix="ovz-bench-cache-"))
+            computed = (cache / "tables").is_dir() and any((cache / "tables").iterdir())
+            os.environ["OVERLAPVIZ_CACHE_DIR"] = str(cache)
+            other = args.first_page_against.resolve() if args.first_page_against else None
+            medians = bench_first_page(path, args.repeat, args.timeout, computed, other)
+            before, after = (medians["before"], medians["after"]) if other else (None, medians)
+            for label, secs in after.items():
+                print(f"| {label} | {_s(secs)} |" + (f" before: {_s(before.get(label, FAILED))} |" if before else ""), flush=True)
+            if args.json:
+                old = None if other is None else subprocess.run(["git", "-C", str(other), "rev-parse", "--short", "HEAD"],
+                                                                capture_output=True, text=True).stdout.strip()  # fmt: skip
+                write_json(args.json, name, after, before, old, args.note, load)
             continue
         if args.first_ever:
             print(f"\n## {name} ({path}): first ever, pages back to back")
