@@ -507,27 +507,48 @@ def test_the_timeline_hover_gives_each_rank_the_residency_on_its_own_gpu(tmp_pat
 
 def test_the_warm_up_reads_the_first_run_s_timeline_once_the_first_page_is_sent(dataset, monkeypatch):
     """A server's warm-up computes its first page's answer at once, but begins the first run's timeline (the kernels and
-    the why, for the Timeline opened next) only once no session is being begun or drawn (``busy``): begun at once, it
-    took the GIL from the first page (a restarted server's first Overview of 1M kernels waited half its time for it)."""
+    the why, for the Timeline opened next) only once a session's first page is built (``page_sent``): begun at once, it
+    took the GIL from that page (a restarted server's first Overview of 1M kernels waited half its time for it)."""
+    import threading
+    import time
+
     from overlapviz.dashboards import store
 
     asked = []
     for name in ("load_findings", "load_timeline", "run_analysis", "load_analysis", "_derived"):
-        monkeypatch.setattr(store, name, lambda *a, _n=name, **k: asked.append((_n, store._page_busy())))
+        monkeypatch.setattr(store, name, lambda *a, _n=name, **k: asked.append((_n, store._SENT.is_set())))
     monkeypatch.setattr(store, "_WARMED", set())
+    monkeypatch.setattr(store, "_SENT", threading.Event(), raising=False)  # no session's page yet
     path = str(dataset)
     stamp = store.dataset_stamp(path)
-    run_id = store.load_runs(path, stamp)["run_id"].iloc[0]
-    try:
-        store.busy(1.0)  # a session is begun (``DataStore.__init__`` says so) and its first page drawn
-        thread = store.warm(path, stamp, run_id)
-        thread.join(HANG_S)
-        assert not thread.is_alive()
-    finally:
-        store._BUSY["until"] = 0.0
-    assert ("load_findings", True) in asked  # the answer the first page shows: at once
-    timeline = [busy for name, busy in asked if name == "load_timeline"]
-    assert timeline and not any(timeline), asked  # the timeline: once the page was sent
+    thread = store.warm(path, stamp, store.load_runs(path, stamp)["run_id"].iloc[0])
+    time.sleep(1.0)
+    assert ("load_findings", False) in asked  # the answer the first page shows: at once
+    assert not [name for name, _ in asked if name == "load_timeline"], asked
+    store.page_sent()
+    thread.join(HANG_S)
+    assert not thread.is_alive()
+    timeline = [sent for name, sent in asked if name == "load_timeline"]
+    assert timeline and all(timeline), asked  # the timeline: once the page was sent
+
+
+def test_a_session_s_first_page_says_it_is_sent_on_its_first_tick(dataset, monkeypatch):
+    import threading
+
+    from bokeh.document import Document
+    from panel.io.state import set_curdoc
+
+    from overlapviz.dashboards import store
+    from overlapviz.dashboards.app import build_app
+
+    monkeypatch.setattr(store, "_SENT", threading.Event())
+    doc = Document()
+    with set_curdoc(doc):
+        build_app(dataset)
+    assert not store._SENT.is_set()
+    for callback in doc.session_callbacks:  # what the session runs on its first tick, once the page is built
+        callback.callback()
+    assert store._SENT.is_set()
 
 
 def test_background_analysis_yields_to_a_page_being_drawn_unless_a_page_waits_for_it():
