@@ -91,6 +91,15 @@ def big_dataset(work: Path, n: int, ranks: int) -> Path:
     return out
 
 
+def _size(dataset: Path) -> str:
+    """The dataset's kernels and ranks in words (its metadata and ranks table)."""
+    from overlapviz.dataset import schema
+
+    n = int(schema.read_metadata(str(dataset)).get("n_kernels", 0))
+    ranks = schema.read_frame(str(dataset), "ranks")
+    return f"{n:,} kernels, {ranks[['run_id', 'rank']].drop_duplicates().shape[0]} ranks"
+
+
 def wait(predicate, timeout=120.0) -> float:
     t0 = time.perf_counter()
     while time.perf_counter() - t0 < timeout:
@@ -101,6 +110,24 @@ def wait(predicate, timeout=120.0) -> float:
             pass
         time.sleep(0.03)
     raise TimeoutError
+
+
+PROFILE_ENV = "OVZ_BENCH_PROFILE"  # a directory: each server runs under cProfile (its main thread: the sessions' pages)
+
+
+def _server_code() -> str:
+    """The server's ``-c`` program: the CLI, under cProfile into $OVZ_BENCH_PROFILE/serve-PID.prof when that is set (written
+    when the server stops: ``close`` terminates it, the CLI stops its loop on SIGTERM)."""
+    if not os.environ.get(PROFILE_ENV):
+        return "from overlapviz.cli import main; main()"
+    return ("import cProfile, os; from overlapviz.cli import main; p = cProfile.Profile(); p.enable()\ntry: main()\n"
+            f"finally: p.disable(); p.dump_stats(os.path.join({os.environ[PROFILE_ENV]!r}, f'serve-{{os.getpid()}}.prof'))")
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (every thread)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 class Session:
@@ -119,12 +146,23 @@ class Session:
         # -P: the server imports the checkout on PYTHONPATH (another one's, for the side-by-side figures), not the current
         # directory's (run from a clone's root, `-c` would put it first)
         self.log = open(os.environ.get("OVZ_BENCH_LOG", os.devnull), "w")  # (closed by close())
-        self.proc = subprocess.Popen([sys.executable, "-P", "-c", "from overlapviz.cli import main; main()", "serve", str(dataset),
+        self.proc = subprocess.Popen([sys.executable, "-P", "-c", _server_code(), "serve", str(dataset),
                                       "--port", str(self.port), "--no-show"], stdout=subprocess.DEVNULL, stderr=self.log, env=env)  # fmt: skip
         browser, driver_path = find_chromium()
         self.driver = webdriver.Chrome(service=Service(driver_path), options=chromium_options(browser, width=1400, height=1100))
         self.url = f"http://127.0.0.1:{self.port}/?token={TOKEN}"
+        t0 = time.perf_counter()
         wait(lambda: socket.create_connection(("127.0.0.1", self.port), timeout=1).close() or True)
+        self.listening = time.perf_counter() - t0  # the server's start (chromium's launch overlaps it)
+
+    def cpu(self) -> tuple[float, float]:
+        """(the server's CPU seconds so far, the page's main-thread task seconds so far in chromium): what a page costs
+        whatever the machine's load, where its wall time is the share of two cores it got."""
+        if not getattr(self, "_perf", False):
+            self.driver.execute_cdp_cmd("Performance.enable", {})
+            self._perf = True
+        metrics = {m["name"]: m["value"] for m in self.driver.execute_cdp_cmd("Performance.getMetrics", {})["metrics"]}
+        return _cpu_seconds(self.proc.pid), metrics.get("TaskDuration", float("nan"))
 
     def js(self, script, *args):
         return self.driver.execute_script(script, *args)
@@ -138,7 +176,7 @@ class Session:
         text = self.js(TEXT_JS)
         return any(m in text for m in MARKERS[page] if m[0].islower() or m.startswith(("Compare", "Needs", "No ")))
 
-    def load(self) -> float:
+    def load(self, timeout: float = 120.0) -> float:
         """Open the dashboard: the seconds until the Overview is drawn with its answer. ``painted``: the seconds until
         it first showed (since 2026-12-07 the page is sent at once, saying its answer is being computed)."""
         t0 = time.perf_counter()
@@ -153,7 +191,7 @@ class Session:
                 self.painted = time.perf_counter() - t0
             return not computing and self.shown("Overview")
 
-        wait(drawn)
+        wait(drawn, timeout)
         return time.perf_counter() - t0
 
     def pages(self) -> list[str]:
@@ -250,10 +288,39 @@ def bench_against(dataset: Path, other: Path, repeat: int) -> None:
         ratio = a / b if a == a and b == b and b else FAILED
         every = " · ".join(" ".join("—" if x is None or x != x else f"{x:.2f}" for x in out[w].get(key, [])) for w in codes)
         print(f"| {key} | {_s(b)} | {_s(a)} | {_s(ratio)} | {every} |", flush=True)
+    return before, after
 
 
 def _s(x) -> str:
     return "failed" if x is None or x != x else f"{x:.2f}"
+
+
+def target(measure: str) -> str | None:
+    """Issue 36's target for a measure: a page's first render cold 1.5 s, warm 1 s (a fresh browser session), a widget
+    update or a zoom 0.2 s; the first page of the 10M-kernel set 3 s."""
+    if "with its answer" in measure or "first paint" in measure:
+        return "<= 3 s (10M kernels, 64 ranks)" if "10,000,000" in measure else None
+    if "first render (warm)" in measure:
+        return "<= 1 s"
+    if "first render (cold)" in measure:
+        return "<= 1.5 s"
+    if "(widget update)" in measure or "zoom" in measure:
+        return "<= 0.2 s"
+    return None
+
+
+def write_json(path: Path, name: str, medians: dict, baseline: dict | None, baseline_label: str | None, note: str,
+               load_before: float) -> None:  # fmt: skip
+    """The measures in readme_table's format (benchmarks/results/*.json; the README's table is made from them)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import readme_table
+
+    rows = [readme_table.row(k, None if v != v else round(v, 3),
+                             baseline=None if baseline is None or baseline.get(k, FAILED) != baseline.get(k, FAILED)
+                             else round(baseline[k], 3), baseline_label=baseline_label if baseline else None,
+                             target=target(f"{name}: {k}")) for k, v in medians.items()]  # fmt: skip
+    readme_table.write(path, path.stem, f"The dashboard in headless chromium (issue 36, item 3): {name}", rows, note=note,
+                       load_before=load_before)
 
 
 def bench_restarted(dataset: Path, repeat: int) -> dict:
@@ -268,7 +335,7 @@ def bench_restarted(dataset: Path, repeat: int) -> dict:
             s.driver.get("about:blank")
             s.proc.terminate()
             s.proc.wait(timeout=30)
-            s.proc = subprocess.Popen([sys.executable, "-P", "-c", "from overlapviz.cli import main; main()", "serve", str(dataset),
+            s.proc = subprocess.Popen([sys.executable, "-P", "-c", _server_code(), "serve", str(dataset),
                                        "--port", str(s.port), "--no-show"], stdout=subprocess.DEVNULL, stderr=s.log,
                                       env=dict(os.environ, OVERLAPVIZ_TOKEN=TOKEN))  # fmt: skip
             wait(lambda: socket.create_connection(("127.0.0.1", s.port), timeout=1).close() or True)
@@ -335,6 +402,75 @@ def bench_first_ever(dataset: Path, repeat: int) -> None:
         finally:
             s.close()
         print(" / ".join(f"{p} {t:.2f}" for p, t in out) + f" · sum {sum(t for _, t in out):.2f}", flush=True)
+
+
+def bench_first_page(dataset: Path, repeat: int, timeout: float, computed: bool = False, other: Path | None = None) -> dict:
+    """The first page alone, as a user opening a big dataset sees it: ``repeat`` + 1 fresh servers, each opened once in a
+    fresh chromium as soon as it listens; the first with an empty table cache (nothing computed), then cold ones (the
+    tables an earlier server left on disk). Each: the seconds until the Overview first showed (its "Computing…" notice
+    or its answer) and until its answer was on screen, and the server's start (until it listened). ``computed``: the
+    table cache holds the tables already (every server is cold). ``other``: each round is a server of that checkout
+    (``PYTHONPATH``) then one of this one, sharing the table cache (their analysis code must be the same); returns
+    ``{"before": medians, "after": medians}``."""
+    here = str(Path(__file__).resolve().parent.parent)
+    codes = {"before": str(other), "after": here} if other is not None else {"after": os.environ.get("PYTHONPATH")}
+    out: dict = {label: defaultdict(list) for label in codes}
+    for rep in range(repeat + 1):
+        cold = "first ever: nothing computed" if rep == 0 and not computed else "cold"
+        for label, code in codes.items():
+            if code is not None:
+                os.environ["PYTHONPATH"] = code
+            s = Session(dataset)
+            try:
+                out[label][f"server start, until it listens ({cold})"].append(s.listening)
+                try:
+                    answer = s.load(timeout)
+                except TimeoutError:
+                    answer = FAILED
+                out[label][f"Overview first paint ({cold})"].append(s.painted if s.painted is not None else FAILED)
+                out[label][f"Overview with its answer ({cold})"].append(answer)
+            finally:
+                s.close()
+            print(f"# server {rep} ({label}): " + ", ".join(f"{k} {_s(v[-1])}" for k, v in out[label].items() if cold in k),
+                  flush=True)  # fmt: skip
+    medians = {label: _medians(o) for label, o in out.items()}
+    return medians if other is not None else medians["after"]
+
+
+def bench_cpu(dataset: Path, repeat: int) -> None:
+    """What each page costs on a loaded machine: ``repeat`` fresh servers (the first fills the table cache and is not
+    counted), every page opened in a fresh browser (cold) then in a second session (warm), each with its wall seconds, the
+    server's CPU seconds (every thread) and chromium's main-thread task seconds during it; printed as medians."""
+    out: dict = defaultdict(list)
+    for rep in range(repeat + 1):
+        s = Session(dataset)
+        try:
+            for session in ("cold", "warm"):
+                if session == "warm":
+                    s.driver.get("about:blank")
+                    time.sleep(1.0)
+                before = s.cpu()
+                wall = s.load()
+                after = s.cpu()
+                rows = [("Overview", wall, after[0] - before[0], after[1] - before[1] if after[1] >= before[1] else after[1])]
+                for page in s.pages()[1:]:
+                    time.sleep(0.5)
+                    before = s.cpu()
+                    try:
+                        wall = s.open(page)
+                    except TimeoutError:
+                        wall = FAILED
+                    after = s.cpu()
+                    rows.append((page, wall, after[0] - before[0], after[1] - before[1]))
+                if rep:
+                    for page, *values in rows:
+                        out[(page, session)].append(values)
+        finally:
+            s.close()
+    print("| page | session | wall s | server CPU s | browser main thread s |\n|---|---|---|---|---|")
+    for (page, session), values in out.items():
+        med = [statistics.median(v[i] for v in values) for i in range(3)]
+        print(f"| {page} | {session} | " + " | ".join(_s(x) for x in med) + " |", flush=True)
 
 
 def bench_interleaved(dataset: Path, page: str, other: Path, rounds: int, visits: int) -> None:
@@ -450,6 +586,8 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=Path("/tmp/ovz-bench"))
     parser.add_argument("--samples-only", action="store_true", help="skip the generated dataset")
     parser.add_argument("--big-only", action="store_true", help="skip the sample traces")
+    parser.add_argument("--dataset", type=Path, metavar="DATASET",
+                        help="an ingested dataset instead of the generated one (--kernels and --ranks then only name it)")
     parser.add_argument("--no-exports", action="store_true")
     parser.add_argument("--first-ever", type=int, default=0, metavar="N",
                         help="only N fresh servers with nothing computed, every page opened back to back (one line each)")
@@ -460,6 +598,17 @@ def main() -> None:
     parser.add_argument("--against", type=Path, metavar="OTHER_CHECKOUT",
                         help="only the browser part, a fresh server of OTHER_CHECKOUT then one of this one per round "
                              "(--repeat + 1 rounds): medians before / after and their ratio")
+    parser.add_argument("--first-page", action="store_true",
+                        help="only the Overview (first paint and its answer) of --repeat + 1 fresh servers, the first with nothing computed")
+    parser.add_argument("--cpu", action="store_true", help="only each page's wall, server CPU and browser CPU seconds (--repeat fresh servers)")
+    parser.add_argument("--json", type=Path, metavar="PATH",
+                        help="with --against or --first-page: also write the medians as a result file (benchmarks/readme_table.py's format)")
+    parser.add_argument("--note", default="", help="the result file's note (method, load)")
+    parser.add_argument("--first-page-against", type=Path, metavar="OTHER_CHECKOUT",
+                        help="--first-page alternating a server of OTHER_CHECKOUT and one of this one (the same analysis code)")
+    parser.add_argument("--cache", type=Path, metavar="DIR",
+                        help="--first-page's table cache (default: a new one, so the first server computes everything)")
+    parser.add_argument("--timeout", type=float, default=120.0, help="seconds --first-page waits for the answer")
     parser.add_argument("--page", default="Collectives", help="the page --interleave opens")
     parser.add_argument("--visits", type=int, default=3, help="new sessions per server with --interleave")
     args = parser.parse_args()
@@ -477,7 +626,9 @@ def main() -> None:
                  f"(ln -s ../dashboards {code}/overlapviz/dashboards)")
     print(f"# code: {code}")
     datasets = {} if args.big_only else {"sample traces": samples.sample_dataset(cache=args.work / "cache")}
-    if not args.samples_only:
+    if args.dataset is not None:
+        datasets[f"{args.dataset.name}: {_size(args.dataset)}"] = args.dataset.resolve()
+    elif not args.samples_only:
         datasets[f"generated {args.kernels:,} kernels, {args.ranks} ranks"] = big_dataset(args.work, args.kernels, args.ranks)
     load = os.getloadavg()[0]
     print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load average {load:.2f}, {os.cpu_count()} CPUs")
@@ -488,7 +639,30 @@ def main() -> None:
             continue
         if args.against:
             print(f"\n## {name} ({path}): {args.against} (before) against this checkout (after), alternating\n")
-            bench_against(path, args.against.resolve(), args.repeat)
+            before, after = bench_against(path, args.against.resolve(), args.repeat)
+            if args.json:
+                old = subprocess.run(["git", "-C", str(args.against), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+                write_json(args.json, name, after, before, old.stdout.strip() or str(args.against), args.note, load)
+            continue
+        if args.cpu:
+            print(f"\n## {name} ({path}): wall and CPU per page, medians of {args.repeat} fresh servers (tables on disk)\n")
+            os.environ["OVERLAPVIZ_CACHE_DIR"] = tempfile.mkdtemp(prefix="ovz-bench-cache-")
+            bench_cpu(path, args.repeat)
+            continue
+        if args.first_page:
+            print(f"\n## {name} ({path}): the first page, {args.repeat + 1} fresh servers\n\n| measure | seconds |\n|---|---|")
+            cache = args.cache or Path(tempfile.mkdtemp(prefix="ovz-bench-cache-"))
+            computed = (cache / "tables").is_dir() and any((cache / "tables").iterdir())
+            os.environ["OVERLAPVIZ_CACHE_DIR"] = str(cache)
+            other = args.first_page_against.resolve() if args.first_page_against else None
+            medians = bench_first_page(path, args.repeat, args.timeout, computed, other)
+            before, after = (medians["before"], medians["after"]) if other else (None, medians)
+            for label, secs in after.items():
+                print(f"| {label} | {_s(secs)} |" + (f" before: {_s(before.get(label, FAILED))} |" if before else ""), flush=True)
+            if args.json:
+                old = None if other is None else subprocess.run(["git", "-C", str(other), "rev-parse", "--short", "HEAD"],
+                                                                capture_output=True, text=True).stdout.strip()  # fmt: skip
+                write_json(args.json, name, after, before, old, args.note, load)
             continue
         if args.first_ever:
             print(f"\n## {name} ({path}): first ever, pages back to back")

@@ -27,7 +27,7 @@ from overlapviz import lifetime
 from overlapviz.figures import charts as figures
 from overlapviz.dashboards import patches, security
 from overlapviz.dashboards.pages import CollectivesPage, ComparePage, OverviewPage, ResidencyPage, TimelinePage, WhyPage
-from overlapviz.dashboards.store import DataStore, drawing
+from overlapviz.dashboards.store import DataStore, drawing, page_sent
 
 # the tabs, named after what they show: the grid, one run's kernels, why its collectives started late (with one SM's
 # budget), the collectives across ranks, residency per launch shape, two runs side by side
@@ -154,7 +154,11 @@ class Dashboard(Viewer):
 
 
 def build_app(dataset: str | os.PathLike) -> Dashboard:
-    """The dashboard for ``dataset`` (see ``Dashboard``)."""
+    """The dashboard for ``dataset`` (see ``Dashboard``), in a page that patches BokehJS (``patches.BROWSER_PATCH``)."""
+    doc = pn.state.curdoc
+    if doc is not None:
+        patches.patch_page(doc)
+        doc.add_next_tick_callback(page_sent)  # the page is built: the warm-up goes on (``store.warm``)
     return Dashboard(dataset)
 
 

@@ -10,6 +10,8 @@ they rely on. pyproject.toml pins Bokeh and Panel to the minor versions they are
 * The Bokeh server's Tornado application (``Server._tornado``), where ``security.install`` puts its gate: ``tornado_app``.
 * HoloViews' registry of the Bokeh callbacks of its streams (``Stream._callbacks``), where the Timeline's zoom stream is
   linked to the browser's range as ``RangeX`` is: ``link_stream``.
+* In the browser, BokehJS's ``VisualProperties._get_css_value`` and ``PlotView.base_font_size``: ``PAGE_TEMPLATE``, the
+  page's template (a session's ``Document.template``), runs ``BROWSER_PATCH`` once BokehJS is loaded.
 
 Serialization
 -------------
@@ -30,6 +32,20 @@ walk, and each value visited imports ``Model`` anew. On the samples' Overview, w
 the document, that was 230 ms of the server's 280 ms per metric change (py-spy). The walk here reads what was set,
 and the defaults Bokeh keeps once made, from the model itself; it computes a default only where Bokeh keeps none,
 and once per class for a default that refers to no model. It visits the same values in the same order.
+
+The browser: visuals' CSS variables
+-----------------------------------
+BokehJS 3.9 lets a stylesheet style a plot's lines, fills, text and hatches through CSS variables (``--bk-line-color``
+and the like): every time a visual is asked whether it draws (``doit``: each plot's layout, each label measured) or is
+applied to the canvas, it reads ``getComputedStyle(element).getPropertyValue(...)`` for each of its properties, and that
+read makes the browser recompute the page's styles whenever a layout has changed the page since the last one. On a page
+switch of the million-kernel set that was a third of chromium's busy time (0.3-1.5 s; Collectives 0.47-0.71 s, Residency
+0.97-1.46 s of 2.5-4.3 s: Chrome CPU profiles, 2026-12-07), spent in ``getPropertyValue``. No stylesheet of this page
+(BokehJS's, Panel's, ours) sets such a variable, so every read returns "" and the model's value is used: the patch
+returns "" without the read. ``base_font_size`` (a plot's font size in px, for sizes in ``em``) reads the computed font
+size of the plot at each layout for the same reason; it is kept per plot view once known (no stylesheet here changes
+it). Each patch is made only where BokehJS still defines what it replaces (checked in the page, and against the BokehJS
+file by tests/test_dashboard_patches.py); ``Bokeh.overlapviz_patches`` lists those made.
 """
 
 from __future__ import annotations
@@ -284,3 +300,40 @@ def _probe_layout():
     slider = Slider(start=0, end=3, value=1)
     slider.js_on_change("value", CustomJS(args={"r": fig.x_range, "many": [source, line]}, code="r.end = this.value"))
     return column(Div(text="probe"), slider, fig, Plot())  # (a plot with every property at its default)
+
+
+# -- the browser: visuals' CSS variables ------------------------------------------------------------------------------
+
+# run in the page once BokehJS is loaded, before the document is drawn (see "The browser" above); a patch whose target
+# BokehJS no longer defines is not made (the page then draws as BokehJS does)
+BROWSER_PATCH = """(function () {
+  const made = [];
+  try {
+    const visual = Bokeh.require("core/visuals/visual").VisualProperties;
+    if (visual && typeof visual.prototype._get_css_value === "function") {
+      visual.prototype._get_css_value = function () { return ""; };
+      made.push("css_values");
+    }
+    const plot = Bokeh.require("models/plots/plot_canvas").PlotView;
+    const font = plot && Object.getOwnPropertyDescriptor(plot.prototype, "base_font_size");
+    if (font && typeof font.get === "function") {
+      Object.defineProperty(plot.prototype, "base_font_size", {configurable: true, get() {
+        if (this.__ovz_font_size == null) { this.__ovz_font_size = font.get.call(this); }
+        return this.__ovz_font_size;
+      }});
+      made.push("base_font_size");
+    }
+  } catch (e) {
+    console.warn("overlapviz: BokehJS not patched", e);
+  }
+  Bokeh.overlapviz_patches = made;
+})();"""
+
+# a session's page: Panel's template (``panel.io.server.html_page_for_render_items`` extends it with this), the patch
+# after BokehJS's scripts in the head, before the document's script in the body draws it
+PAGE_TEMPLATE = "{% block postamble %}<script type=\"text/javascript\">" + BROWSER_PATCH + "</script>{% endblock %}"
+
+
+def patch_page(doc) -> None:
+    """Serve ``doc`` (a session's Document) in the page that runs ``BROWSER_PATCH``."""
+    doc.template = PAGE_TEMPLATE

@@ -436,6 +436,15 @@ def _wait_while(condition, limit: float, poll: float) -> None:
         time.sleep(poll)
 
 
+_SENT = threading.Event()  # a session's first page was built and is on its way (``page_sent``)
+
+
+def page_sent() -> None:
+    """Say that a session's first page is built and sent (its document's first tick): the warm-up's steps that wait for it
+    begin."""
+    _SENT.set()
+
+
 def busy(seconds: float = 0.6) -> None:
     """Say that a session is drawing a page: the warm-up starts no new table for ``seconds``."""
     _BUSY["until"] = max(_BUSY["until"], time.monotonic() + seconds)
@@ -477,10 +486,13 @@ def warm(path: str, stamp: str, run_id: str | None, pair: tuple[str, str] | None
             # the first page's answer: the run's findings and breakdown
             ("now", lambda: load_findings(path, stamp, run_id)) if run_id else None,
             ("now", lambda: run_analysis(path, stamp, "breakdown", run_id)) if run_id else None,
-            # its kernels, read at once (Arrow decodes without the GIL): the Timeline a user opens next draws them
-            ("now", lambda: load_timeline(path, stamp, run_id, None, why=False)) if run_id else None,
-            # then its why, at once and not paused for pages (the next pages wait for it): what pages wait for first
-            ("now", lambda: load_timeline(path, stamp, run_id, None)) if run_id else None,
+            # its kernels (the Timeline a user opens next draws them), then its why (the next pages wait for it): not paused
+            # for pages, but begun once a session's first page is built and sent ("next": ``page_sent``). Begun at once,
+            # they took the GIL from that page: a restarted server's first Overview of the 1M-kernel set spent half its
+            # 3 s waiting for it (py-spy). Begun once the page was sent and drawn (``busy``), they came too late for the
+            # Timeline opened next (1.9 -> 3.2 s cold, bench_dashboard --against, 2026-12-07)
+            ("next", lambda: load_timeline(path, stamp, run_id, None, why=False)) if run_id else None,
+            ("next", lambda: load_timeline(path, stamp, run_id, None)) if run_id else None,
             "nice",
             *[(lambda n=n: run_analysis(path, stamp, n, run_id)) if run_id else None for n in ("summary", "blockers", "cells")],
             (lambda: load_timeline(path, stamp, pair[1], None)) if two else None,
@@ -508,12 +520,14 @@ def warm(path: str, stamp: str, run_id: str | None, pair: tuple[str, str] | None
                 continue
             if step is None:
                 continue
-            now = isinstance(step, tuple)
+            now = step[0] if isinstance(step, tuple) else None
             step = step[1] if now else step
             if i and not now:
                 _wait_idle()
-            elif now:  # not while a page's server side is drawn (the browser's part is not waited for)
+            elif now == "now":  # not while a page's server side is drawn (the browser's part is not waited for)
                 _wait_while(lambda: _DRAWING[0] > 0, 3.0, 0.02)
+            elif now == "next":  # nor before a session's first page is sent, for a few seconds at most
+                _wait_while(lambda: not _SENT.is_set() or _DRAWING[0] > 0, 4.0, 0.02)
             if _STOP.is_set():
                 return
             try:

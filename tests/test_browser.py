@@ -257,6 +257,8 @@ def _choose_runs(driver) -> None:
 
 def test_every_page_draws_and_stays_on_localhost(loaded, tmp_path, server_log, table_cache):
     driver = loaded
+    # BokehJS patched before the page was drawn (dashboards/patches.py, BROWSER_PATCH): every page below draws with it
+    assert driver.execute_script("return Bokeh.overlapviz_patches") == ["css_values", "base_font_size"]
     shots = Path(SCREENSHOTS_ENV) if SCREENSHOTS_ENV else tmp_path
     shots.mkdir(parents=True, exist_ok=True)
     for name in pages(driver):

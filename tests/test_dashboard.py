@@ -104,6 +104,17 @@ def test_get_serves_the_page_once(dataset):
     assert pn.state.served is False
 
 
+def test_the_page_patches_bokehjs_once_it_is_loaded_before_the_document_is_drawn(dataset):
+    from overlapviz.dashboards.app import get
+    from overlapviz.dashboards.patches import BROWSER_PATCH
+
+    status, body = get(dataset, "/")
+    assert status == 200, body[:500]
+    patch = body.find(BROWSER_PATCH)
+    assert patch > body.find("bokeh.min.js") > 0  # after BokehJS is loaded
+    assert patch < body.find('type="application/json"')  # before the document (its JSON and the script that draws it)
+
+
 def test_serve_get_through_the_cli(dataset):
     from click.testing import CliRunner
 
@@ -492,6 +503,52 @@ def test_the_timeline_hover_gives_each_rank_the_residency_on_its_own_gpu(tmp_pat
         by = oracle.assign(rank=frame["rank"].to_numpy()).loc[known].groupby(["name", "threads_per_block", "regs_per_thread",
                                                                               "shared_mem_bytes"])  # fmt: skip
         assert (by["blocks_per_sm"].nunique() > 1).any()
+
+
+def test_the_warm_up_reads_the_first_run_s_timeline_once_the_first_page_is_sent(dataset, monkeypatch):
+    """A server's warm-up computes its first page's answer at once, but begins the first run's timeline (the kernels and
+    the why, for the Timeline opened next) only once a session's first page is built (``page_sent``): begun at once, it
+    took the GIL from that page (a restarted server's first Overview of 1M kernels waited half its time for it)."""
+    import threading
+    import time
+
+    from overlapviz.dashboards import store
+
+    asked = []
+    for name in ("load_findings", "load_timeline", "run_analysis", "load_analysis", "_derived"):
+        monkeypatch.setattr(store, name, lambda *a, _n=name, **k: asked.append((_n, store._SENT.is_set())))
+    monkeypatch.setattr(store, "_WARMED", set())
+    monkeypatch.setattr(store, "_SENT", threading.Event(), raising=False)  # no session's page yet
+    path = str(dataset)
+    stamp = store.dataset_stamp(path)
+    thread = store.warm(path, stamp, store.load_runs(path, stamp)["run_id"].iloc[0])
+    time.sleep(1.0)
+    assert ("load_findings", False) in asked  # the answer the first page shows: at once
+    assert not [name for name, _ in asked if name == "load_timeline"], asked
+    store.page_sent()
+    thread.join(HANG_S)
+    assert not thread.is_alive()
+    timeline = [sent for name, sent in asked if name == "load_timeline"]
+    assert timeline and all(timeline), asked  # the timeline: once the page was sent
+
+
+def test_a_session_s_first_page_says_it_is_sent_on_its_first_tick(dataset, monkeypatch):
+    import threading
+
+    from bokeh.document import Document
+    from panel.io.state import set_curdoc
+
+    from overlapviz.dashboards import store
+    from overlapviz.dashboards.app import build_app
+
+    monkeypatch.setattr(store, "_SENT", threading.Event())
+    doc = Document()
+    with set_curdoc(doc):
+        build_app(dataset)
+    assert not store._SENT.is_set()
+    for callback in doc.session_callbacks:  # what the session runs on its first tick, once the page is built
+        callback.callback()
+    assert store._SENT.is_set()
 
 
 def test_background_analysis_yields_to_a_page_being_drawn_unless_a_page_waits_for_it():

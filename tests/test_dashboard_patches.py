@@ -147,3 +147,28 @@ def test_panel_serves_components_where_the_security_handler_replaces_its_own():
 
     assert COMPONENTS_ROUTE == f"/{resources.COMPONENT_PATH}(.*)"
     assert "parse_url_path" in vars(ComponentResourceHandler) and issubclass(OwnComponents, ComponentResourceHandler)
+
+
+def test_bokehjs_defines_what_the_browser_patch_replaces_and_no_stylesheet_sets_a_visual_css_variable():
+    """``patches.BROWSER_PATCH`` returns "" for each visual's CSS variable (``VisualProperties._get_css_value``) and keeps a
+    plot's font size once read (``PlotView.base_font_size``): both must still read the computed style in this BokehJS,
+    and no stylesheet the page loads may set a ``--bk-*`` variable of a visual (the patch would hide it)."""
+    import re
+    from pathlib import Path
+
+    import bokeh
+    import panel
+
+    import overlapviz.dashboards
+
+    js = (Path(bokeh.__file__).parent / "server" / "static" / "js" / "bokeh.js").read_text(encoding="utf-8")
+    assert re.search(r"class VisualProperties \{.*?_get_css_value\(name\) \{\s*const style = getComputedStyle\(this\.obj\.el\);"
+                     r"\s*return style\.getPropertyValue\(", js, re.S)
+    assert '"core/visuals/visual":' in js and '"models/plots/plot_canvas":' in js  # the names the patch requires them by
+    assert re.search(r"class PlotView extends .*?get base_font_size\(\) \{\s*const font_size = getComputedStyle\(this\.el\)\.fontSize;",
+                     js, re.S)
+    visual = re.compile(r"--bk-[\w-]*(?:line|fill|text|hatch)-")
+    sources = [*(Path(bokeh.__file__).parent / "server" / "static").rglob("*.js"), *(Path(panel.__file__).parent / "dist").rglob("*.css"),
+               *(Path(panel.__file__).parent / "dist").rglob("*.js"), *(p for p in Path(overlapviz.dashboards.__file__).parent.glob("*.py") if p.name != "patches.py")]  # (its prose names one)
+    found = [str(p) for p in sources if visual.search(p.read_text(encoding="utf-8", errors="replace"))]
+    assert not found, found
