@@ -174,3 +174,39 @@ def test_nothing_is_kept_when_the_table_cache_is_off(tmp_path, traces):
     run(cache, "analyze", traces, cached=False)
     run(cache, "analyze", traces, cached=False)
     assert not (cache / "tables").exists()
+
+
+INSTANCE_DATA = [DLRM, DLRM.parent.parent / "torch_rocm", DLRM.parent.parent / "hta_trace_filter_2rank", DLRM.parent.parent / "gloo_cpu",
+                 DLRM.parent.parent / "nsys" / "mfu_2gpu_before_window40ms.sqlite", DLRM.parent / "tracelens_b200_eager"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def instance_datasets(tmp_path_factory) -> list[Path]:
+    from overlapviz.ingest import ingest
+    from overlapviz.testing import generate_trace, write_trace
+
+    root = tmp_path_factory.mktemp("instances")
+    for r in range(3):  # several ranks, collectives by position and by sequence number
+        write_trace(generate_trace(2000, rank=r, world_size=3, seed=r), root / "synth" / f"rank{r}.json")
+    return [ingest([src], root / f"ds{i}", progress=False) for i, src in enumerate([*INSTANCE_DATA, root / "synth"])]
+
+
+@pytest.mark.parametrize(("fmt", "wide"), [("table", False), ("table", True), ("json", False), ("csv", False)])
+def test_instances_without_pandas_are_the_frame_s(tmp_path, instance_datasets, fmt, wide):
+    """``explain --instances`` (``explain.instance_columns``: no pandas, no SM room) prints what
+    ``peers.collective_instances`` of ``explain``'s records prints, on real traces of every kind (ROCm's ranks with
+    no ready time included) and a synthetic three-rank run."""
+    from overlapviz.analysis import explain as explain_lib
+    from overlapviz.analysis import peers
+    from overlapviz.cli import explain as cli_explain
+    from overlapviz.cli._table import render_output
+
+    columns = cli_explain.TABLE_COLUMNS["instances"]
+    for ds in instance_datasets:
+        frame = peers.collective_instances(explain_lib.explain(ds, columns=explain_lib.INSTANCE_READS))
+        expected = render_output(frame, fmt, columns=columns, wide=wide)
+        got = render_output(cli_explain._instance_records(explain_lib.instance_columns(ds)), fmt, columns=columns, wide=wide)
+        assert got == expected, ds
+        printed = run(tmp_path / "cache", "explain", "--instances", ds, "--format", fmt, *(["--wide"] if wide else []), cached=False)
+        assert printed == expected + ("" if fmt == "csv" else "\n"), ds
+    assert sum(len(peers.collective_instances(explain_lib.explain(ds))) for ds in instance_datasets) > 100, "instances to compare"

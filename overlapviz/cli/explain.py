@@ -78,7 +78,11 @@ def _answer(dataset, run_ids, findings_only, breakdown, per, summary, instances,
     """What ``explain`` prints (its whole standard output)."""
     kinds = ("comm", "compute", "memory", "other") if all_kernels else ("comm",)
     try:
-        if breakdown:
+        if instances and not (all_kernels or scheduler or device_name):  # the instances alone: no pandas (issue 36)
+            from overlapviz.analysis import explain as explain_lib
+
+            frame, view = _instance_records(explain_lib.instance_columns(dataset, run_ids=run_ids)), "instances"
+        elif breakdown:
             frame = _breakdown(dataset, run_ids, per, scheduler)
             view = "breakdown"
         else:
@@ -147,6 +151,21 @@ def _breakdown(dataset, run_ids, per, scheduler):
     from overlapviz.analysis.breakdown import breakdown
 
     return breakdown(dataset, run_ids=run_ids, per=per)
+
+
+def _instance_records(columns: dict):
+    """``explain_lib.instance_columns`` as records to print, valued as ``peers.collective_instances``' frame is."""
+    from overlapviz.cli._table import Columns
+
+    data = {}
+    for name, v in columns.items():
+        if not isinstance(v, tuple):
+            data[name] = v.tolist()
+        elif name in ("first_ready_ns", "last_ready_ns") and v[1].any():  # the frame's column: floats, NaN for null
+            data[name] = [None if null else float(x) for x, null in zip(v[0].tolist(), v[1].tolist())]
+        else:
+            data[name] = [None if null else x for x, null in zip(v[0].tolist(), v[1].tolist())]
+    return Columns(data, text=("run_id", "instance", "collective", "clock_note"))
 
 
 def _in_us(frame):
