@@ -169,6 +169,16 @@ def test_a_damaged_or_foreign_answer_is_computed_again(tmp_path, traces, damage)
     assert file.read_bytes() == data and oct(file.stat().st_mode & 0o777) == oct(0o600), "kept anew, whole and private"
 
 
+def test_a_long_answer_is_printed_not_kept(tmp_path, traces, monkeypatch):
+    """An answer longer than ``ANSWER_MAX_CHARS`` (every kernel of a big dataset, say) is printed and not kept."""
+    cache = tmp_path / "cache"
+    short = run(cache, "explain", "--instances", traces, "--format", "csv")
+    monkeypatch.setattr(computed, "ANSWER_MAX_CHARS", len(short) + 1)
+    long = run(cache, "explain", traces, "--format", "csv")
+    assert len(long) > len(short) + 1 and len(answers(cache)) == 1
+    assert run(cache, "explain", traces, "--format", "csv") == long and len(answers(cache)) == 1
+
+
 def test_nothing_is_kept_when_the_table_cache_is_off(tmp_path, traces):
     cache = tmp_path / "cache"
     run(cache, "analyze", traces, cached=False)

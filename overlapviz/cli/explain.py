@@ -126,7 +126,7 @@ def _answer(dataset, run_ids, findings_only, breakdown, per, summary, instances,
     from overlapviz.cli._table import render_output
 
     out.append(render_output(frame, fmt, columns=columns, wide=wide) + ("" if fmt == "csv" else "\n"))
-    return "".join(out)
+    return out[0] if len(out) == 1 else "".join(out)
 
 
 def _explain(dataset, run_ids, kinds, device_name, scheduler, instances=False):

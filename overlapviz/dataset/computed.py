@@ -25,6 +25,8 @@ from overlapviz.dataset.cache import cache_dir
 TABLE_CACHE_ENV = "OVERLAPVIZ_TABLE_CACHE"  # "0": keep what was computed in memory only
 KEEP_DATASETS = 24  # the tables and answers of this many datasets are kept (the most recently computed)
 ANSWER_FORMAT = "overlapviz-answer 1"  # the first line of an answer file
+# a longer answer (every kernel of a big dataset as CSV) is not kept: printing it costs more than computing it
+ANSWER_MAX_CHARS = 32 << 20
 # what the dashboard's tables are computed by, and what the CLI's answers are computed and printed by
 TABLE_CODE = ("analysis", "dataset", "domain")
 ANSWER_CODE = ("analysis", "cli", "dataset", "domain", "ingest")
@@ -158,7 +160,10 @@ def read_answer(file: Path, key: str) -> str | None:
 
 
 def write_answer(file: Path, key: str, text: str) -> bool:
-    """Keep ``text``, the answer ``key``, in ``file``: a header (the format, the key, the text's SHA-256) then the text."""
+    """Keep ``text``, the answer ``key``, in ``file``: a header (the format, the key, the text's SHA-256) then the text
+    (not one longer than ``ANSWER_MAX_CHARS``)."""
+    if len(text) > ANSWER_MAX_CHARS:
+        return False
     try:
         body = text.encode("utf-8", "surrogateescape")
     except UnicodeEncodeError:  # a lone surrogate no file name gave: printed, not kept
