@@ -143,10 +143,11 @@ def test_device_name_changes_the_answer(tmp_path):
     assert run(cache, "explain", traces, "--format", "csv") == plain and len(answers(cache)) == 2
 
 
-@pytest.mark.parametrize("damage", ["flipped", "cut", "empty", "foreign", "shared"])
+@pytest.mark.parametrize("damage", ["flipped", "cut", "empty", "foreign", "other dataset", "shared"])
 def test_a_damaged_or_foreign_answer_is_computed_again(tmp_path, traces, damage):
-    """An answer file that is not whole (a byte changed, cut short, empty), holds another key's answer, or that
-    others could have written is never printed: the answer is computed, printed and kept anew."""
+    """An answer file that is not whole (a byte changed, cut short, empty), holds another key's answer (other
+    options, or the same options on another dataset), or that others could have written is never printed: the
+    answer is computed, printed and kept anew."""
     cache = tmp_path / "cache"
     args = ["explain", traces, "--format", "json"]
     expected = run(cache, *args)
@@ -163,6 +164,10 @@ def test_a_damaged_or_foreign_answer_is_computed_again(tmp_path, traces, damage)
         file.write_bytes(b"")
     elif damage == "foreign":
         shutil.copyfile(other_file, file)
+    elif damage == "other dataset":
+        run(cache, "explain", DLRM.parent.parent / "hta_trace_filter_2rank", "--format", "json")
+        [elsewhere] = [f for f in answers(cache) if f not in (file, other_file)]
+        shutil.copyfile(elsewhere, file)
     else:
         file.chmod(0o666)
     assert run(cache, *args) == expected

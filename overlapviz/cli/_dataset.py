@@ -144,7 +144,7 @@ def kept_answer(ctx: click.Context, dataset, *, use: bool = True) -> tuple[str |
     (``overlapviz.dataset.computed``: the answer cache), or None; and ``keep(text)``, which keeps the output
     computed now for the next process.
 
-    The key: the command, every option (the format, ``--wide``, ``--runs``, ``--device-name``, ...), the
+    The key: the command, every option (the format, ``--wide``, ``--run``, ``--device-name``, ...), the
     dataset's path and a stamp of its files (a dataset written again, or a file of it changed, is another),
     overlapviz's version and code. Traces just ingested (a ``HeldDataset``) have no answer yet: theirs is
     kept once their dataset is in place (when ``ctx`` closes), and not at all if it could not be kept.
@@ -158,7 +158,7 @@ def kept_answer(ctx: click.Context, dataset, *, use: bool = True) -> tuple[str |
     params = {k: v for k, v in ctx.params.items() if k != "dataset"}
     key = json.dumps({"command": ctx.command.name, "options": params}, sort_keys=True, default=str)
 
-    def where(path) -> Path | None:
+    def entry(path) -> tuple[Path, str] | None:
         path = os.path.realpath(path)
         return computed.answer_file(path, computed.dataset_stamp(path), key)
 
@@ -167,22 +167,22 @@ def kept_answer(ctx: click.Context, dataset, *, use: bool = True) -> tuple[str |
             def keep() -> None:
                 try:
                     path = dataset.wait()
-                    file = where(path) if cache.is_dataset(path) else None
+                    found = entry(path) if cache.is_dataset(path) else None
                 except (ValueError, OSError):  # not kept: the command fails saying so (_ingest); nor is its answer
                     return
-                if file is not None:
-                    computed.write_answer(file, key, text)
+                if found is not None:
+                    computed.write_answer(*found, text)
 
             ctx.call_on_close(keep)  # before _ingest's finish (the last registered runs first): it waits the same
 
         return None, keep_when_in_place
     try:
-        file = where(dataset)
+        found = entry(dataset)
     except OSError:  # a file vanished while it was listed: no answer to trust
         return None, lambda text: None
-    if file is None:
+    if found is None:
         return None, lambda text: None
-    return computed.read_answer(file, key), lambda text: computed.write_answer(file, key, text) and None
+    return computed.read_answer(*found), lambda text: computed.write_answer(*found, text) and None
 
 
 def check_output(out: str | os.PathLike, *inputs: str | os.PathLike, may_be_dataset: bool = False) -> None:

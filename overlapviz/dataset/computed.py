@@ -133,15 +133,25 @@ def write_private(file: Path, write: Callable[[BinaryIO], None]) -> bool:
         return False
 
 
-def answer_file(path: str, stamp: str, key: str) -> Path | None:
-    """The file of the answer ``key`` (a command and its options) of the dataset ``path`` in state ``stamp``."""
-    where = disk_dir(path, stamp, code_stamp(ANSWER_CODE))
-    return None if where is None else where / f"{hashlib.sha256(key.encode('utf-8', 'surrogateescape')).hexdigest()[:24]}.answer"
+def answer_file(path: str, stamp: str, key: str) -> tuple[Path, str] | None:
+    """Where the answer ``key`` (a command and its options, as text) of the dataset ``path`` in state ``stamp`` is
+    kept, and the whole key its file must name (the answer's key, the dataset, its stamp, the code); None when the
+    cache is turned off."""
+    code = code_stamp(ANSWER_CODE)
+    where = disk_dir(path, stamp, code)
+    if where is None:
+        return None
+    import json
+
+    whole = json.dumps({"answer": key, "dataset": path, "stamp": stamp,
+                        "code": hashlib.sha256(code.encode("utf-8", "surrogateescape")).hexdigest()})  # fmt: skip
+    return where / f"{hashlib.sha256(whole.encode()).hexdigest()[:24]}.answer", whole
 
 
 def read_answer(file: Path, key: str) -> str | None:
-    """The text kept in ``file`` for ``key``; None where there is none, or it is not whole, not this key's (a file
-    written for another key, or by another format), or not this account's: never trusted, computed again."""
+    """The text kept in ``file`` for ``key`` (``answer_file``'s whole key, one line); None where there is none, or it is
+    not whole, not this key's (a file written for another answer or dataset, or by another format), or not this
+    account's: never trusted, computed again."""
     fh = open_private(file)
     if fh is None:
         return None
