@@ -17,9 +17,9 @@ process, cold (an empty ``OVERLAPVIZ_CACHE_DIR``) and warm (the same cache again
 8 ranks) ``explain --instances`` and ``explain`` (the findings first), this version against commit
 BEFORE, alternating; on a generated 100k-kernel single-rank trace, ``analyze TRACE`` against HTA 0.5's
 in-call load + overlap (``TraceAnalysis`` + ``get_comm_comp_overlap``, bench_ingest's worker, in HTA's
-own venv: ``--hta-python``). Wall seconds and CPU seconds (user + system of the command, from wait4: on a
-shared machine the CPU seconds move less), medians of ``--repeat``; records into
-benchmarks/results/answer_commands.json.
+own venv: ``--hta-python``), both sides' bytecode compiled first. Wall seconds and CPU seconds (user +
+system of the command, from wait4: on a shared machine the CPU seconds move less), medians of
+``--repeat``; records into benchmarks/results/answer_commands.json.
 
     .venv/bin/python benchmarks/bench_answer.py --commands [--repeat 5] [--hta-python PATH] [--old TREE] [--only TEXT]
 
@@ -96,6 +96,9 @@ def commands(args) -> None:
              ("DLRM explain (findings first)", DLRM, ["explain"]),
              ("100k kernels analyze", trace100k, ["analyze", "--format", "json"])]  # fmt: skip
     cases = [c for c in cases if args.only is None or args.only in c[0]]
+    for tree, python in trees.values():  # both sides' bytecode compiled and written (PYTHONDONTWRITEBYTECODE would
+        # leave a changed module to be compiled again by every run: a cost no installed copy pays)
+        subprocess.run([python, "-m", "compileall", "-q", str(tree / "overlapviz")], check=True, stdout=subprocess.DEVNULL)
     got: dict = {}
     for i in range(args.repeat):  # alternating (old first every other round), so both see the same machine
         for case, src, argv in cases:
@@ -129,8 +132,8 @@ def commands(args) -> None:
                                 "commit": commit, "note": f"median of {args.repeat}; 2 shared cores"})  # fmt: skip
     hta = med.get(("100k kernels analyze", "HTA 0.5 in-call", "load + overlap"))
     for state in ("cold", "warm"):
-        ours = med[("100k kernels analyze", "this", state)][0]
-        if hta:
+        if hta and ("100k kernels analyze", "this", state) in med:  # --only may leave the case out
+            ours = med[("100k kernels analyze", "this", state)][0]
             print(f"HTA in-call / overlapviz whole command ({state}): {hta[0] / ours:.1f}x")
             records.append({"benchmark": "answer_commands", "case": f"100k kernels analyze, {state}", "metric": "HTA in-call / ours",
                             "value": round(hta[0] / ours, 2), "unit": "x", "command": "benchmarks/bench_answer.py --commands",

@@ -352,8 +352,9 @@ def test_kill_9_of_a_cold_analyze_leaves_no_half_written_cache(tmp_path):
     def run() -> str:
         done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
         assert done.returncode == 0, done.stderr
-        (dataset,) = cache.iterdir()  # the dataset alone: what a killed run left is gone
+        (dataset,) = cache.glob("traces-*")  # the dataset alone: what a killed run left is gone
         check_dataset(dataset)
+        _answers_whole(cache)
         return done.stdout
 
     t0 = time.monotonic()
@@ -380,11 +381,22 @@ def test_kill_9_of_a_cold_analyze_leaves_no_half_written_cache(tmp_path):
         p.communicate(timeout=60)
         left = sorted(cache.iterdir()) if cache.exists() else []
         for d in left:
-            if not d.name.startswith("."):
+            if not d.name.startswith(".") and d.name != "tables":
                 check_dataset(d)  # in place: complete
+        _answers_whole(cache)  # the answer (kept once the dataset is in place): none, or a whole one
         stale_seen += any(d.name.startswith(".") for d in left)
         assert run() == expected, f"killed at {at if isinstance(at, str) else f'{at:.2f} s'} of {full:.2f} s"
     assert stale_seen, "no kill landed while the cache was being written"
+
+
+def _answers_whole(cache: Path) -> None:
+    """Every answer kept in ``cache`` (tables/*/*.answer, overlapviz.dataset.computed) is whole: its text's SHA-256
+    is the one its header names."""
+    import hashlib
+
+    for f in cache.glob("tables/*/*.answer"):
+        head, _, body = f.read_bytes().partition(b"\n\n")
+        assert hashlib.sha256(body).hexdigest().encode() == head.split(b"\n")[2], f
 
 
 def _found(cache: Path, pattern: str, marker: str) -> bool:

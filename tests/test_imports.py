@@ -117,7 +117,9 @@ def test_pandas_imported_later_still_converts_exactly():
     assert lines[-1] == "True"
 
 
-@pytest.mark.parametrize("module", ["overlapviz.analysis.metrics", "overlapviz.dataset.schema", "overlapviz.domain.rules", "overlapviz.cli.analyze"])
+@pytest.mark.parametrize("module", ["overlapviz.analysis.metrics", "overlapviz.dataset.schema", "overlapviz.domain.rules", "overlapviz.cli.analyze",
+                                    "overlapviz.analysis.explain", "overlapviz.analysis.peers", "overlapviz.analysis.clocks",
+                                    "overlapviz.cli.explain", "overlapviz.dataset.computed"])
 def test_modules_import_without_pandas(module):
     assert run_python(f"import {module}").splitlines()[-1] == "False"
 
@@ -160,3 +162,26 @@ def test_a_command_help_imports_no_array_library(command):
     from overlapviz.cli import analyze
 
     assert analyze.PER == metrics.PER
+
+
+def test_explain_instances_imports_no_pandas(tmp_path):
+    """``overlapviz explain --instances`` on raw traces (ingested now) and on a dataset computes its table without
+    pandas (~0.4 s of CPU before any work on a shared 2-core machine): issue 36's cold answer."""
+    out = run_python(
+        """
+        import os, sys
+        from overlapviz.cli import main
+        dlrm, root = sys.argv[1:3]
+        os.environ["OVERLAPVIZ_CACHE_DIR"] = root + "/cache"
+        os.environ["OVERLAPVIZ_TABLE_CACHE"] = "0"
+        for args in (["explain", "--instances", dlrm, "--format", "json"], ["ingest", dlrm, "-o", root + "/ds", "-q"],
+                     ["explain", "--instances", root + "/ds", "--wide"]):
+            try:
+                main(args, standalone_mode=False)
+            except SystemExit as exc:
+                assert not exc.code, exc
+        """,
+        DATA / "kineto_real" / "param_dlrm_8rank", tmp_path,
+    )  # fmt: skip
+    assert out.splitlines()[-1] == "False", out
+    assert '"straggler":7' in out and "arrival_skew_us" in out, out

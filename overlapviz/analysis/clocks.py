@@ -11,10 +11,31 @@ the host).
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
-import pandas as pd
+if TYPE_CHECKING:
+    import pandas as pd
 
-__all__ = ["clock_domains", "domain_notes"]
+__all__ = ["clock_domains", "domain_notes", "domain_map", "domain_of"]
+
+
+def domain_of(clock_domain, host) -> str:
+    """A rank's clock domain: the ranks table's ``clock_domain`` where it has one, else ``host:HOST`` (``host:``
+    where the host is unknown too)."""
+    if isinstance(clock_domain, str):
+        return clock_domain
+    return f"host:{host if isinstance(host, str) else ''}"
+
+
+def domain_map(dataset_path: str | os.PathLike) -> dict[tuple[str, int], str]:
+    """``{(run_id, rank): clock domain}`` of every rank of the dataset (:func:`clock_domains`' ``clock_domain``),
+    read without pandas."""
+    from overlapviz.dataset import schema
+
+    ranks = schema.read_table(dataset_path, "ranks")
+    column = {c: ranks.column(c).to_pylist() if c in ranks.column_names else [None] * ranks.num_rows
+              for c in ("run_id", "rank", "clock_domain", "host")}  # fmt: skip
+    return {(r, int(k)): domain_of(d, h) for r, k, d, h in zip(column["run_id"], column["rank"], column["clock_domain"], column["host"])}
 
 
 def clock_domains(dataset_path: str | os.PathLike, run_ids=None) -> pd.DataFrame:
@@ -31,6 +52,8 @@ def clock_domains(dataset_path: str | os.PathLike, run_ids=None) -> pd.DataFrame
 
 def domains_of(ranks: pd.DataFrame) -> pd.DataFrame:
     """:func:`clock_domains` of a ranks table already read (not modified)."""
+    import pandas as pd
+
     cols = ["run_id", "rank", "clock_domain", "clock_note"]
     if not len(ranks):
         return pd.DataFrame(columns=cols)
@@ -39,7 +62,7 @@ def domains_of(ranks: pd.DataFrame) -> pd.DataFrame:
     else:
         domain = pd.Series(None, index=ranks.index, dtype=object)
     host = ranks["host"].astype(object) if "host" in ranks else pd.Series(None, index=ranks.index, dtype=object)
-    domain = domain.where(domain.notna(), "host:" + host.where(host.notna(), "").astype(str))
+    domain = pd.Series([domain_of(d, h) for d, h in zip(domain.tolist(), host.tolist())], index=ranks.index, dtype=object)
     n_domains = domain.groupby(ranks["run_id"].to_numpy()).transform("nunique")
     note = pd.Series(None, index=ranks.index, dtype=object)
     split = (n_domains > 1).to_numpy(bool)

@@ -28,21 +28,25 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from overlapviz.dataset import schema
 from overlapviz.analysis import clocks, peers
 from overlapviz.analysis.dependencies import UNKNOWN, dependency_ready, stream_previous, stream_ready
-from overlapviz.analysis.occupancy import blocks_fit, capacity, kernel_occupancy, limits_for
 from overlapviz.analysis.rankwise import per_rank, rank_tables
-from overlapviz.analysis.residency import device_table, run_carveouts
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+# pandas, and the occupancy and residency modules (pandas), are imported where they are used: the collective
+# instances (``instance_columns``, ``overlapviz explain --instances``) are computed without them (issue 36)
 
 __all__ = ["CAUSES", "LAUNCH_LATENCY_NS", "KEYS", "PEER_READS", "INSTANCE_READS", "explain", "per_rank", "summarize", "cause_waits", "part_waits", "rank_links", "comm_start_delays",
-           "summarize_delays"]
+           "summarize_delays", "ready_times", "instance_columns"]
 
 CAUSES = ("stream_order", "dependency", "launch_call", "sm_resources", "launch_latency", "unknown", "none")
 # ready -> start with room for the collective: up to this much is the launch path's own
@@ -115,6 +119,10 @@ def explain(dataset_path: str | os.PathLike, *, run_ids=None, kinds: tuple[str, 
         ``KEYS`` then ``EXTRA`` columns; times int64 ns (nullable), ``start_delay_us`` and
         ``peer_wait_us`` float µs computed from exact ns. Sorted by run, rank, start.
     """
+    import pandas as pd
+
+    from overlapviz.analysis.residency import device_table, run_carveouts
+
     keep = None if columns is None else set(columns) | set(PEER_READS)
     dev_limits = device_table(dataset_path, device)
     carveouts = run_carveouts(dataset_path)
@@ -135,15 +143,56 @@ def explain(dataset_path: str | os.PathLike, *, run_ids=None, kinds: tuple[str, 
     return out.sort_values(["run_id", "rank", "start_ns"], kind="stable").reset_index(drop=True)
 
 
+# what instance_columns reads of each rank: rank_links' columns and the instance's keys
+_INSTANCE_KERNEL_READS = ["run_id", "rank", "device", "stream", "name", "kind", "is_host", "start_ns", "end_ns", "launch_ns",
+                          "launch_tid", "collective", "comm_group", "comm_seq"]  # fmt: skip
+
+
+def instance_columns(dataset_path: str | os.PathLike, *, run_ids=None) -> dict:
+    """:func:`overlapviz.analysis.peers.collective_instances` of ``explain(dataset_path)``'s records, computed
+    without pandas and without what the instances do not read (the SM room, the causes): the columns as arrays,
+    nullable ones as ``(values, null mask)`` (:func:`overlapviz.analysis.peers.instances_of`). What
+    ``overlapviz explain --instances`` prints."""
+    got: dict[str, list] = {k: [] for k in ("run_id", "rank", "name", "collective", "group", "seq", "start", "end", "ready")}
+    for run_id, rank, rk, rs in rank_tables(dataset_path, _INSTANCE_KERNEL_READS, run_ids=run_ids, dictionary=DICTIONARY):
+        c = np.flatnonzero(str_column(rk, "kind") == "comm")
+        if not len(c):
+            continue
+        links = rank_links(rk, rs)
+        for key, values in (("run_id", str_column(rk, "run_id")), ("rank", int_column(rk, "rank")), ("name", str_column(rk, "name")),
+                            ("collective", str_column(rk, "collective")), ("group", str_column(rk, "comm_group")),
+                            ("seq", int_column(rk, "comm_seq")), ("start", links.start), ("end", links.end)):  # fmt: skip
+            got[key].append(values[c])
+        got["ready"].append(ready_times(links, c))
+        del rk, rs, links
+    col = {k: np.concatenate(v) if v else np.empty(0, object if k in ("run_id", "name", "collective", "group") else np.int64)
+           for k, v in got.items()}  # fmt: skip
+    # explain's order: run, rank, start (ties as read)
+    runs = {r: i for i, r in enumerate(sorted(set(col["run_id"].tolist())))}
+    order = np.lexsort((col["start"], col["rank"], np.fromiter((runs[r] for r in col["run_id"].tolist()), np.int64, len(col["rank"]))))
+    col = {k: v[order] for k, v in col.items()}
+    dom_of = clocks.domain_map(dataset_path)
+    dom = np.array([dom_of.get(key, "") for key in zip(col["run_id"].tolist(), col["rank"].tolist())] + [None], object)[:-1]
+    what = np.array([c if c is not None else n for c, n in zip(col["collective"].tolist(), col["name"].tolist())] + [None], object)[:-1]
+    instance = peers.instance_ids(col["run_id"], col["rank"], col["start"], col["group"], col["seq"], what)
+    wait_ns, known = peers.peer_waits(col["run_id"], instance, col["rank"], col["start"], col["end"], dom)
+    peer_us = np.where(known, wait_ns / 1000.0, np.nan)
+    return peers.instances_of(col["run_id"], instance, col["collective"], col["rank"], col["ready"], col["start"], col["end"],
+                              peer_us, dom)  # fmt: skip
+
+
 def _lanes(device: np.ndarray, stream: np.ndarray, host: np.ndarray) -> np.ndarray:
-    """A dense code per (device, stream, host) triple: a stream is a device's, a host thread is not a stream."""
+    """A dense code per (device, stream, host) triple, numbered in order of first appearance: a stream is a device's,
+    a host thread is not a stream."""
     if len(stream) and stream.min() >= -1 and stream.max() < (1 << 50) and device.min() >= -1 and device.max() < 1000:
-        return pd.factorize((stream + 1) * 2048 + (device + 1) * 2 + host.astype(np.int64))[0].astype(np.int64)
-    return pd.factorize(pd.MultiIndex.from_arrays([device, stream, host]))[0].astype(np.int64)
+        return peers.factorize((stream + 1) * 2048 + (device + 1) * 2 + host.astype(np.int64))
+    return peers.factorize(device, stream, host.astype(np.int64))
 
 
 def empty_records() -> pd.DataFrame:
     """The records of no kernel: ``explain``'s columns (less ``peer_wait_us``), no rows."""
+    import pandas as pd
+
     return pd.DataFrame({c: pd.Series(dtype=object) for c in KEYS + EXTRA if c != "peer_wait_us"})
 
 
@@ -206,8 +255,17 @@ def rank_links(k: pa.Table, syncs: pa.Table | None) -> Links:
     return Links(host, lane, stream, device, start, end, launch, launch_tid, s_ready, dep, dep_src, prod, sync_cols, previous)
 
 
+def ready_times(links: Links, c: np.ndarray) -> np.ndarray:
+    """The ready time of the activities ``c`` (rows of ``links``' rank): the latest known of their launch, their
+    stream's readiness and their event dependency; -1 where none is known."""
+    known = np.stack([links.launch[c], links.stream_ready[c], links.dependency_ready[c]])
+    return np.where((known == UNKNOWN).all(axis=0), UNKNOWN, np.max(np.where(known == UNKNOWN, np.iinfo(np.int64).min, known), axis=0))
+
+
 def explain_rank(k: pa.Table, syncs: pa.Table | None, dev_limits: dict, carveouts: dict, kinds=("comm",),
                   links: Links | None = None, memo: dict | None = None) -> pd.DataFrame | None:  # fmt: skip
+    import pandas as pd
+
     kind = str_column(k, "kind")
     is_comm = np.isin(kind, list(kinds))
     if not is_comm.any():
@@ -222,7 +280,7 @@ def explain_rank(k: pa.Table, syncs: pa.Table | None, dev_limits: dict, carveout
     host_wait, host_wait_call = _host_waits(c, launch, launch_tid, sync_cols)
     L, S, D, start_c = launch[c], s_ready[c], dep[c], start[c]
     known = np.stack([L, S, D])
-    ready_ns = np.where((known == UNKNOWN).all(axis=0), UNKNOWN, np.max(np.where(known == UNKNOWN, np.iinfo(np.int64).min, known), axis=0))
+    ready_ns = ready_times(links, c)
     which = np.argmax(known == ready_ns, axis=0)
     ready_from = np.where(ready_ns == UNKNOWN, None, np.array(["launch", "stream", "dependency"], dtype=object)[which])
     total = np.where(L != UNKNOWN, start_c - L, UNKNOWN)
@@ -391,6 +449,8 @@ def _last_before_value(sorted_times: np.ndarray, at: np.ndarray) -> np.ndarray:
 def _sm_room(k, names, c, ready_ns, host, kind, device, lane, start, end, dev_limits, carveouts, memo=None) -> dict:
     """SM room for each comm kernel ``c`` at its ready time (module docstring), vectorized over
     (comm kernel, resident computation kernel) pairs."""
+    from overlapviz.analysis.occupancy import blocks_fit, capacity
+
     n = len(c)
     res = {"fit": np.full(n, np.nan), "free": np.full(n, np.nan), "with_room": np.full(n, np.nan),
            "num_sms": np.full(n, np.nan), "resource": np.full(n, None, object), "blocker": np.full(n, None, object),
@@ -445,7 +505,7 @@ def _sm_room(k, names, c, ready_ns, host, kind, device, lane, start, end, dev_li
     held = np.minimum(NN, np.ceil(left / bb))
     cap_fit = np.full(len(pi), np.nan)
     lim = np.full(len(pi), None, dtype=object)
-    lim_code = pd.factorize(np.array([id(x) for x in oc["limits"]], np.int64))[0] if n else np.empty(0, np.int64)
+    lim_code = peers.factorize(np.array([id(x) for x in oc["limits"]], np.int64)) if n else np.empty(0, np.int64)
     for key in np.unique(lim_code[pi]) if len(pi) else ():  # one capacity per device's limits
         key = int(np.flatnonzero(lim_code == key)[0])
         same = good & (lim_code[pi] == lim_code[key])
@@ -502,6 +562,10 @@ def _occupancy(k: pa.Table, rows: np.ndarray, dev_limits: dict, carveouts: dict,
     ``memo`` (one per ``explain`` call) keeps each shape's facts by its device limits' content, so that
     ranks of one GPU model compute a shape once: ``kernel_occupancy`` costs ~20 ms a call in pandas,
     which on 512 ranks was most of ``explain``."""
+    import pandas as pd
+
+    from overlapviz.analysis.occupancy import kernel_occupancy, limits_for
+
     n = len(rows)
     out = {f: np.full(n, np.nan) for f in _OCC_FIELDS}
     out["note"] = np.full(n, None, dtype=object)
@@ -581,6 +645,8 @@ def summarize(explained: pd.DataFrame) -> pd.DataFrame:
     (kernels whose launch the trace does not have: their start − launch is unknown and in no
     sum; every ``<cause>_us`` is null when no kernel of the rank has one, not 0).
     """
+    import pandas as pd
+
     from overlapviz.analysis import intervals
 
     rows = []
@@ -624,6 +690,8 @@ def part_waits(records: pd.DataFrame, part: str) -> tuple[np.ndarray, np.ndarray
     stream ready -> dependency ready; ``launch_call`` inside the launch call; ``sm_resources``,
     ``launch_latency``, ``unknown``: ready (or the launch call's end, if later) -> start where
     the ready part is of that kind."""
+    import pandas as pd
+
     n = len(records)
 
     def col(name):
@@ -655,6 +723,8 @@ def cause_waits(records: pd.DataFrame, cause: str) -> tuple[np.ndarray, np.ndarr
     """Per record, the interval ``[lo, hi)`` (int64 ns) of start − launch that ``cause`` names
     (see :func:`summarize`), for the records whose cause it is; ``lo = hi`` elsewhere and -1
     where a bound is unknown."""
+    import pandas as pd
+
     n = len(records)
 
     def col(name):

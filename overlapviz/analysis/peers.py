@@ -15,15 +15,26 @@ has arrived: last end − last start.
 
 from __future__ import annotations
 
-import numpy as np
-import pandas as pd
+from typing import TYPE_CHECKING
 
-__all__ = ["attach_peer_wait", "collective_instances", "bus_factor", "ends_apart", "END_TOLERANCE_NS"]
+import numpy as np
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = ["attach_peer_wait", "collective_instances", "bus_factor", "ends_apart", "END_TOLERANCE_NS", "instance_ids",
+           "peer_waits", "instances_of", "factorize", "INSTANCE_COLUMNS"]  # fmt: skip
 
 # the ranks of one collective instance on comparable clocks end it together (NCCL/RCCL: within
 # microseconds; DLRM's 8 ranks within 1-7 µs): ends further apart than the instance lasted, plus this
 # much for integer-µs traces, mean the matched kernels are not one instance on comparable clocks
 END_TOLERANCE_NS = 10_000
+# collective_instances' columns, in order
+INSTANCE_COLUMNS = ["run_id", "instance", "collective", "n_ranks", "first_ready_ns", "last_ready_ns", "arrival_skew_us",
+                    "slowest_rank", "straggler", "first_start_ns", "last_start_ns", "last_end_ns", "time_us", "max_peer_wait_us",
+                    "bytes", "algbw_gbps", "busbw_gbps", "clock_note"]  # fmt: skip
+# the arithmetic below is numpy over codes, without pandas: ``overlapviz explain --instances`` computes its table
+# with no pandas import (issue 36); the pandas functions (attach_peer_wait, collective_instances) wrap it
 
 
 def ends_apart(end_min, end_max, last_arrival):
@@ -34,23 +45,202 @@ def ends_apart(end_min, end_max, last_arrival):
     return (end_max - end_min) > np.maximum(end_max - last_arrival, 0) + END_TOLERANCE_NS
 
 
+def _first_seen(codes: np.ndarray) -> tuple[np.ndarray, int]:
+    """``codes`` (int64) renumbered 0, 1, ... in order of first appearance, and how many distinct."""
+    if not len(codes):
+        return np.empty(0, np.int64), 0
+    uniq, first, inverse = np.unique(codes, return_index=True, return_inverse=True)
+    number = np.empty(len(uniq), np.int64)
+    number[np.argsort(first, kind="stable")] = np.arange(len(uniq))
+    return number[inverse.reshape(-1)], len(uniq)
+
+
+def factorize(*keys) -> np.ndarray:
+    """Dense int64 codes of the rows' key tuples (each key an array: integers, or text as str / None), numbered in
+    order of first appearance, as ``pandas.factorize`` numbers them."""
+    out, n = None, 1
+    for key in keys:
+        key = np.asarray(key)
+        if key.dtype == object:
+            key = _text_codes(key)
+        code, m = _first_seen(key.astype(np.int64, copy=False))
+        out, n = (code, m) if out is None else _first_seen(out * max(m, 1) + code)
+    return np.zeros(0, np.int64) if out is None else out
+
+
+def _text_codes(values: np.ndarray) -> np.ndarray:
+    """A code per distinct value of an object array (text and None, each None alike), by Arrow's hashing."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    try:
+        encoded = pc.dictionary_encode(pa.array(values, type=pa.string()), null_encoding="encode")
+    except (pa.ArrowException, TypeError):  # not all text: Python's hashing
+        seen: dict = {}
+        return np.fromiter((seen.setdefault(v, len(seen)) for v in values.tolist()), np.int64, len(values))
+    return encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+
+
+def _group_min(codes, n, values, fill):
+    out = np.full(n, fill, np.int64)
+    np.minimum.at(out, codes, values)
+    return out
+
+
+def _group_max(codes, n, values, fill):
+    out = np.full(n, fill, np.int64)
+    np.maximum.at(out, codes, values)
+    return out
+
+
+def instance_ids(run_id, rank, start, group, seq, what) -> np.ndarray:
+    """The instance id of each comm kernel record (see the module docstring): ``seq:GROUP#SEQ`` where the
+    record has a process group and a sequence number, else ``pos:GROUP:WHAT#N`` (the N-th kernel of that
+    collective in that group on its rank, by start). ``group``, ``what`` (the collective, else the kernel's
+    name): str or None; ``seq``: int64, -1 where unknown."""
+    n = len(rank)
+    group = ["" if g is None else g for g in np.asarray(group, object).tolist()]
+    what = np.asarray(what, object).tolist()
+    run_id, rank, start = np.asarray(run_id, object), np.asarray(rank, np.int64), np.asarray(start, np.int64)
+    seq = np.asarray(seq, np.int64)
+    # the n-th by (run, rank, start), ties in record order
+    runs = {r: i for i, r in enumerate(sorted(set(run_id.tolist())))}
+    run_order = np.fromiter((runs[r] for r in run_id.tolist()), np.int64, n) if len(runs) > 1 else np.zeros(n, np.int64)
+    order = np.lexsort((start, rank, run_order))
+    key = factorize(run_id, rank, np.asarray(group, object), np.asarray(what, object))[order]
+    by_key = np.argsort(key, kind="stable")
+    ks = key[by_key]
+    begins = np.r_[0, np.flatnonzero(ks[1:] != ks[:-1]) + 1] if n else np.empty(0, np.int64)
+    counts = np.diff(np.r_[begins, n])
+    pos_sorted = np.arange(n) - np.repeat(begins, counts)
+    pos = np.empty(n, np.int64)
+    pos[order[by_key]] = pos_sorted
+    return np.array([f"seq:{g}#{q}" if q != -1 and g != "" else f"pos:{g}:{w}#{p}"
+                     for g, w, q, p in zip(group, what, seq.tolist(), pos.tolist())] + [None], dtype=object)[:-1]  # fmt: skip
+
+
+def peer_waits(run_id, instance, rank, start, end, domain) -> tuple[np.ndarray, np.ndarray]:
+    """``(wait_ns, known)`` per comm kernel record: its instance's latest arrival (a rank arrives with its first
+    kernel of the instance) − its rank's arrival, exact int64 ns; known where the instance has two ranks or more
+    on comparable clocks (``domain``: the records' clock domains) whose ends agree (:func:`ends_apart`)."""
+    code = factorize(run_id, instance)
+    rank = np.asarray(rank, np.int64)
+    start, end = np.asarray(start, np.int64), np.asarray(end, np.int64)
+    if not len(code):
+        return np.empty(0, np.int64), np.empty(0, bool)
+    n = int(code.max()) + 1
+    cr = factorize(code, rank)
+    m = int(cr.max()) + 1
+    cr_code = np.empty(m, np.int64)
+    cr_code[cr] = code
+    arrival = _group_min(cr, m, start, np.iinfo(np.int64).max)
+    rank_end = _group_max(cr, m, end, np.iinfo(np.int64).min)
+    latest = _group_max(cr_code, n, arrival, np.iinfo(np.int64).min)
+    ranks = np.bincount(cr_code, minlength=n)
+    domains = np.bincount(np.unique(np.stack([code, factorize(np.asarray(domain, object))]), axis=1)[0], minlength=n)
+    apart = ends_apart(_group_min(cr_code, n, rank_end, np.iinfo(np.int64).max), _group_max(cr_code, n, rank_end, np.iinfo(np.int64).min),
+                       latest)  # fmt: skip
+    return latest[code] - arrival[cr], ((ranks > 1) & (domains <= 1) & ~apart)[code]
+
+
+def instances_of(run_id, instance, collective, rank, ready, start, end, peer_us, domain, message_bytes=None) -> dict:
+    """:func:`collective_instances`' columns as arrays (one per instance, in order of first appearance), from the
+    records' arrays: ``ready`` int64 (-1 unknown), ``peer_us`` float (NaN unknown), ``message_bytes`` float or None.
+    Nullable columns come as ``(values, null mask)``."""
+    code = factorize(run_id, instance)
+    rank = np.asarray(rank, np.int64)
+    ready, start, end = (np.asarray(a, np.int64) for a in (ready, start, end))
+    n = int(code.max()) + 1 if len(code) else 0
+    big, small = np.iinfo(np.int64).max, np.iinfo(np.int64).min
+    first_row = np.full(n, len(code), np.int64)
+    np.minimum.at(first_row, code, np.arange(len(code)))
+    # a rank's arrival at an instance is its first kernel of it (a copy-engine collective runs as several kernels on
+    # one rank): ready, start and skew compare ranks, never one rank's kernels with each other
+    cr = factorize(code, rank)
+    m = int(cr.max()) + 1 if len(cr) else 0
+    cr_code, cr_rank = np.empty(m, np.int64), np.empty(m, np.int64)
+    cr_code[cr], cr_rank[cr] = code, rank
+    has_ready = ready != -1
+    r_min = _group_min(cr[has_ready], m, ready[has_ready], big)  # big: no ready time on that rank
+    s_min, e_max = _group_min(cr, m, start, big), _group_max(cr, m, end, small)
+    r_known = r_min != big
+    first_ready = _group_min(cr_code[r_known], n, r_min[r_known], big)
+    last_ready = _group_max(cr_code[r_known], n, r_min[r_known], small)
+    ready_null = first_ready == big
+    # the slowest rank: the lowest rank whose ready time is its instance's latest
+    at_last = r_known & (r_min == last_ready[cr_code])
+    slow = _group_min(cr_code[at_last], n, cr_rank[at_last], big)
+    last_start = _group_max(cr_code, n, s_min, small)
+    # the straggler: the rank whose first start of the instance is the latest (the lowest on a tie)
+    at_start = s_min == last_start[cr_code]
+    strag = _group_min(cr_code[at_start], n, cr_rank[at_start], big)
+    domains = np.bincount(np.unique(np.stack([code, factorize(np.asarray(domain, object))]), axis=1)[0], minlength=n) if n else \
+        np.zeros(0, np.int64)  # fmt: skip
+    clocks_apart = domains > 1
+    ends = ends_apart(_group_min(cr_code, n, e_max, big), _group_max(cr_code, n, e_max, small), last_start)
+    apart = clocks_apart | ends
+    last_end = _group_max(code, n, end, small)
+    t_ns = last_end - last_start
+    n_ranks = np.bincount(cr_code, minlength=n).astype(np.int64)
+    coll = np.full(n, None, dtype=object)  # the first known collective of each instance
+    collective = np.asarray(collective, object)
+    known = np.flatnonzero(np.array([c is not None for c in collective.tolist()], bool))
+    firsts = np.full(n, len(code), np.int64)
+    np.minimum.at(firsts, code[known], known)
+    has_coll = firsts < len(code)
+    coll[has_coll] = collective[firsts[has_coll]]
+    size = np.full(n, np.nan)
+    if message_bytes is not None:
+        b = np.asarray(message_bytes, np.float64)
+        ok = ~np.isnan(b)
+        np.fmax.at(size, code[ok], b[ok])
+    has_size = ~np.isnan(size)
+    alg = np.where(has_size & (t_ns > 0), size / np.where(t_ns > 0, t_ns, 1), np.nan)  # bytes/ns = GB/s
+    factor = np.array([np.nan if (f := bus_factor(c, int(k))) is None else f for c, k in zip(coll.tolist(), n_ranks.tolist())])
+    peer = np.asarray(peer_us, np.float64)
+    max_peer = np.full(n, np.nan)
+    np.fmax.at(max_peer, code, peer)
+    no_skew = apart | (n_ranks < 2)  # one rank: no skew to speak of
+    note = np.where(clocks_apart, "ranks on clocks that do not compare (different hosts, no alignment): no skew or wait",
+                    np.where(ends, "the ranks' ends disagree by more than the instance lasted: not one instance on comparable "
+                                   "clocks (matched by position?), no skew or wait", None))  # fmt: skip
+    return {
+        "run_id": np.asarray(run_id, object)[first_row], "instance": np.asarray(instance, object)[first_row],
+        "collective": coll, "n_ranks": n_ranks,
+        "first_ready_ns": (np.where(ready_null, 0, first_ready), ready_null),
+        "last_ready_ns": (np.where(ready_null, 0, last_ready), ready_null),
+        "arrival_skew_us": (np.where(ready_null | no_skew, 0, last_ready - first_ready) / 1000.0, ready_null | no_skew),
+        "slowest_rank": (np.where(slow == big, 0, slow), (slow == big) | no_skew),
+        "straggler": (np.where(strag == big, 0, strag), (strag == big) | no_skew),
+        "first_start_ns": _group_min(code, n, start, big), "last_start_ns": last_start, "last_end_ns": last_end,
+        "time_us": t_ns / 1000.0, "max_peer_wait_us": max_peer,
+        "bytes": (np.where(has_size, size, 0).astype(np.int64), ~has_size),
+        "algbw_gbps": alg, "busbw_gbps": alg * factor, "clock_note": note,
+    }  # fmt: skip
+
+
+def _text(values) -> np.ndarray:
+    """A text column (a pandas Series) as str / None (pandas' NaN and NA as None)."""
+    return values.to_numpy(dtype=object, na_value=None)
+
+
 def instance_keys(explained: pd.DataFrame) -> pd.Series:
-    """The instance id of each comm kernel record (see the module docstring)."""
-    group = explained["comm_group"].astype(object).where(explained["comm_group"].notna(), "")
-    seq = explained["comm_seq"]
-    what = explained["collective"].astype(object).where(explained["collective"].notna(), explained["name"])
-    by_seq = seq.notna() & (group != "")
-    order = explained.assign(_g=group, _w=what).sort_values(["run_id", "rank", "start_ns"], kind="stable")
-    pos = order.groupby(["run_id", "rank", "_g", "_w"], sort=False).cumcount().reindex(explained.index)
-    positional = "pos:" + group.astype(str) + ":" + what.astype(str) + "#" + pos.astype(str)
-    seqd = "seq:" + group.astype(str) + "#" + seq.astype("Int64").astype(str)
-    return pd.Series(np.where(by_seq, seqd, positional), index=explained.index, dtype=object)
+    """The instance id of each comm kernel record (see the module docstring; :func:`instance_ids`)."""
+    import pandas as pd
+
+    what = [c if isinstance(c, str) else n for c, n in zip(_text(explained["collective"]).tolist(), _text(explained["name"]).tolist())]
+    seq = pd.array(explained["comm_seq"], dtype="Int64").to_numpy(np.int64, na_value=-1)
+    ids = instance_ids(explained["run_id"].to_numpy(object), explained["rank"].to_numpy(np.int64),
+                       explained["start_ns"].to_numpy(np.int64), _text(explained["comm_group"]), seq, what)  # fmt: skip
+    return pd.Series(ids, index=explained.index, dtype=object)
 
 
 def attach_peer_wait(explained: pd.DataFrame, domains: pd.DataFrame | None = None) -> pd.DataFrame:
     """``explained`` with ``instance``, ``peer_wait_us`` (exact ns differences shown in µs) and
     ``clock_domain``. ``domains``: :func:`overlapviz.analysis.clocks.clock_domains` rows; an
     instance whose ranks' clocks do not compare gets no peer wait (null), never one from clocks."""
+    import pandas as pd
+
     n = len(explained)
     if domains is not None and len(domains) and n:
         dom = explained[["run_id", "rank"]].astype({"rank": "int64"}).merge(
@@ -66,21 +256,12 @@ def attach_peer_wait(explained: pd.DataFrame, domains: pd.DataFrame | None = Non
     peer = pd.array([pd.NA] * n, dtype="Float64")
     sub = explained[comm]
     if len(sub):
-        keys = instance_keys(sub)
-        sub = sub.assign(instance=keys, _dom=dom[comm])
-        # a rank arrives at an instance with its first kernel of it (a copy-engine collective can be several)
-        by_rank = sub.groupby(["run_id", "instance", "rank"], sort=False)
-        arrival = by_rank["start_ns"].transform("min").astype(np.int64)
-        rank_end = by_rank["end_ns"].transform("max").astype(np.int64)
-        g = sub.assign(_arrival=arrival, _end=rank_end).groupby(["run_id", "instance"], sort=False)
-        latest = g["_arrival"].transform("max").to_numpy().astype(np.int64)  # int64 ns, exact
-        ranks = g["rank"].transform("nunique").to_numpy()
-        clocks_apart = g["_dom"].transform("nunique").to_numpy() > 1
-        apart = ends_apart(g["_end"].transform("min"), g["_end"].transform("max"), latest)
-        wait_ns = latest - arrival.to_numpy()
-        inst[comm] = keys.to_numpy(object)
+        keys = instance_keys(sub).to_numpy(object)
+        wait_ns, known = peer_waits(sub["run_id"].to_numpy(object), keys, sub["rank"].to_numpy(np.int64),
+                                    sub["start_ns"].to_numpy(np.int64), sub["end_ns"].to_numpy(np.int64), dom[comm])  # fmt: skip
+        inst[comm] = keys
         values = pd.array(wait_ns / 1000.0, dtype="Float64")
-        values[(ranks <= 1) | clocks_apart | apart] = pd.NA
+        values[~known] = pd.NA
         peer[np.flatnonzero(comm)] = values
     return explained.assign(instance=inst, peer_wait_us=peer, clock_domain=dom)
 
@@ -122,70 +303,27 @@ def collective_instances(explained: pd.DataFrame, message_bytes: pd.Series | Non
         (:func:`ends_apart`: not one instance on comparable clocks), the skew, the slowest
         rank, the straggler and the peer wait are null and ``clock_note`` says why.
     """
-    cols = ["run_id", "instance", "collective", "n_ranks", "first_ready_ns", "last_ready_ns", "arrival_skew_us",
-            "slowest_rank", "straggler", "first_start_ns", "last_start_ns", "last_end_ns", "time_us", "max_peer_wait_us",
-            "bytes", "algbw_gbps", "busbw_gbps", "clock_note"]  # fmt: skip
+    import pandas as pd
+
     if not len(explained):
-        return pd.DataFrame(columns=cols)
-    # vectorized over instances (a million kernels in well under a second), in int64 ns where times
-    # are: ready times are epoch-scale ns, which float64 would round to 256 ns
-    code = pd.factorize(pd.MultiIndex.from_arrays([explained["run_id"].to_numpy(object),
-                                                   explained["instance"].to_numpy(object)]), sort=False)[0]  # fmt: skip
-    ready = pd.array(explained["ready_ns"], dtype="Int64")
-    d = pd.DataFrame({
-        "code": code, "run_id": explained["run_id"].to_numpy(object), "instance": explained["instance"].to_numpy(object),
-        "collective": explained["collective"].to_numpy(object), "rank": pd.array(explained["rank"], dtype="Int64"),
-        "ready": ready, "start": explained["start_ns"].to_numpy().astype(np.int64),
-        "end": explained["end_ns"].to_numpy().astype(np.int64),
-        "peer": pd.array(pd.to_numeric(explained["peer_wait_us"], errors="coerce"), dtype="Float64"),
-        "bytes": pd.array([pd.NA] * len(explained) if message_bytes is None else pd.to_numeric(message_bytes, errors="coerce"),
-                          dtype="Float64"),
-        "dom": explained["clock_domain"].fillna("").to_numpy(object) if "clock_domain" in explained else "",
-    })  # fmt: skip
-    g = d.groupby("code", sort=True)  # codes number the instances in order of first appearance
-    # a rank's arrival at an instance is its first kernel of it (a copy-engine collective runs as several
-    # kernels on one rank): ready, start and skew compare ranks, never one rank's kernels with each other
-    arrive = d.groupby(["code", "rank"], sort=True).agg(ready=("ready", "min"), start=("start", "min"),
-                                                         end=("end", "max")).reset_index()  # fmt: skip
-    ga = arrive.groupby("code", sort=True)
-    first_ready, last_ready = ga["ready"].min(), ga["ready"].max()
-    # the slowest rank: the lowest rank whose ready time is its instance's latest
-    at_max = (arrive["ready"] == ga["ready"].transform("max")).fillna(False).to_numpy(bool)
-    slow = arrive.loc[at_max].groupby("code")["rank"].min().reindex(first_ready.index)
-    last_start, last_end = ga["start"].max(), g["end"].max()
-    # the straggler: the rank whose first start of the instance is the latest
-    arrive["last"] = ga["start"].transform("max")
-    strag = arrive.loc[arrive["start"] == arrive["last"]].groupby("code")["rank"].min().reindex(first_ready.index)
-    clocks_apart = (g["dom"].nunique() > 1).to_numpy(bool)
-    ends = ends_apart(ga["end"].min(), ga["end"].max(), last_start)
-    apart = clocks_apart | ends
-    t_ns = (last_end - last_start).to_numpy(np.int64)
-    n = g["rank"].nunique().to_numpy(np.int64)
-    coll = g["collective"].first()
-    size = g["bytes"].max()
-    has_size = size.notna().to_numpy(bool)
-    size_f = size.to_numpy(np.float64, na_value=np.nan)
-    alg = np.where(has_size & (t_ns > 0), size_f / np.where(t_ns > 0, t_ns, 1), np.nan)  # bytes/ns = GB/s
-    factor = np.array([np.nan if (f := bus_factor(c, int(m))) is None else f for c, m in zip(coll.to_numpy(object), n)])
-    firsts = g[["run_id", "instance"]].first()
-    skew_ns = last_ready - first_ready  # Int64: exact, NA where no rank has a ready time
-    skew = pd.array(skew_ns, dtype="Float64") / 1000.0
-    skew[apart | (n < 2)] = pd.NA  # one rank: no skew to speak of
-    slow_ranks = pd.array(slow.to_numpy(), dtype="Int64")
-    slow_ranks[apart | (n < 2)] = pd.NA
-    strag_ranks = pd.array(strag.to_numpy(), dtype="Int64")
-    strag_ranks[apart | (n < 2)] = pd.NA
-    note = np.where(clocks_apart, "ranks on clocks that do not compare (different hosts, no alignment): no skew or wait",
-                    np.where(ends, "the ranks' ends disagree by more than the instance lasted: not one instance on comparable "
-                                   "clocks (matched by position?), no skew or wait", None))  # fmt: skip
-    out = pd.DataFrame({
-        "run_id": firsts["run_id"].to_numpy(object), "instance": firsts["instance"].to_numpy(object),
-        "collective": coll.to_numpy(object), "n_ranks": n,
-        "first_ready_ns": first_ready.to_numpy(), "last_ready_ns": last_ready.to_numpy(),
-        "arrival_skew_us": skew, "slowest_rank": slow_ranks, "straggler": strag_ranks,
-        "first_start_ns": g["start"].min().to_numpy(np.int64), "last_start_ns": last_start.to_numpy(np.int64),
-        "last_end_ns": last_end.to_numpy(np.int64), "time_us": t_ns / 1000.0, "max_peer_wait_us": g["peer"].max().to_numpy(),
-        "bytes": pd.array(np.where(has_size, size_f, np.nan), dtype="Float64").astype("Int64"),
-        "algbw_gbps": alg, "busbw_gbps": alg * factor, "clock_note": note,
-    })  # fmt: skip
-    return out[cols]
+        return pd.DataFrame(columns=INSTANCE_COLUMNS)
+    ready = pd.array(explained["ready_ns"], dtype="Int64").to_numpy(np.int64, na_value=-1)
+    peer = pd.array(pd.to_numeric(explained["peer_wait_us"], errors="coerce"), dtype="Float64").to_numpy(np.float64, na_value=np.nan)
+    size = None if message_bytes is None else \
+        pd.array(pd.to_numeric(message_bytes, errors="coerce"), dtype="Float64").to_numpy(np.float64, na_value=np.nan)  # fmt: skip
+    dom = _text(explained["clock_domain"]) if "clock_domain" in explained else np.full(len(explained), "", object)
+    cols = instances_of(explained["run_id"].to_numpy(object), explained["instance"].to_numpy(object), _text(explained["collective"]),
+                        pd.array(explained["rank"], dtype="Int64").to_numpy(np.int64), ready,
+                        explained["start_ns"].to_numpy().astype(np.int64), explained["end_ns"].to_numpy().astype(np.int64),
+                        peer, np.where(pd.isna(dom), "", dom), size)  # fmt: skip
+    out = {}
+    for c in INSTANCE_COLUMNS:
+        v = cols[c]
+        if c in ("first_ready_ns", "last_ready_ns"):
+            v = pd.arrays.IntegerArray(v[0].astype(np.int64), v[1]).to_numpy()
+        elif c == "arrival_skew_us":
+            v = pd.arrays.FloatingArray(v[0].astype(np.float64), v[1])
+        elif isinstance(v, tuple):
+            v = pd.arrays.IntegerArray(v[0].astype(np.int64), v[1])
+        out[c] = v
+    return pd.DataFrame(out)[INSTANCE_COLUMNS]

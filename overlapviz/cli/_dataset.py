@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import click
@@ -136,6 +137,52 @@ DATASET = DatasetOrTraces()
 # (serve and export hand the path on to servers and browsers)
 HELD_COMMANDS = ("analyze", "explain")
 INPUTS_KEY = "overlapviz.inputs"
+
+
+def kept_answer(ctx: click.Context, dataset, *, use: bool = True) -> tuple[str | None, Callable[[str], None]]:
+    """``(text, keep)``: the output an earlier process printed for this command, its options and ``dataset``
+    (``overlapviz.dataset.computed``: the answer cache), or None; and ``keep(text)``, which keeps the output
+    computed now for the next process.
+
+    The key: the command, every option (the format, ``--wide``, ``--run``, ``--device-name``, ...), the
+    dataset's path and a stamp of its files (a dataset written again, or a file of it changed, is another),
+    overlapviz's version and code. Traces just ingested (a ``HeldDataset``) have no answer yet: theirs is
+    kept once their dataset is in place (when ``ctx`` closes), and not at all if it could not be kept.
+    ``use`` False (``--scheduler``), or ``OVERLAPVIZ_TABLE_CACHE=0``: nothing is read or kept."""
+    import json
+
+    from overlapviz.dataset import cache, computed
+
+    if not use or not computed.enabled():
+        return None, lambda text: None
+    params = {k: v for k, v in ctx.params.items() if k != "dataset"}
+    key = json.dumps({"command": ctx.command.name, "options": params}, sort_keys=True, default=str)
+
+    def entry(path) -> tuple[Path, str] | None:
+        path = os.path.realpath(path)
+        return computed.answer_file(path, computed.dataset_stamp(path), key)
+
+    if not isinstance(dataset, str):  # a HeldDataset: traces ingested now, their files written behind
+        def keep_when_in_place(text: str) -> None:
+            def keep() -> None:
+                try:
+                    path = dataset.wait()
+                    found = entry(path) if cache.is_dataset(path) else None
+                except (ValueError, OSError):  # not kept: the command fails saying so (_ingest); nor is its answer
+                    return
+                if found is not None:
+                    computed.write_answer(*found, text)
+
+            ctx.call_on_close(keep)  # before _ingest's finish (the last registered runs first): it waits the same
+
+        return None, keep_when_in_place
+    try:
+        found = entry(dataset)
+    except OSError:  # a file vanished while it was listed: no answer to trust
+        return None, lambda text: None
+    if found is None:
+        return None, lambda text: None
+    return computed.read_answer(*found), lambda text: computed.write_answer(*found, text) and None
 
 
 def check_output(out: str | os.PathLike, *inputs: str | os.PathLike, may_be_dataset: bool = False) -> None:

@@ -207,9 +207,24 @@ def _csv_value(v):
     return "" if is_null(v) else v
 
 
+class Columns:
+    """Records as columns of Python values (str, int, float, bool; None or NaN for null), computed without pandas or
+    Arrow; ``text``: the columns a table aligns as text (left), as a pandas frame's text columns."""
+
+    def __init__(self, data: dict[str, list], text=()):
+        self.data = data
+        self.text = set(text)
+
+    def __len__(self) -> int:
+        return len(next(iter(self.data.values()))) if self.data else 0
+
+
 def _columns(records) -> tuple[list[str], Callable[[str], list], Callable[[str], list], Callable[[str], bool]]:
     """Of a pandas frame or a pyarrow table (the two kinds of records the commands print): the column names,
     a column's values as Python objects, its CSV fields, and whether it holds text."""
+    if isinstance(records, Columns):
+        return (list(records.data), lambda c: records.data[c], lambda c: [_csv_value(v) for v in records.data[c]],
+                lambda c: c in records.text)  # fmt: skip
     if hasattr(records, "column_names"):  # pyarrow.Table (analyze prints Arrow: no pandas on its path)
         import pyarrow as pa
 
@@ -238,7 +253,7 @@ def _columns(records) -> tuple[list[str], Callable[[str], list], Callable[[str],
 
 def render_output(records, fmt: str, *, columns: list[str] | None = None, wide: bool = False,
                   row_units: dict[str, list[str]] | None = None, empty: str = "(nothing to show)") -> str:  # fmt: skip
-    """``records`` (a pandas frame or a pyarrow table, one record per row) as every command prints them.
+    """``records`` (a pandas frame, a pyarrow table or ``Columns``, one record per row) as every command prints them.
 
     ``json``: one array of objects, every column, nulls as null, numbers as Python spells them.
     ``csv``: every column, nulls as empty fields, floats shortest round-trip (as pandas' ``to_csv``).

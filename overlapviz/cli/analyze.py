@@ -34,19 +34,26 @@ def analyze(dataset: str, per: str, fmt: str, runs: tuple[str, ...], scheduler: 
     overlap_fraction (= overlap_us / comm_us, null without comm), exposed_comm_us,
     span_us, busy_us, idle_us, memory_us, n_kernels, n_comm_kernels.
     """
-    from overlapviz.analysis import metrics
+    from overlapviz.cli._dataset import kept_answer
 
-    try:
-        if scheduler:
-            from overlapviz.distributed import analyze_on, client_for
+    # a warm answer is printed as the process that computed it printed it: no pyarrow or dataset read
+    text, keep = kept_answer(click.get_current_context(), dataset, use=not scheduler)
+    if text is None:
+        from overlapviz.analysis import metrics
 
-            with client_for(scheduler) as client:
-                table = analyze_on(client, dataset, per=per, run_ids=list(runs) or None)
-        else:
-            table = metrics.analyze_table(dataset, per=per, run_ids=list(runs) or None)
-    except ValueError as exc:
-        raise click.ClickException(str(exc)) from None
-    click.echo(render(table, fmt, wide=wide), nl=fmt != "csv")
+        try:
+            if scheduler:
+                from overlapviz.distributed import analyze_on, client_for
+
+                with client_for(scheduler) as client:
+                    table = analyze_on(client, dataset, per=per, run_ids=list(runs) or None)
+            else:
+                table = metrics.analyze_table(dataset, per=per, run_ids=list(runs) or None)
+        except ValueError as exc:
+            raise click.ClickException(str(exc)) from None
+        text = render(table, fmt, wide=wide) + ("" if fmt == "csv" else "\n")
+        keep(text)
+    click.echo(text, nl=False)
 
 
 def render(table: pa.Table, fmt: str, *, wide: bool = False) -> str:

@@ -62,10 +62,27 @@ def explain(dataset: str, runs: tuple[str, ...], findings_only: bool, breakdown:
         raise click.UsageError(f"{' and '.join(views)} are different views: pick one")
     if per != "rank" and not breakdown:
         raise click.UsageError("--per step goes with --breakdown")
-    run_ids = list(runs) or None
+    from overlapviz.cli._dataset import kept_answer
+
+    # a warm answer is printed as the process that computed it printed it: no pyarrow, pandas or dataset read
+    text, keep = kept_answer(click.get_current_context(), dataset, use=not scheduler)
+    if text is None:
+        text = _answer(dataset, list(runs) or None, findings_only, breakdown, per, summary, instances, all_kernels, device_name,
+                       fmt, wide, scheduler)  # fmt: skip
+        keep(text)
+    click.echo(text, nl=False)
+
+
+def _answer(dataset, run_ids, findings_only, breakdown, per, summary, instances, all_kernels, device_name, fmt, wide,
+            scheduler) -> str:  # fmt: skip
+    """What ``explain`` prints (its whole standard output)."""
     kinds = ("comm", "compute", "memory", "other") if all_kernels else ("comm",)
     try:
-        if breakdown:
+        if instances and not (all_kernels or scheduler or device_name):  # the instances alone: no pandas (issue 36)
+            from overlapviz.analysis import explain as explain_lib
+
+            frame, view = _instance_records(explain_lib.instance_columns(dataset, run_ids=run_ids)), "instances"
+        elif breakdown:
             frame = _breakdown(dataset, run_ids, per, scheduler)
             view = "breakdown"
         else:
@@ -92,24 +109,24 @@ def explain(dataset: str, runs: tuple[str, ...], findings_only: bool, breakdown:
                 frame, view = records, "kernels"
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
+    out = []
     if view == "kernels" and fmt == "table" and not wide:
         frame = with_kernel_id(frame)
     if view == "breakdown" and fmt == "table":
         frame = _in_us(frame)
     if fmt == "table" and view == "kernels":
-        click.echo(findings_text(found, totals))
-        click.echo()
+        out.append(findings_text(found, totals) + "\n\n")
     if fmt == "table" and view == "findings":  # sentences, every finding: a table would cut them
-        click.echo(findings_text(found, totals, per_run=None))
-        return
+        return findings_text(found, totals, per_run=None) + "\n"
     if fmt == "table" and view in HEADERS:
-        click.echo("\n".join(textwrap.wrap(HEADERS[view], 118)))
+        out.append("\n".join(textwrap.wrap(HEADERS[view], 118)) + "\n")
     columns = TABLE_COLUMNS.get(view)
     if view == "breakdown" and per == "rank":  # noqa: SIM102
         columns = [c for c in columns if c != "step"]
     from overlapviz.cli._table import render_output
 
-    click.echo(render_output(frame, fmt, columns=columns, wide=wide), nl=fmt != "csv")
+    out.append(render_output(frame, fmt, columns=columns, wide=wide) + ("" if fmt == "csv" else "\n"))
+    return out[0] if len(out) == 1 else "".join(out)
 
 
 def _explain(dataset, run_ids, kinds, device_name, scheduler, instances=False):
@@ -134,6 +151,21 @@ def _breakdown(dataset, run_ids, per, scheduler):
     from overlapviz.analysis.breakdown import breakdown
 
     return breakdown(dataset, run_ids=run_ids, per=per)
+
+
+def _instance_records(columns: dict):
+    """``explain_lib.instance_columns`` as records to print, valued as ``peers.collective_instances``' frame is."""
+    from overlapviz.cli._table import Columns
+
+    data = {}
+    for name, v in columns.items():
+        if not isinstance(v, tuple):
+            data[name] = v.tolist()
+        elif name in ("first_ready_ns", "last_ready_ns") and v[1].any():  # the frame's column: floats, NaN for null
+            data[name] = [None if null else float(x) for x, null in zip(v[0].tolist(), v[1].tolist())]
+        else:
+            data[name] = [None if null else x for x, null in zip(v[0].tolist(), v[1].tolist())]
+    return Columns(data, text=("run_id", "instance", "collective", "clock_note"))
 
 
 def _in_us(frame):

@@ -7,12 +7,12 @@ import os
 from pathlib import Path
 
 from overlapviz._version import __version__
-from overlapviz.dataset import schema
+from overlapviz.dataset.outdir import METADATA_FILE, SCHEMA_VERSION  # not schema: no pyarrow on a warm path
 
 
 def content_key(sources: list[Path]) -> str:
     """A hash of every file under ``sources`` (relative path, bytes) and of the writer's versions."""
-    digest = hashlib.sha256(f"overlapviz {__version__} schema {schema.SCHEMA_VERSION}\n".encode())
+    digest = hashlib.sha256(f"overlapviz {__version__} schema {SCHEMA_VERSION}\n".encode())
     for source in sources:
         files = [source] if source.is_file() else sorted(p for p in source.rglob("*") if p.is_file())
         for path in files:
@@ -33,7 +33,7 @@ def cache_dir() -> Path:
 
 def is_dataset(path: str | os.PathLike) -> bool:
     """Whether ``path`` is an overlapviz dataset directory (it has ``dataset.json``)."""
-    return (Path(path) / schema.METADATA_FILE).is_file()
+    return (Path(path) / METADATA_FILE).is_file()
 
 
 def cached_path(sources: list[Path], *, cache: str | os.PathLike | None = None, prefix: str = "traces") -> Path:

@@ -38,6 +38,8 @@ __all__ = ["INCOMPLETE", "Finishing", "check_output", "check_output_path", "chec
            "finish_tree", "is_dataset", "move_into_place", "process_tag", "temporary_prefix"]  # fmt: skip
 
 METADATA_FILE = "dataset.json"  # schema.METADATA_FILE
+# the dataset format's version (schema.SCHEMA_VERSION): here, without pyarrow, for the cache key (cache.content_key)
+SCHEMA_VERSION = "1.1"  # 1.1: kernels.launch_end_ns; ranks.clock_domain, clock_offset_ns, clock_note
 
 # a file in every temporary directory until its dataset is complete: with the name, how a
 # later writer knows the directory for one of its own

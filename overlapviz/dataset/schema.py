@@ -32,13 +32,12 @@ import pyarrow.parquet as pq
 
 from overlapviz.dataset import _nopandas, outdir
 from overlapviz._version import __version__
-from overlapviz.dataset.outdir import display_path
+from overlapviz.dataset.outdir import SCHEMA_VERSION, display_path
 
 _shown = display_path
 
 _nopandas.defer_pandas_in_pyarrow()  # pyarrow's first conversion imports no pandas (see there)
 
-SCHEMA_VERSION = "1.1"  # 1.1: kernels.launch_end_ns; ranks.clock_domain, clock_offset_ns, clock_note
 SCHEMA_MAJOR = 1
 METADATA_FILE = "dataset.json"
 KINDS = ("comm", "compute", "memory", "other")
