@@ -161,7 +161,9 @@ def test_an_answer_that_comes_before_the_page_is_ready_reaches_it(dlrm, browser,
     # server takes the page's "document ready" only after the answer is computed.
     gates = {"OVZ_TEST_WHY_GATE": tmp_path / "explain", "OVZ_TEST_READY_GATE": tmp_path / "ready"}
     log = tmp_path / "serve.log"
-    with contextlib.contextmanager(_serve)(dlrm, log, code=GATED_READY, env={k: str(v) for k, v in gates.items()}) as url:
+    # a table cache of its own: the answer computed by this server (the module's other servers keep DLRM's in theirs)
+    env = {**{k: str(v) for k, v in gates.items()}, "OVERLAPVIZ_CACHE_DIR": str(tmp_path / "cache")}
+    with contextlib.contextmanager(_serve)(dlrm, log, code=GATED_READY, env=env) as url:
         browser.get(url)
         wait_for(browser, lambda: "Computing this run's findings" in text(browser), timeout=180,
                  what="the page drawn, its answer to come")  # fmt: skip
