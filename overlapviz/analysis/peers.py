@@ -319,9 +319,7 @@ def collective_instances(explained: pd.DataFrame, message_bytes: pd.Series | Non
     out = {}
     for c in INSTANCE_COLUMNS:
         v = cols[c]
-        if c in ("first_ready_ns", "last_ready_ns"):
-            v = pd.arrays.IntegerArray(v[0].astype(np.int64), v[1]).to_numpy()
-        elif c == "arrival_skew_us":
+        if c == "arrival_skew_us":
             v = pd.arrays.FloatingArray(v[0].astype(np.float64), v[1])
         elif isinstance(v, tuple):
             v = pd.arrays.IntegerArray(v[0].astype(np.int64), v[1])

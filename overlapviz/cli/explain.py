@@ -161,8 +161,6 @@ def _instance_records(columns: dict):
     for name, v in columns.items():
         if not isinstance(v, tuple):
             data[name] = v.tolist()
-        elif name in ("first_ready_ns", "last_ready_ns") and v[1].any():  # the frame's column: floats, NaN for null
-            data[name] = [None if null else float(x) for x, null in zip(v[0].tolist(), v[1].tolist())]
         else:
             data[name] = [None if null else x for x, null in zip(v[0].tolist(), v[1].tolist())]
     return Columns(data, text=("run_id", "instance", "collective", "clock_note"))
