@@ -35,21 +35,20 @@ class _Export(click.Command):
 
     def parse_args(self, ctx, args):
         # SIGTERM and SIGHUP end the command as Ctrl-C does: through the exit handlers that end the browser and remove
-        # its profile (/dev/shm/overlapviz-chromium-*, left behind by a job's `kill` before)
+        # its profile (/dev/shm/overlapviz-chromium-*, left behind by a job's `kill` before); until the context closes
         from overlapviz import lifetime
 
-        self._signals = lifetime.signals_interrupt(once=True)
-        self._signals.__enter__()
-        if _draws_static(args):
-            from overlapviz.export.browser import prestart
-
-            prestart()  # the browser starts while pandas and HoloViews are imported and the tables are read
-            gc.disable()  # until the plotting libraries are imported (export below): collecting found nothing in 0.1-0.3 s
+        ctx.with_resource(lifetime.signals_interrupt(once=True))
         try:
+            if _draws_static(args):
+                from overlapviz.export.browser import prestart
+
+                prestart()  # the browser starts while pandas and HoloViews are imported and the tables are read
+                gc.disable()  # until the plotting libraries are imported (export below): collecting found nothing in 0.1-0.3 s
             return super().parse_args(ctx, args)
         except BaseException as exc:
             gc.enable()
-            self._signals.__exit__(None, None, None)
+            ctx.close()
             if isinstance(exc, KeyboardInterrupt):
                 raise click.ClickException("interrupted") from None
             raise
@@ -61,7 +60,6 @@ class _Export(click.Command):
             raise click.ClickException("interrupted") from None
         finally:
             gc.enable()
-            self._signals.__exit__(None, None, None)
 
 
 def _draws_static(args: list[str]) -> bool:
