@@ -42,7 +42,7 @@ def figure_stamp() -> str:
 
     import overlapviz
 
-    files = sorted([*Path(overlapviz.__file__).parent.glob("figures*.py"), *Path(__file__).parent.glob("*.py")])
+    files = sorted([*(Path(overlapviz.__file__).parent / "figures").glob("*.py"), *Path(__file__).parent.glob("*.py")])
     return f"bokeh {bokeh.__version__} holoviews {holoviews.__version__};" + ";".join(
         f"{f.name}:{f.stat().st_size}:{f.stat().st_mtime_ns}" for f in files if f.exists())
 

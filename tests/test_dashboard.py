@@ -1144,6 +1144,21 @@ def test_a_static_figure_is_drawn_once_per_dataset_across_server_processes(datas
     assert drawn == [1, 1, 1] and sorted((tmp_path / "cache").rglob("*.pickle")) == before
 
 
+def test_the_stamp_of_drawn_figures_covers_the_code_that_draws_them():
+    """``figure_stamp`` names every module of ``overlapviz.figures`` (a package since the layout move; a glob of
+    ``figures*.py`` found none, so a figure kept on disk outlived a change to its drawing code) and the dashboard's."""
+    from pathlib import Path
+
+    import overlapviz.figures
+    from overlapviz.dashboards.table_cache import figure_stamp
+
+    stamp = figure_stamp()
+    drawing = sorted(Path(overlapviz.figures.__file__).parent.glob("*.py"))
+    assert len(drawing) >= 5
+    assert all(f"{f.name}:{f.stat().st_size}:" in stamp for f in drawing)
+    assert "pages.py:" in stamp and "store.py:" in stamp
+
+
 def test_a_gpu_whose_limits_are_known_is_not_called_missing_its_device_properties(tmp_path, monkeypatch):
     """An MI300X trace (ROCm Kineto: deviceProperties with the gfx target, no registers per kernel): the Residency page
     says what stops the residency, the kernels' launch shapes, not "no device properties" (it listed `regs_per_sm`,
