@@ -63,7 +63,8 @@ def read_rank(dataset_path, rel: str, columns: Sequence[str], dictionary: Sequen
     meta = {**schema.read_metadata(dataset_path), "kernel_files": [rel]}
     if isinstance(dataset_path, schema.HeldDataset):
         held = {rel: dataset_path.kernels[rel]} if rel in dataset_path.kernels else {}
-        view = schema.HeldDataset(dataset_path.path, meta, dataset_path.tables, held)
+        # the same finishing: a file not held is read once the dataset's write behind has put it in place
+        view = schema.HeldDataset(dataset_path.path, meta, dataset_path.tables, held, dataset_path.finishing)
     else:
         view = schema.HeldDataset(dataset_path, meta, {}, {})
     return schema.read_kernels(view, columns=columns, dictionary=dictionary)
