@@ -191,6 +191,29 @@ def test_nothing_is_kept_when_the_table_cache_is_off(tmp_path, traces):
     assert not (cache / "tables").exists()
 
 
+@pytest.mark.parametrize("interrupt", [KeyboardInterrupt, SystemExit, OSError])
+def test_an_interrupted_or_failed_cache_write_leaves_no_temporary_file(tmp_path, interrupt):
+    """``computed.write_private`` (answers and the dashboard's tables): a write stopped half way (Ctrl-C; the SIGTERM
+    handler's exception; a full disk) leaves neither the file nor its temporary beside it; an interruption goes on
+    up, a failed write is False."""
+    from overlapviz.dataset import computed
+
+    file = tmp_path / "tables" / "x" / "a.answer"
+
+    def write(fh):
+        fh.write(b"half")
+        raise interrupt(28, "No space left on device") if interrupt is OSError else interrupt()
+
+    if interrupt is OSError:
+        assert computed.write_private(file, write) is False
+    else:
+        with pytest.raises(interrupt):
+            computed.write_private(file, write)
+    assert list(file.parent.iterdir()) == []
+    assert computed.write_private(file, lambda fh: fh.write(b"whole")) and file.read_bytes() == b"whole"
+    assert [p.name for p in file.parent.iterdir()] == ["a.answer"]
+
+
 INSTANCE_DATA = [DLRM, DLRM.parent.parent / "torch_rocm", DLRM.parent.parent / "hta_trace_filter_2rank", DLRM.parent.parent / "gloo_cpu",
                  DLRM.parent.parent / "nsys" / "mfu_2gpu_before_window40ms.sqlite", DLRM.parent / "tracelens_b200_eager"]  # fmt: skip
 

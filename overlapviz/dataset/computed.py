@@ -10,6 +10,7 @@ written atomically (a temporary file, then a rename), the ``KEEP_DATASETS`` most
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import os
@@ -118,6 +119,7 @@ def write_private(file: Path, write: Callable[[BinaryIO], None]) -> bool:
     0600; False, leaving nothing behind, where it cannot be written (a read-only cache, a full disk)."""
     where = file.parent
     tmp = file.with_suffix(f".{os.getpid()}.tmp")
+    placed = False
     try:
         if not where.exists():
             prune(where.parent)
@@ -127,10 +129,14 @@ def write_private(file: Path, write: Callable[[BinaryIO], None]) -> bool:
         with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as fh:
             write(fh)
         os.replace(tmp, file)
+        placed = True
         return True
     except OSError:
-        tmp.unlink(missing_ok=True)
         return False
+    finally:
+        if not placed:  # a failed write, and an interrupted one (Ctrl-C, a SIGTERM turned into an exception)
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
 
 
 def answer_file(path: str, stamp: str, key: str) -> tuple[Path, str] | None:
