@@ -9,13 +9,18 @@ time. Cases: every figure of the bundled samples (the H200 stand-in sweep, the p
 trace in png, svg and pdf, ``export --help``, and the timeline of a generated trace of one million kernels over 8 ranks
 (``bench_dashboard.big_dataset``, kept in --work) in each format.
 
+The commands share a table cache of the run's own (``OVERLAPVIZ_CACHE_DIR`` under --work, emptied at the start): by
+default each checkout's command runs once untimed before its timed runs, so the times are those of an export whose
+tables an earlier command computed (``overlapviz.dataset.computed``; a checkout without that table cache computes
+them every time). ``--cold`` gives every command an empty cache of its own instead: the first export of a dataset.
+
 The other checkout is a git worktree with its own virtual environment, e.g. today's code (commit 708e13e)::
 
     git worktree add --detach /tmp/ovz-708e13e 708e13e && cp -a .venv /tmp/ovz-708e13e/.venv
     (cd /tmp/ovz-708e13e && .venv/bin/python -m pip install -q --no-deps --no-build-isolation -e . \
         && .venv/bin/python setup.py -q build_ext --inplace)
     .venv/bin/python benchmarks/bench_export.py --old /tmp/ovz-708e13e [--repeat 3] [--json out.json] [--only DATASET,...]
-        [--no-big | --big-only] [--quick]
+        [--no-big | --big-only] [--quick] [--cold]
 
 (``--old`` may also be a bare source tree, put first on this interpreter's path, as before.)
 """
@@ -38,11 +43,12 @@ _PAIR = ["--run", "cb-ar_baseline_tiled64x64x32-pad0k_p0_standin_072509d6", "--r
 CASES = {  # dataset -> (figure, extra options): every figure that applies to it (the sweep's runs have one rank each: no collectives)
     "h200_standin_sweep": [("timeline", []), ("breakdown", []), ("why", []), ("ranks", []), ("residency", []), ("budget", []),
                            ("heatmap", []), ("speedup", []), ("compare", _PAIR)],
-    "h200_paper_grid": [("heatmap", []), ("speedup", [])],  # (its per-run figures are the sweep's kind: drawn there)
+    "h200_paper_grid": [("timeline", []), ("breakdown", []), ("why", []), ("ranks", []), ("residency", []), ("budget", []),
+                        ("heatmap", []), ("speedup", [])],  # (116 runs of one rank: the per-run figures read one run of many)
     "param_dlrm_8rank": [("timeline", []), ("breakdown", []), ("why", []), ("collectives", []), ("ranks", []), ("residency", []),
                          ("budget", [])],
 }  # fmt: skip
-QUICK = {"h200_standin_sweep": {"why", "timeline", "heatmap", "budget"}, "h200_paper_grid": {"heatmap", "speedup"},
+QUICK = {"h200_standin_sweep": {"why", "timeline", "heatmap", "budget"}, "h200_paper_grid": {"breakdown", "heatmap", "speedup"},
          "param_dlrm_8rank": {"timeline", "collectives"}}  # --quick: one of each kind of figure
 SOURCES = {"h200_standin_sweep": ROOT / "sample_traces" / "h200_standin_sweep", "h200_paper_grid": ROOT / "sample_traces" / "h200_paper_grid",
            "param_dlrm_8rank": ROOT / "tests" / "data" / "kineto_real" / "param_dlrm_8rank"}  # fmt: skip
@@ -72,6 +78,15 @@ def _reap_orphans(timeout: float = 10.0) -> None:
             time.sleep(0.01)
 
 
+CACHE: dict = {}  # "dir": the table cache the commands share; "cold": a fresh one for every command
+
+
+def _cache_env() -> dict:
+    if CACHE.get("cold"):
+        return {"OVERLAPVIZ_CACHE_DIR": tempfile.mkdtemp(prefix="cold-", dir=CACHE["dir"])}
+    return {"OVERLAPVIZ_CACHE_DIR": str(CACHE["dir"])} if CACHE.get("dir") else {}
+
+
 def command_time(checkout: str | None, args: list[str]) -> tuple[float, float]:
     """(wall seconds, CPU seconds) of ``python -m overlapviz ARGS`` of ``checkout`` (None: this one): its own
     ``.venv/bin/python`` where it has one, else this interpreter with the checkout first on the path. CPU is user +
@@ -79,7 +94,7 @@ def command_time(checkout: str | None, args: list[str]) -> tuple[float, float]:
     outlive it by a moment): on a machine whose other work varies it moves much less than the wall time."""
     import resource
 
-    env = dict(os.environ)
+    env = {**os.environ, **_cache_env()}
     python = sys.executable
     if checkout and (Path(checkout) / ".venv" / "bin" / "python").exists():
         python = str(Path(checkout) / ".venv" / "bin" / "python")
@@ -103,6 +118,9 @@ def side_by_side(old: str, args_of, repeat: int) -> tuple[float, float, float, f
     """Medians (old wall, new wall, old CPU, new CPU) of ``repeat`` alternating runs; ``args_of(who)`` gives each
     run's arguments."""
     times: dict = {"old": [], "new": []}
+    if not CACHE.get("cold"):  # untimed: the tables of this dataset and figure computed by an earlier command
+        for who in ("old", "new"):
+            command_time(old if who == "old" else None, args_of(who))
     for i in range(repeat):
         for who in (("old", "new") if i % 2 == 0 else ("new", "old")):
             times[who].append(command_time(old if who == "old" else None, args_of(who)))
@@ -133,13 +151,21 @@ def main() -> None:
     ap.add_argument("--json", type=Path, help="also write the rows here as JSON (after every row)")
     ap.add_argument("--results", type=Path, help="also write the wall times in readme_table's format here at the end "
                     "(benchmarks/results/export.json; then run benchmarks/readme_table.py)")  # fmt: skip
+    ap.add_argument("--cold", action="store_true", help="every command with an empty table cache (the first export of a dataset); "
+                    "default: the commands share one, each checkout's command run once untimed first")  # fmt: skip
     a = ap.parse_args()
     _subreaper()
     from overlapviz.ingest import ingest
 
     a.work.mkdir(parents=True, exist_ok=True)
+    import shutil
+
+    CACHE["dir"], CACHE["cold"] = a.work / "table-cache", a.cold
+    shutil.rmtree(CACHE["dir"], ignore_errors=True)
+    CACHE["dir"].mkdir()
     out = Path(tempfile.mkdtemp(prefix="ovz-bench-export-"))
     meta = {"old": f"{a.old} ({_commit(Path(a.old))})", "new": f"{ROOT} ({_commit(ROOT)})", "repeat": a.repeat, "cores": os.cpu_count(),
+            "cache": "cold: an empty table cache per command" if a.cold else "warm: tables computed by an earlier command",
             "note": "medians of alternating runs (old, new, new, old, ...) on a machine shared with other work"}  # fmt: skip
     rows: list = []
     load_first = os.getloadavg()[0]
@@ -185,10 +211,10 @@ def main() -> None:
     print(f"\nold {meta['old']}, new {meta['new']}; {os.cpu_count()} cores, shared; load average at the end {os.getloadavg()[0]:.1f}; "
           f"medians of {a.repeat} alternating runs")
     if a.results and rows:
-        write_results(a.results, rows, _commit(Path(a.old)), a.repeat, load_first)
+        write_results(a.results, rows, _commit(Path(a.old)), a.repeat, load_first, a.cold)
 
 
-def write_results(path: Path, rows: list[dict], old_label: str, repeat: int, load_before: float) -> None:
+def write_results(path: Path, rows: list[dict], old_label: str, repeat: int, load_before: float, cold: bool = False) -> None:
     """The rows' wall times as benchmarks/results/export.json (``readme_table.write``: new = value, old = baseline)."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
     import readme_table
@@ -199,8 +225,10 @@ def write_results(path: Path, rows: list[dict], old_label: str, repeat: int, loa
     out = [readme_table.row(r["figure"] if r["figure"] == "export --help" else f"{r['dataset']} {r['figure']} {r['format']} (whole command)",
                             r["wall_new_s"], baseline=r["wall_old_s"], baseline_label=old_label, target=target(r)) for r in rows]  # fmt: skip
     readme_table.write(path, "export", "overlapviz export of the bundled samples and DLRM, as a whole command", out, load_before=load_before,
-                       note=f"Medians of {repeat} alternating runs ({old_label}, this, this, {old_label}, ...); CPU seconds "
-                            "(command + browser) in the script's table.")  # fmt: skip
+                       note=f"Medians of {repeat} alternating runs ({old_label}, this, this, {old_label}, ...), "
+                            + ("each with an empty table cache (a dataset's first export)" if cold else
+                               "after one untimed run of each (the tables an earlier command computed)")
+                            + "; CPU seconds (command + browser) in the script's table.")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -2,37 +2,87 @@
 
 from __future__ import annotations
 
+import hashlib
+import os
+import pickle
+
 import pandas as pd
-import pyarrow.compute as pc
 
 from overlapviz.figures import timeline as figures_timeline
-from overlapviz.dataset import schema
+from overlapviz.dataset import computed, schema
 from overlapviz.analysis import budget, explain, peers
 from overlapviz.analysis.metrics import analyze
 from overlapviz.analysis.residency import by_rank, kernel_residency
 from overlapviz.analysis.speedup import compare as compare_runs
 from overlapviz.analysis.speedup import config_table
 
-__all__ = ["DatasetSource"]
+__all__ = ["DatasetSource", "TABLE_CODE"]
+
+# what the kept tables are computed by: the analysis and what it reads, and this module (which analysis it calls how)
+TABLE_CODE = (*computed.TABLE_CODE, "export")
 
 
 class DatasetSource:
     """The tables ``build_figure`` draws, read and computed straight from a dataset (the CLI's path).
 
-    The dashboard passes its ``DataStore`` instead, which offers the same methods from its
-    per-dataset cache, so an export from a page recomputes nothing. Every method raises
-    ValueError (naming what is missing) when it cannot answer.
+    Each table is computed once per process, and kept on disk for the next command (``overlapviz.dataset.computed``:
+    under the overlapviz cache, keyed by the dataset's stamp, the code and ``device``; ``OVERLAPVIZ_TABLE_CACHE=0``
+    keeps them in memory only): a second export of the same dataset computes no findings, breakdown, explain,
+    residency or configuration table again, and a dataset written again is computed anew. A table covers what the
+    figure draws (one run's explain, residency, metrics), not the whole dataset, where the analysis can say less.
+
+    The dashboard passes its ``DataStore`` instead, which offers the same methods from its per-dataset cache, so an
+    export from a page recomputes nothing. Every method raises ValueError (naming what is missing) when it cannot
+    answer; that answer is kept as well (it is the dataset's).
     """
 
     def __init__(self, dataset: str, device: str | None = None):
         self.path = str(dataset)
         self.device = device  # the GPU for ranks whose trace does not say (``residency.device_table``)
         self._memo: dict = {}
+        self._where: object = ...  # the dataset's folder in the table cache (None: not kept); found on first use
 
     def _once(self, key, compute):
         if key not in self._memo:
             self._memo[key] = compute()
         return self._memo[key]
+
+    def _kept(self, key: tuple, compute):
+        """``compute()`` once per process, and once per dataset state and code across commands (the table cache)."""
+        if key in self._memo:
+            return self._memo[key]
+        file = self._disk_file(key)
+        value = _read(file) if file is not None else None
+        if value is None:
+            try:
+                value = ("table", compute())
+            except ValueError as exc:  # the dataset lacks what the table needs: so does the next command's
+                value = ("unavailable", str(exc))
+            if file is not None:  # (a read-only cache: the table stays in memory)
+                computed.write_private(file, lambda out: pickle.dump(value, out, protocol=pickle.HIGHEST_PROTOCOL))
+        self._memo[key] = value
+        return value
+
+    def _table(self, key: tuple, compute):
+        kind, value = self._kept(key, compute)
+        if kind == "unavailable":
+            raise ValueError(value)
+        return value
+
+    def _disk_file(self, key: tuple):
+        if self._where is ...:
+            self._where = None
+            if computed.enabled():
+                try:
+                    stamp = computed.dataset_stamp(self.path)
+                except OSError:  # not a dataset: the reader says so
+                    stamp = None
+                if stamp is not None:
+                    self._where = computed.disk_dir(os.path.realpath(self.path), stamp, computed.code_stamp(TABLE_CODE))
+        if self._where is None:
+            return None
+        name = repr(("export", key, self.device))
+        return self._where / f"export-{hashlib.sha256(name.encode('utf-8', 'surrogateescape')).hexdigest()[:24]}.pickle"
 
     def runs(self):
         return self._once("runs", lambda: schema.read_frame(self.path, "runs"))
@@ -50,19 +100,28 @@ class DatasetSource:
         return d.loc[d["run_id"] == run_id]
 
     def config_table(self):
-        return self._once("config", lambda: config_table(self.path))
+        return self._table(("config_table",), lambda: config_table(self.path))
 
     def compare(self, a: str, b: str):
-        return compare_runs(self.path, a, b)
+        return self._table(("compare", a, b), lambda: compare_runs(self.path, a, b, table=self.config_table()))
 
     def metrics(self, run_ids=None):
-        return analyze(self.path, run_ids=run_ids)
+        key = ("metrics", None if run_ids is None else tuple(run_ids))
+        return self._table(key, lambda: analyze(self.path, run_ids=None if run_ids is None else list(run_ids)))
+
+    def run_metrics(self, run_id: str):
+        """``metrics`` (per rank) of one run: the ranks figure's, without every other run's kernels."""
+        return self.metrics([run_id])
 
     def kernel_residency(self):
-        return self._once("residency", lambda: kernel_residency(self.path, device=self.device))
+        return self._table(("residency",), lambda: kernel_residency(self.path, device=self.device))
+
+    def run_residency(self, run_id: str):
+        """``kernel_residency`` rows of one run (as the dashboard store's), computed from that run's kernels alone."""
+        return self._table(("residency", run_id), lambda: kernel_residency(self.path, run_ids=[run_id], device=self.device))
 
     def explained(self, run_id: str):
-        return self._once(("explain", run_id), lambda: explain.explain(self.path, run_ids=[run_id], device=self.device))
+        return self._table(("explain", run_id), lambda: explain.explain(self.path, run_ids=[run_id], device=self.device))
 
     def summary(self, run_id: str):
         return explain.summarize(self.explained(run_id))
@@ -71,8 +130,8 @@ class DatasetSource:
         return budget.blocker_table(self.explained(run_id))
 
     def instances(self, run_id: str):
-        e = self.explained(run_id)
-        return self._once(("instances", run_id), lambda: peers.collective_instances(e, budget.message_bytes(e, self.runs())))
+        return self._table(("instances", run_id), lambda: peers.collective_instances(
+            self.explained(run_id), budget.message_bytes(self.explained(run_id), self.runs())))  # fmt: skip
 
     def instance_cells(self, run_id: str):
         return budget.instance_ranks(self.explained(run_id), self.instances(run_id))
@@ -82,14 +141,15 @@ class DatasetSource:
             from overlapviz.analysis.breakdown import breakdown
         except ImportError:
             raise ValueError(f"{self.path}: the breakdown figure needs overlapviz.analysis.breakdown, not in this version") from None
-        return self._once(("breakdown", run_id), lambda: breakdown(self.path, run_ids=[run_id]))
+        return self._table(("breakdown", run_id), lambda: breakdown(self.path, run_ids=[run_id]))
 
     def findings(self, run_id: str):
         try:
             from overlapviz.analysis.findings import findings
         except ImportError:
             return None  # the figure goes without its subtitle
-        return self._once(("findings", run_id), lambda: findings(self.path, run_ids=[run_id], device=self.device))
+        return self._table(("findings", run_id), lambda: findings(self.path, run_ids=[run_id], device=self.device,
+                                                                  explained=self.explained(run_id)))  # fmt: skip
 
     def budget(self, record: dict, what_if: dict | None = None):
         return budget.kernel_budget(self.path, record, what_if=what_if, device=self.device)
@@ -119,3 +179,16 @@ class DatasetSource:
         except ValueError:
             why = waits = None
         return figures_timeline.TimelineData(kernels, residency=residency, why=why, waits=waits)
+
+
+def _read(file):
+    """What ``DatasetSource._kept`` wrote to ``file``; None where there is none, or it is damaged or not this account's."""
+    fh = computed.open_private(file) if file.exists() else None
+    if fh is None:
+        return None
+    try:
+        with fh:
+            value = pickle.load(fh)
+    except Exception:  # noqa: BLE001  (a damaged or foreign file is computed again)
+        return None
+    return value if isinstance(value, tuple) and len(value) == 2 and value[0] in ("table", "unavailable") else None

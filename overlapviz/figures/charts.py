@@ -310,6 +310,14 @@ def _repeats(grid: pd.DataFrame) -> pd.Series:
     return pd.Series(np.where(n > 0, " · #" + (n + 1).astype(str), ""), index=grid.index)
 
 
+def palette(name: str, n: int = 256) -> list[str]:
+    """Bokeh's colour map ``name`` (``viridis``, ``RdBu``, ``RdBu_r``) as ``n`` hex colours: the list HoloViews'
+    ``process_cmap`` gives, without its look through every provider (which imports colorcet: 0.3 s of an export)."""
+    from holoviews.plotting.util import bokeh_palette_to_palette
+
+    return list(bokeh_palette_to_palette(name, n))
+
+
 def _text_colors(values: np.ndarray, cmap: list[str], clim: tuple[float, float]) -> np.ndarray:
     """Black or white per cell, whichever reads on the cell's colour (WCAG relative luminance)."""
     pos = np.clip((values - clim[0]) / max(clim[1] - clim[0], 1e-12), 0, 1)
@@ -353,9 +361,7 @@ def heatmap(table: pd.DataFrame, *, value: str = "time_ratio", width: int = 1100
         dev = float(np.nanmax(np.abs(vals - 1.0))) if len(vals) else 0.1
         cmap_name, clim = ("RdBu_r" if value == "time_ratio" else "RdBu"), (1 - max(dev, 0.02), 1 + max(dev, 0.02))
         text = vals.map(fmt_ratio if value == "time_ratio" else (lambda v: f"{v:.3f}×"))
-    from holoviews.plotting.util import process_cmap
-
-    cmap = process_cmap(cmap_name, ncolors=256)
+    cmap = palette(cmap_name)
     grid = grid.assign(text=text, text_color=_text_colors(vals.to_numpy(np.float64), cmap, clim))
     grid = grid.sort_values(["facet_sort", "setup_sort", "prio_sort", "label", "pad_sort"], ascending=[True, True, False, True, True],
                             kind="stable")  # fmt: skip
@@ -503,13 +509,13 @@ def residency(table: pd.DataFrame, *, width: int = 1000, top: int = RESIDENCY_TO
     shapes = shapes.drop_duplicates(["kernel", "blocks_per_sm", "limiter"])
     again = shapes.groupby("kernel", sort=False).cumcount().to_numpy()
     shapes = shapes.assign(kernel=shapes["kernel"] + np.where(again > 0, [f" ({i + 1})" for i in again], ""))
-    palette = {LIMITER_LABELS.get(k, k): c for k, c in LIMITER_COLORS.items()}
+    by_limiter = {LIMITER_LABELS.get(k, k): c for k, c in LIMITER_COLORS.items()}
     more = f"top {len(shapes)} of {n_all} by time, all in the table; " if n_all > len(shapes) else ""
     # the limiter as a second key of one-segment stacks: HoloViews then draws its legend (a colour by dim has none)
     limiters = list(dict.fromkeys(shapes["limiter"]))
     return hv.Bars(plain_frame(shapes[::-1]), kdims=[hv.Dimension("kernel", label="Kernel launch shape"), hv.Dimension("limiter", label="limited by")],
                    vdims=[hv.Dimension("blocks_per_sm", label="Resident blocks per SM"), "name", "time"]).opts(
-        stacked=True, cmap={lim: palette.get(lim, LIMITER_COLORS["unknown"]) for lim in limiters}, invert_axes=True, tools=["hover"],
+        stacked=True, cmap={lim: by_limiter.get(lim, LIMITER_COLORS["unknown"]) for lim in limiters}, invert_axes=True, tools=["hover"],
         default_tools=["save"], width=width, height=max(200, 24 * len(shapes) + 110), show_legend=True,
         legend_position="right", legend_opts={"title": "limited by"}, fontsize={"title": TITLE_FONT},
         # two lines: a long kernel name's axis labels leave the title little of the figure's width

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 from bokeh.models import NumeralTickFormatter
 
-from overlapviz.figures.charts import CAUSE_COLORS, CAUSE_LABELS, KIND_COLORS, TITLE_FONT, fmt_bytes, fmt_us, hv_title, int_text, short_name, time_unit
+from overlapviz.figures.charts import CAUSE_COLORS, CAUSE_LABELS, KIND_COLORS, TITLE_FONT, fmt_bytes, fmt_us, hv_title, int_text, palette, short_name, time_unit
 from overlapviz.figures.charts import legend_points as _legend
 
 WAIT_CAUSES = ("stream_order", "dependency", "launch_call", "sm_resources", "launch_latency", "unknown")
@@ -224,7 +224,7 @@ def arrival_grid(cells: pd.DataFrame, *, width: int = 1100, value: str = "arriva
     return hv.Image(grid[::-1] / div, bounds=(-0.5, -0.5, max(n_inst, 1) - 0.5, len(ranks) - 0.5),
                     kdims=[hv.Dimension("instance", label="Collective instance (by first start)"), hv.Dimension("rank", label="Rank")],
                     vdims=[hv.Dimension("v", label=f"{vlabel} ({unit})")]).opts(
-        cmap="viridis", colorbar=True, clim=(0, max(top / div, 1e-9)), width=width,
+        cmap=palette("viridis"), colorbar=True, clim=(0, max(top / div, 1e-9)), width=width,
         height=max(200, int(max(6, min(24, 640 // max(len(ranks), 1)))) * len(ranks) + 120),
         tools=["hover"], default_tools=["save", "xwheel_zoom", "xpan", "reset"], active_tools=["xwheel_zoom"],
         title=f"Each rank's {vlabel} per collective instance ({unit}; wheel: zoom instances)",
