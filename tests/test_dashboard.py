@@ -79,6 +79,23 @@ def test_pages_build_and_follow_the_store(dataset):
     assert "16 KiB" in timeline._info().object
 
 
+def test_only_the_open_tab_s_page_is_visible_in_the_document(dataset):
+    """Panel's Tabs hides a closed tab with CSS alone (visibility: hidden): the browser laid out and painted every page
+    kept in the session's document (the live Timeline, the page opened before) on each change. The pages of closed
+    tabs are invisible (display: none, out of the layout), the open one visible, whichever was opened before."""
+    from overlapviz.dashboards.app import PAGES, build_app
+
+    app = build_app(dataset)
+    app.__panel__()
+    assert [h.visible for h in app.holders] == [i == 0 for i in range(len(PAGES))]
+    for name in ("Timeline", "Why late", "Overview", "Timeline"):
+        app.tabs.active = PAGES.index(name)
+        assert [h.visible for h in app.holders] == [p == name for p in PAGES], name
+    assert app.holders[PAGES.index("Overview")].objects  # opened before: kept in the document (``KEPT``), not shown
+    root = app.holders[PAGES.index("Overview")].get_root()
+    assert root.visible is False
+
+
 def test_metric_deltas_present_analyze_rows():
     from overlapviz.analysis.ranks import metric_deltas
 
