@@ -265,6 +265,37 @@ def test_the_why_page_follows_the_chosen_collective(dataset):
     assert opened == [store.run_id] and store.focus["start_ns"] == page.record["start_ns"]
 
 
+def test_the_why_page_sorts_a_run_once_and_its_filters_cut_that_order(dataset, monkeypatch):
+    """The Why late page's order of a run's collectives (``budget.latest_first``) and its worst one are computed once per
+    run for every session (0.14 s a visit on the million-kernel set); a cause or rank filter shows the rows
+    ``latest_first`` gives for the filtered records, in its order."""
+    from overlapviz.analysis import budget
+    from overlapviz.dashboards.pages import WhyPage
+    from overlapviz.dashboards.store import DataStore
+
+    run = "cb-ar-baseline-pad0-prio0"
+    store = DataStore(dataset, warm_up=False)
+    store.run_id = run
+    first = WhyPage(store)
+    first.shown = True
+    first._kernels()
+    e = first.store.explained()
+    for cause, rank in (("all", "all"), ("sm_resources", "all"), ("all", "1"), ("sm_resources", "0")):
+        first.param.update(cause=cause, rank=rank)
+        want = e if cause == "all" else e.loc[e["cause"] == cause]
+        want = want if rank == "all" else want.loc[want["rank"] == int(rank)]
+        pd.testing.assert_frame_equal(first._records(), budget.latest_first(want))
+    asked = []
+    for name in ("latest_first", "worst_record"):
+        monkeypatch.setattr(budget, name, lambda *a, _n=name, **k: asked.append(_n))
+    store = DataStore(dataset, warm_up=False)  # another session
+    store.run_id = run
+    second = WhyPage(store)
+    second.shown = True
+    second._kernels()
+    assert not asked and second.record == first.record and second.record is not first.record
+
+
 def test_an_export_that_cannot_be_made_says_why_in_the_page(dataset):
     from overlapviz.dashboards.common import export_buttons
     from overlapviz.dashboards.store import DataStore
