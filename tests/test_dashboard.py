@@ -296,6 +296,22 @@ def test_the_why_page_sorts_a_run_once_and_its_filters_cut_that_order(dataset, m
     assert not asked and second.record == first.record and second.record is not first.record
 
 
+def test_what_if_options_are_kept_in_the_table_cache(dataset, monkeypatch, tmp_path):
+    """A restarted server reads a collective's what-if options from the table cache instead of computing them again."""
+    from overlapviz.analysis import budget
+    from overlapviz.dashboards import store as st
+
+    monkeypatch.setenv("OVERLAPVIZ_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(st, "_TABLES", st.Memo(256))
+    store = st.DataStore(dataset, warm_up=False)
+    record = budget.worst_record(store.explained("cb-ar-baseline-pad0-prio0"))
+    options = store.what_if(record)
+    assert len(options)
+    monkeypatch.setattr(st, "_TABLES", st.Memo(256))  # a new server process: nothing in memory
+    monkeypatch.setattr(budget, "what_if_options", lambda *a, **k: pytest.fail("computed again"))
+    pd.testing.assert_frame_equal(st.DataStore(dataset, warm_up=False).what_if(record), options)
+
+
 def test_an_export_that_cannot_be_made_says_why_in_the_page(dataset):
     from overlapviz.dashboards.common import export_buttons
     from overlapviz.dashboards.store import DataStore
