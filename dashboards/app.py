@@ -101,6 +101,10 @@ class Dashboard(Viewer):
         self.views: dict[int, pn.viewable.Viewable] = {}  # page -> its view, built once: put back, not built again
         self.opened: list[int] = []  # pages, the last opened first
         self.tabs.param.watch(self._fill, "active")
+        # the browser shows the open tab's page as the tab is clicked, not a round trip later (``_fill`` sets the same on
+        # the server): until then the page was blank, and a test that turned the wheel over it, right after, lost it
+        self.tabs.jscallback(args={f"h{i}": h for i, h in enumerate(self.holders)},
+                             active=f"[{', '.join(f'h{i}' for i in range(len(PAGES)))}].forEach((h, i) => {{ h.visible = i == cb_obj.active }})")
         self._fill()
 
     def _fill(self, *_) -> None:

@@ -94,6 +94,11 @@ def test_only_the_open_tab_s_page_is_visible_in_the_document(dataset):
     assert app.holders[PAGES.index("Overview")].objects  # opened before: kept in the document (``KEPT``), not shown
     root = app.holders[PAGES.index("Overview")].get_root()
     assert root.visible is False
+    # and in the browser as the tab is clicked (a JS callback on the tabs), not a round trip later
+    from panel.links import Callback
+
+    code = [c.code["active"] for c in Callback.registry.get(app.tabs, []) if "active" in (c.code or {})]
+    assert code and "visible" in code[0] and set(code[0].split("[")[1].split("]")[0].split(", ")) == {f"h{i}" for i in range(len(PAGES))}
 
 
 def test_metric_deltas_present_analyze_rows():
