@@ -101,6 +101,10 @@ class Dashboard(Viewer):
         self.views: dict[int, pn.viewable.Viewable] = {}  # page -> its view, built once: put back, not built again
         self.opened: list[int] = []  # pages, the last opened first
         self.tabs.param.watch(self._fill, "active")
+        # the browser shows the open tab's page as the tab is clicked, not a round trip later (``_fill`` sets the same on
+        # the server): until then the page was blank, and a test that turned the wheel over it, right after, lost it
+        self.tabs.jscallback(args={f"h{i}": h for i, h in enumerate(self.holders)},
+                             active=f"[{', '.join(f'h{i}' for i in range(len(PAGES)))}].forEach((h, i) => {{ h.visible = i == cb_obj.active }})")
         self._fill()
 
     def _fill(self, *_) -> None:
@@ -110,6 +114,11 @@ class Dashboard(Viewer):
             self.opened = [active, *(i for i in self.opened if i != active)]
             for i, page in enumerate(self.pages):
                 page.shown = i == active  # hidden pages skip their re-render when the store changes
+                # Panel's Tabs hides a closed tab with CSS alone (visibility: hidden): the browser still laid out and
+                # painted every page kept in the document (the live Timeline, the page opened before) on each change, a
+                # third to a half of a page's time in the browser on the million-kernel set. An invisible holder is
+                # display: none, out of the layout; the open tab's is made visible with its page (one round trip)
+                self.holders[i].visible = i == active
             holder = self.holders[active]
             if not holder.objects:
                 if active not in self.views:

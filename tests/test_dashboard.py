@@ -79,6 +79,28 @@ def test_pages_build_and_follow_the_store(dataset):
     assert "16 KiB" in timeline._info().object
 
 
+def test_only_the_open_tab_s_page_is_visible_in_the_document(dataset):
+    """Panel's Tabs hides a closed tab with CSS alone (visibility: hidden): the browser laid out and painted every page
+    kept in the session's document (the live Timeline, the page opened before) on each change. The pages of closed
+    tabs are invisible (display: none, out of the layout), the open one visible, whichever was opened before."""
+    from overlapviz.dashboards.app import PAGES, build_app
+
+    app = build_app(dataset)
+    app.__panel__()
+    assert [h.visible for h in app.holders] == [i == 0 for i in range(len(PAGES))]
+    for name in ("Timeline", "Why late", "Overview", "Timeline"):
+        app.tabs.active = PAGES.index(name)
+        assert [h.visible for h in app.holders] == [p == name for p in PAGES], name
+    assert app.holders[PAGES.index("Overview")].objects  # opened before: kept in the document (``KEPT``), not shown
+    root = app.holders[PAGES.index("Overview")].get_root()
+    assert root.visible is False
+    # and in the browser as the tab is clicked (a JS callback on the tabs), not a round trip later
+    from panel.links import Callback
+
+    code = [c.code["active"] for c in Callback.registry.get(app.tabs, []) if "active" in (c.code or {})]
+    assert code and "visible" in code[0] and set(code[0].split("[")[1].split("]")[0].split(", ")) == {f"h{i}" for i in range(len(PAGES))}
+
+
 def test_metric_deltas_present_analyze_rows():
     from overlapviz.analysis.ranks import metric_deltas
 
@@ -246,6 +268,53 @@ def test_the_why_page_follows_the_chosen_collective(dataset):
     store.open_timeline = opened.append
     page._show_on_timeline()
     assert opened == [store.run_id] and store.focus["start_ns"] == page.record["start_ns"]
+
+
+def test_the_why_page_sorts_a_run_once_and_its_filters_cut_that_order(dataset, monkeypatch):
+    """The Why late page's order of a run's collectives (``budget.latest_first``) and its worst one are computed once per
+    run for every session (0.14 s a visit on the million-kernel set); a cause or rank filter shows the rows
+    ``latest_first`` gives for the filtered records, in its order."""
+    from overlapviz.analysis import budget
+    from overlapviz.dashboards.pages import WhyPage
+    from overlapviz.dashboards.store import DataStore
+
+    run = "cb-ar-baseline-pad0-prio0"
+    store = DataStore(dataset, warm_up=False)
+    store.run_id = run
+    first = WhyPage(store)
+    first.shown = True
+    first._kernels()
+    e = first.store.explained()
+    for cause, rank in (("all", "all"), ("sm_resources", "all"), ("all", "1"), ("sm_resources", "0")):
+        first.param.update(cause=cause, rank=rank)
+        want = e if cause == "all" else e.loc[e["cause"] == cause]
+        want = want if rank == "all" else want.loc[want["rank"] == int(rank)]
+        pd.testing.assert_frame_equal(first._records(), budget.latest_first(want))
+    asked = []
+    for name in ("latest_first", "worst_record"):
+        monkeypatch.setattr(budget, name, lambda *a, _n=name, **k: asked.append(_n))
+    store = DataStore(dataset, warm_up=False)  # another session
+    store.run_id = run
+    second = WhyPage(store)
+    second.shown = True
+    second._kernels()
+    assert not asked and second.record == first.record and second.record is not first.record
+
+
+def test_what_if_options_are_kept_in_the_table_cache(dataset, monkeypatch, tmp_path):
+    """A restarted server reads a collective's what-if options from the table cache instead of computing them again."""
+    from overlapviz.analysis import budget
+    from overlapviz.dashboards import store as st
+
+    monkeypatch.setenv("OVERLAPVIZ_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(st, "_TABLES", st.Memo(256))
+    store = st.DataStore(dataset, warm_up=False)
+    record = budget.worst_record(store.explained("cb-ar-baseline-pad0-prio0"))
+    options = store.what_if(record)
+    assert len(options)
+    monkeypatch.setattr(st, "_TABLES", st.Memo(256))  # a new server process: nothing in memory
+    monkeypatch.setattr(budget, "what_if_options", lambda *a, **k: pytest.fail("computed again"))
+    pd.testing.assert_frame_equal(st.DataStore(dataset, warm_up=False).what_if(record), options)
 
 
 def test_an_export_that_cannot_be_made_says_why_in_the_page(dataset):
