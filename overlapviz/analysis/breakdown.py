@@ -308,8 +308,8 @@ def arrivals_of(dataset_path, run_ids=None, pause=None) -> pd.DataFrame:
         got["run_id"].append(runs[head])
         got["instance"].append(inst[head])
         got["rank"].append(ranks[head])
-        got["arrival_ns"].append(peers._group_min(code, n, start, np.iinfo(np.int64).max))
-        got["end_ns"].append(peers._group_max(code, n, int_column(rk, "end_ns")[c], np.iinfo(np.int64).min))
+        got["arrival_ns"].append(peers.group_min(code, n, start, np.iinfo(np.int64).max))
+        got["end_ns"].append(peers.group_max(code, n, int_column(rk, "end_ns")[c], np.iinfo(np.int64).min))
         got["domain"].append(np.full(n, "" if dom_of is None else (dom_of.get((run_id, rank)) or ""), object))
         del rk, inst, what, coll, name
     if not got["rank"]:
@@ -324,13 +324,13 @@ def arrivals_of(dataset_path, run_ids=None, pause=None) -> pd.DataFrame:
         keep = nd[g] <= 1
     n_ranks = np.bincount(g, minlength=n).astype(np.int64)
     big, small = np.iinfo(np.int64).max, np.iinfo(np.int64).min
-    last = peers._group_max(g, n, per["arrival_ns"], small)
-    apart = peers.ends_apart(peers._group_min(g, n, per["end_ns"], big), peers._group_max(g, n, per["end_ns"], small), last)
+    last = peers.group_max(g, n, per["arrival_ns"], small)
+    apart = peers.ends_apart(peers.group_min(g, n, per["end_ns"], big), peers.group_max(g, n, per["end_ns"], small), last)
     keep &= (n_ranks > 1)[g] & ~apart[g]
     if not keep.any():
         return pd.DataFrame(columns=cols)
     at_last = per["arrival_ns"] == last[g]
-    straggler = peers._group_min(g[at_last], n, per["rank"][at_last], big)
+    straggler = peers.group_min(g[at_last], n, per["rank"][at_last], big)
     rows = np.flatnonzero(keep)
     gk = g[rows]
     out = pd.DataFrame({"run_id": per["run_id"][rows], "instance": per["instance"][rows], "collective": per["collective"][rows],
