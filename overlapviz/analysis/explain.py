@@ -151,7 +151,28 @@ def explain(dataset_path: str | os.PathLike, *, run_ids=None, kinds: tuple[str, 
     order = KEYS + EXTRA if columns is None and peers_matched else [c for c in KEYS + EXTRA if c in out.columns]
     if list(out.columns) != order:
         out = out[order]
+    if _in_order(out):  # the ranks are read in run, rank order, each by start: no sorted copy of every record
+        return out
     return out.sort_values(["run_id", "rank", "start_ns"], kind="stable").reset_index(drop=True)
+
+
+def _in_order(records: pd.DataFrame) -> bool:
+    """Whether ``records`` are already as a stable sort by run, rank, start leaves them (no null key, an index 0..n-1)."""
+    import pandas as pd
+
+    n = len(records)
+    if not isinstance(records.index, pd.RangeIndex) or records.index.start != 0 or records.index.step != 1:
+        return False
+    if n < 2:
+        return True
+    run = records["run_id"].to_numpy(object)
+    rank, start = pd.array(records["rank"], dtype="Int64"), pd.array(records["start_ns"], dtype="Int64")
+    if pd.isna(run).any() or rank.isna().any() or start.isna().any() or not all(isinstance(r, str) for r in run.tolist()):
+        return False
+    rank, start = rank.to_numpy(np.int64), start.to_numpy(np.int64)
+    same_run = run[:-1] == run[1:]
+    same_rank = same_run & (rank[:-1] == rank[1:])
+    return bool(np.all((run[:-1] < run[1:]) | (same_run & (rank[:-1] < rank[1:])) | (same_rank & (start[:-1] <= start[1:]))))
 
 
 # what instance_columns reads of each rank: rank_links' columns and the instance's keys

@@ -151,6 +151,8 @@ def _delayed(records: pd.DataFrame) -> pd.DataFrame:
     for part in ("sm_resources",) + tuple(_CAUSE_TEXT):
         lo, hi = explain_lib.part_waits(records, part)
         has |= (lo >= 0) & (hi > lo)
+        if part == "sm_resources" and "resident_compute" in records:  # read of the sm_resources records alone (_padding)
+            records = records.assign(resident_compute=records["resident_compute"].where((lo >= 0) & (hi > lo), None))
     return records if has.all() else records.loc[has]
 
 
