@@ -153,7 +153,17 @@ def _delayed(records: pd.DataFrame) -> pd.DataFrame:
         has |= (lo >= 0) & (hi > lo)
         if part == "sm_resources" and "resident_compute" in records:  # read of the sm_resources records alone (_padding)
             records = records.assign(resident_compute=records["resident_compute"].where((lo >= 0) & (hi > lo), None))
-    return records if has.all() else records.loc[has]
+    records = records if has.all() else records.loc[has]
+    return records.assign(**{c: _shared_words(records[c]) for c in records.columns if pd.api.types.is_string_dtype(records[c])
+                             and records[c].dtype != object})  # fmt: skip
+
+
+def _shared_words(col: pd.Series) -> pd.Series:
+    """A text column (pandas' ``str``: each row holds its bytes) as objects, one string per distinct word, null as
+    the ``str`` column reads it (NaN): 8 bytes a row kept, whatever the kernel name's length."""
+    codes, words = pd.factorize(col, use_na_sentinel=True)
+    table = np.array(list(words) + [col.dtype.na_value if hasattr(col.dtype, "na_value") else None], dtype=object)
+    return pd.Series(table[codes], index=col.index, dtype=object)
 
 
 def _found(dataset_path, timelines: list, explained: pd.DataFrame, arrivals: pd.DataFrame, device) -> pd.DataFrame:
