@@ -284,12 +284,33 @@ def plot(records: list[dict]) -> Path:
     return PLOT
 
 
+def memory_fit(records: list[dict]) -> dict:
+    """Per step, the least-squares fit of its peak memory over the trace sets: ``(base MiB, MiB per 100k kernels
+    of the rank in flight, MiB per million communication kernels of the whole set, largest residual MiB, points)``.
+    The first slope is what a rank in flight costs (one per process), the second what the cross-rank step keeps
+    of every rank (the generated sets: every 10th kernel a collective); bounded per rank means the second is small."""
+    import numpy as np
+
+    value = {(r["kernels"], r["ranks"], r["step"], r["metric"].split()[-1]): r["value"] for r in records
+             if "STOPPED" not in r.get("note", "") and "exit" not in r.get("note", "")}  # fmt: skip
+    out = {}
+    for step in STEPS:
+        pts = sorted((k, n, v) for (k, n, st, m), v in value.items() if st == step and m == "peak_rss")
+        if len(pts) < 3:
+            continue
+        a = np.array([[1.0, k / n / 1e5, k / 10 / 1e6] for k, n, _ in pts])
+        y = np.array([v for _, _, v in pts])
+        coef = np.linalg.lstsq(a, y, rcond=None)[0]
+        out[step] = (*coef.tolist(), float(np.abs(a @ coef - y).max()), len(pts))
+    return out
+
+
 def table(records: list[dict]) -> str:
     """The records as a markdown table: per trace set and step, wall s, CPU s, CPU s per million kernels, peak MiB
-    and MiB per rank in flight (ingest: per file a process holds; analysis: the whole set is read at once)."""
+    (with the kernels of one rank: what a process holds in flight), then :func:`memory_fit` per step."""
     value = {(r["kernels"], r["ranks"], r["step"], r["metric"].split()[-1]): r for r in records}
-    lines = ["| kernels | ranks | step | wall s | CPU s | CPU s / M kernels | peak MiB | load before |",
-             "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines = ["| kernels | ranks | kernels / rank | step | wall s | CPU s | CPU s / M kernels | peak MiB | load before |",
+             "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for k, n in sorted({(r["kernels"], r["ranks"]) for r in records}):
         for step in STEPS:
             if (k, n, step, "wall") not in value:
@@ -298,8 +319,13 @@ def table(records: list[dict]) -> str:
             cpu = value.get((k, n, step, "cpu"), {}).get("value")
             load = "-" if load_of(wall) is None else f"{load_of(wall):.1f}"
             stopped = " (stopped)" if "STOPPED" in wall["note"] or "exit" in wall["note"] else ""
-            lines.append(f"| {k / 1e6:g}M | {n} | {step}{stopped} | {wall['value']:.1f} | {'-' if cpu is None else f'{cpu:.1f}'} | "
+            lines.append(f"| {k / 1e6:g}M | {n} | {k // n:,} | {step}{stopped} | {wall['value']:.1f} | {'-' if cpu is None else f'{cpu:.1f}'} | "
                          f"{'-' if cpu is None else f'{cpu / (k / 1e6):.2f}'} | {peak:.0f} | {load} |")  # fmt: skip
+    fit = memory_fit(records)
+    if fit:
+        lines += ["", "| step | base MiB | MiB per 100k kernels of the rank in flight | MiB per million comm kernels of the set | "
+                      "largest residual MiB | sets |", "|---|---|---|---|---|---|"]  # fmt: skip
+        lines += [f"| {st} | {b:.0f} | {r:.0f} | {c:.0f} | {res:.0f} | {m} |" for st, (b, r, c, res, m) in fit.items()]
     return "\n".join(lines)
 
 

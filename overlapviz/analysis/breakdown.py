@@ -263,11 +263,88 @@ def rank_waits(dataset_path, comm: pd.DataFrame, run_ids=None) -> dict:
             for key, g in arr.groupby(["run_id", "rank"], sort=False)}  # fmt: skip
 
 
+def waits_of(arr: pd.DataFrame) -> dict:
+    """:func:`rank_waits`' arrays from an :func:`arrivals` table."""
+    return {key: (g["arrival_ns"].to_numpy(np.int64), g["last_arrival_ns"].to_numpy(np.int64))
+            for key, g in arr.groupby(["run_id", "rank"], sort=False)}  # fmt: skip
+
+
+def arrivals_of(dataset_path, run_ids=None, pause=None) -> pd.DataFrame:
+    """:func:`arrivals` of the dataset's communication kernels (``arrivals(comm_arrivals(...), clock_domains(...))``,
+    the same rows in the same order), read one rank at a time (issue 36): each rank's comm kernels are reduced to
+    one row per instance it took part in (its first start, its last end) before the next rank is read, and the
+    instance ids are shared strings (one per distinct id, not one per kernel)."""
+    from overlapviz.analysis.rankwise import rank_tables
+
+    cols = ["run_id", "instance", "collective", "rank", "arrival_ns", "end_ns", "last_arrival_ns", "straggler",
+            "n_ranks", "wait_ns"]  # fmt: skip
+    domains = clocks.clock_domains(dataset_path, run_ids)
+    dom_of = {(r, int(k)): d for r, k, d in zip(domains["run_id"].tolist(), domains["rank"].tolist(),
+                                                 domains["clock_domain"].tolist())} if len(domains) else None  # fmt: skip
+    ids: dict[str, str] = {}  # each distinct instance id once
+    got: dict[str, list] = {k: [] for k in ("run_id", "instance", "collective", "rank", "arrival_ns", "end_ns", "domain")}
+    for run_id, rank, rk, _ in rank_tables(dataset_path, ARRIVAL_COLUMNS, run_ids=run_ids, dictionary=DICTIONARY, syncs=False,
+                                           pause=pause):  # fmt: skip
+        c = np.flatnonzero(str_column(rk, "kind") == "comm")
+        if not len(c):
+            continue
+        start = int_column(rk, "start_ns")[c]
+        order = np.argsort(start, kind="stable")  # comm_arrivals' order: run, rank, start
+        c, start = c[order], start[order]
+        runs, ranks = str_column(rk, "run_id")[c], int_column(rk, "rank")[c]
+        coll, name = str_column(rk, "collective")[c], str_column(rk, "name")[c]
+        what = np.array([x if isinstance(x, str) else n for x, n in zip(coll.tolist(), name.tolist())] + [None], object)[:-1]
+        inst = peers.instance_ids(runs, ranks, start, str_column(rk, "comm_group")[c], int_column(rk, "comm_seq")[c], what)
+        inst = np.array([ids.setdefault(i, i) for i in inst.tolist()] + [None], object)[:-1]
+        # one row per (instance) of this rank, in order of first appearance: its first start and last end
+        code = peers.factorize(inst)
+        n = int(code.max()) + 1
+        first = np.full(n, len(code), np.int64)
+        known = np.flatnonzero(pd.notna(what))  # pandas' "first": the first value that is not null
+        np.minimum.at(first, code[known], known)
+        head = np.full(n, len(code), np.int64)
+        np.minimum.at(head, code, np.arange(len(code)))
+        got["collective"].append(np.array([what[i] if i < len(code) else None for i in first.tolist()] + [None], object)[:-1])
+        got["run_id"].append(runs[head])
+        got["instance"].append(inst[head])
+        got["rank"].append(ranks[head])
+        got["arrival_ns"].append(peers.group_min(code, n, start, np.iinfo(np.int64).max))
+        got["end_ns"].append(peers.group_max(code, n, int_column(rk, "end_ns")[c], np.iinfo(np.int64).min))
+        got["domain"].append(np.full(n, "" if dom_of is None else (dom_of.get((run_id, rank)) or ""), object))
+        del rk, inst, what, coll, name
+    if not got["rank"]:
+        return pd.DataFrame(columns=cols)
+    per = {k: np.concatenate(v) for k, v in got.items()}
+    del got
+    g = peers.factorize(per["run_id"], per["instance"])  # the instances, in order of first appearance
+    n = int(g.max()) + 1
+    keep = np.ones(len(g), bool)
+    if dom_of is not None:  # instances whose ranks span clock domains are left out
+        nd = np.bincount(np.unique(np.stack([g, peers.factorize(per["domain"])]), axis=1)[0], minlength=n)
+        keep = nd[g] <= 1
+    n_ranks = np.bincount(g, minlength=n).astype(np.int64)
+    big, small = np.iinfo(np.int64).max, np.iinfo(np.int64).min
+    last = peers.group_max(g, n, per["arrival_ns"], small)
+    apart = peers.ends_apart(peers.group_min(g, n, per["end_ns"], big), peers.group_max(g, n, per["end_ns"], small), last)
+    keep &= (n_ranks > 1)[g] & ~apart[g]
+    if not keep.any():
+        return pd.DataFrame(columns=cols)
+    at_last = per["arrival_ns"] == last[g]
+    straggler = peers.group_min(g[at_last], n, per["rank"][at_last], big)
+    rows = np.flatnonzero(keep)
+    gk = g[rows]
+    out = pd.DataFrame({"run_id": per["run_id"][rows], "instance": per["instance"][rows], "collective": per["collective"][rows],
+                        "rank": per["rank"][rows], "arrival_ns": per["arrival_ns"][rows], "end_ns": per["end_ns"][rows],
+                        "last_arrival_ns": last[gk], "straggler": straggler[gk], "n_ranks": n_ranks[gk],
+                        "wait_ns": (last[gk] - per["arrival_ns"][rows]).astype(np.int64)})  # fmt: skip
+    return out[cols]
+
+
 def rank_timelines(dataset_path, *, run_ids=None, pause=None):
     """Yield a :class:`RankTimeline` per run x rank, in run, rank order (one rank's kernels read at a time)."""
     from overlapviz.analysis.rankwise import rank_tables
 
-    waits = rank_waits(dataset_path, comm_arrivals(dataset_path, run_ids), run_ids)
+    waits = waits_of(arrivals_of(dataset_path, run_ids))
     for run_id, rank, rk, rs in rank_tables(dataset_path, READ, run_ids=run_ids, dictionary=DICTIONARY, pause=pause):
         yield timeline_of(run_id, rank, rk, rs, waits.get((run_id, rank)))
 

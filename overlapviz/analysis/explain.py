@@ -100,7 +100,8 @@ def str_column(table: pa.Table, name: str) -> np.ndarray:
 
 
 def explain(dataset_path: str | os.PathLike, *, run_ids=None, kinds: tuple[str, ...] = ("comm",), device: str | None = None,
-            pause: Callable[[], None] | None = None, on_rank: Callable | None = None, columns=None) -> pd.DataFrame:  # fmt: skip
+            pause: Callable[[], None] | None = None, on_rank: Callable | None = None, columns=None, peers_matched: bool = True,
+            keep_rows: Callable | None = None) -> pd.DataFrame:  # fmt: skip
     """One record per communication kernel (or per kernel of ``kinds``): why it started when it did (module docstring).
 
     The definitions are the same for any GPU activity; ``kinds=("comm", "compute", "memory", "other")``
@@ -112,6 +113,10 @@ def explain(dataset_path: str | os.PathLike, *, run_ids=None, kinds: tuple[str, 
     (:class:`Links`), so that a caller reusing the rank's rows reads and links them once (the findings).
     ``columns``, when given, keeps only those record columns (and those peer matching reads) of each rank
     as it is explained: a caller that needs a few (``peers.collective_instances``) holds a few per kernel.
+    ``peers_matched=False`` leaves out the peer columns (``instance``, ``peer_wait_us``, ``clock_domain``) and
+    what matching them reads; ``keep_rows``, when given, takes each rank's records (after ``columns``) and
+    returns those to keep: a caller that reads a few records (the findings' start delays) holds those alone
+    (issue 36: what is kept of every rank is what bounds the memory).
 
     Returns
     -------
@@ -123,7 +128,7 @@ def explain(dataset_path: str | os.PathLike, *, run_ids=None, kinds: tuple[str, 
 
     from overlapviz.analysis.residency import device_table, run_carveouts
 
-    keep = None if columns is None else set(columns) | set(PEER_READS)
+    keep = None if columns is None else set(columns) | (set(PEER_READS) if peers_matched else set())
     dev_limits = device_table(dataset_path, device)
     carveouts = run_carveouts(dataset_path)
     parts = []
@@ -135,12 +140,39 @@ def explain(dataset_path: str | os.PathLike, *, run_ids=None, kinds: tuple[str, 
             on_rank(run_id, rank, rk, rs, links)
         part = explain_rank(rk, rs, dev_limits, carveouts, kinds, links=links, memo=memo)
         if part is not None:
-            parts.append(part if columns is None else part[[c for c in part.columns if c in keep]])
-        del rk, rs, links
+            part = part if columns is None else part[[c for c in part.columns if c in keep]]
+            parts.append(part if keep_rows is None else keep_rows(part))
+        del rk, rs, links, part
+    # each step frees the one before: one copy of the kept records at a time beside the next
     out = pd.concat(parts, ignore_index=True) if parts else empty_records()
-    out = peers.attach_peer_wait(out, clocks.clock_domains(dataset_path, run_ids))
-    out = out[KEYS + EXTRA] if columns is None else out[[c for c in KEYS + EXTRA if c in out.columns]]
+    del parts
+    if peers_matched:
+        out = peers.attach_peer_wait(out, clocks.clock_domains(dataset_path, run_ids))
+    order = KEYS + EXTRA if columns is None and peers_matched else [c for c in KEYS + EXTRA if c in out.columns]
+    if list(out.columns) != order:
+        out = out[order]
+    if _in_order(out):  # the ranks are read in run, rank order, each by start: no sorted copy of every record
+        return out
     return out.sort_values(["run_id", "rank", "start_ns"], kind="stable").reset_index(drop=True)
+
+
+def _in_order(records: pd.DataFrame) -> bool:
+    """Whether ``records`` are already as a stable sort by run, rank, start leaves them (no null key, an index 0..n-1)."""
+    import pandas as pd
+
+    n = len(records)
+    if not isinstance(records.index, pd.RangeIndex) or records.index.start != 0 or records.index.step != 1:
+        return False
+    if n < 2:
+        return True
+    run = records["run_id"].to_numpy(object)
+    rank, start = pd.array(records["rank"], dtype="Int64"), pd.array(records["start_ns"], dtype="Int64")
+    if pd.isna(run).any() or rank.isna().any() or start.isna().any() or not all(isinstance(r, str) for r in run.tolist()):
+        return False
+    rank, start = rank.to_numpy(np.int64), start.to_numpy(np.int64)
+    same_run = run[:-1] == run[1:]
+    same_rank = same_run & (rank[:-1] == rank[1:])
+    return bool(np.all((run[:-1] < run[1:]) | (same_run & (rank[:-1] < rank[1:])) | (same_rank & (start[:-1] <= start[1:]))))
 
 
 # what instance_columns reads of each rank: rank_links' columns and the instance's keys
@@ -152,33 +184,47 @@ def instance_columns(dataset_path: str | os.PathLike, *, run_ids=None) -> dict:
     """:func:`overlapviz.analysis.peers.collective_instances` of ``explain(dataset_path)``'s records, computed
     without pandas and without what the instances do not read (the SM room, the causes): the columns as arrays,
     nullable ones as ``(values, null mask)`` (:func:`overlapviz.analysis.peers.instances_of`). What
-    ``overlapviz explain --instances`` prints."""
-    got: dict[str, list] = {k: [] for k in ("run_id", "rank", "name", "collective", "group", "seq", "start", "end", "ready")}
+    ``overlapviz explain --instances`` prints.
+
+    Each rank's comm kernels are reduced as the rank is read (issue 36): their instance ids (numbered within
+    the rank, :func:`overlapviz.analysis.peers.instance_ids`) as a code per distinct id, the run, collective and
+    clock domain as shared words, and the times: what is kept per comm kernel of the dataset is a few int64s.
+    """
+    dom_of = clocks.domain_map(dataset_path)
+    ids: dict[str, int] = {}  # instance id -> code, one entry per distinct id (an instance's ranks share it)
+    got: dict[str, list] = {k: [] for k in ("run_id", "rank", "collective", "instance", "start", "end", "ready", "domain")}
     for run_id, rank, rk, rs in rank_tables(dataset_path, _INSTANCE_KERNEL_READS, run_ids=run_ids, dictionary=DICTIONARY):
         c = np.flatnonzero(str_column(rk, "kind") == "comm")
         if not len(c):
             continue
         links = rank_links(rk, rs)
-        for key, values in (("run_id", str_column(rk, "run_id")), ("rank", int_column(rk, "rank")), ("name", str_column(rk, "name")),
-                            ("collective", str_column(rk, "collective")), ("group", str_column(rk, "comm_group")),
-                            ("seq", int_column(rk, "comm_seq")), ("start", links.start), ("end", links.end)):  # fmt: skip
-            got[key].append(values[c])
-        got["ready"].append(ready_times(links, c))
-        del rk, rs, links
-    col = {k: np.concatenate(v) if v else np.empty(0, object if k in ("run_id", "name", "collective", "group") else np.int64)
+        runs, ranks = str_column(rk, "run_id")[c], int_column(rk, "rank")[c]
+        name, coll = str_column(rk, "name")[c], str_column(rk, "collective")[c]
+        what = np.array([x if x is not None else n for x, n in zip(coll.tolist(), name.tolist())] + [None], object)[:-1]
+        inst = peers.instance_ids(runs, ranks, links.start[c], str_column(rk, "comm_group")[c], int_column(rk, "comm_seq")[c], what)
+        got["instance"].append(np.fromiter((ids.setdefault(i, len(ids)) for i in inst.tolist()), np.int64, len(c)))
+        for key, values in (("run_id", runs), ("rank", ranks), ("collective", coll), ("start", links.start[c]),
+                            ("end", links.end[c]), ("ready", ready_times(links, c))):  # fmt: skip
+            got[key].append(values)
+        got["domain"].append(np.full(len(c), dom_of.get((run_id, rank), ""), object))
+        del rk, rs, links, inst, what, name
+    col = {k: np.concatenate(v) if v else np.empty(0, object if k in ("run_id", "collective", "domain") else np.int64)
            for k, v in got.items()}  # fmt: skip
+    del got
     # explain's order: run, rank, start (ties as read)
     runs = {r: i for i, r in enumerate(sorted(set(col["run_id"].tolist())))}
     order = np.lexsort((col["start"], col["rank"], np.fromiter((runs[r] for r in col["run_id"].tolist()), np.int64, len(col["rank"]))))
-    col = {k: v[order] for k, v in col.items()}
-    dom_of = clocks.domain_map(dataset_path)
-    dom = np.array([dom_of.get(key, "") for key in zip(col["run_id"].tolist(), col["rank"].tolist())] + [None], object)[:-1]
-    what = np.array([c if c is not None else n for c, n in zip(col["collective"].tolist(), col["name"].tolist())] + [None], object)[:-1]
-    instance = peers.instance_ids(col["run_id"], col["rank"], col["start"], col["group"], col["seq"], what)
-    wait_ns, known = peers.peer_waits(col["run_id"], instance, col["rank"], col["start"], col["end"], dom)
+    for k in list(col):
+        col[k] = col[k][order]
+    del order
+    wait_ns, known = peers.peer_waits(col["run_id"], col["instance"], col["rank"], col["start"], col["end"], col["domain"])
     peer_us = np.where(known, wait_ns / 1000.0, np.nan)
-    return peers.instances_of(col["run_id"], instance, col["collective"], col["rank"], col["ready"], col["start"], col["end"],
-                              peer_us, dom)  # fmt: skip
+    del wait_ns, known
+    out = peers.instances_of(col["run_id"], col["instance"], col["collective"], col["rank"], col["ready"], col["start"], col["end"],
+                             peer_us, col["domain"])  # fmt: skip
+    names = np.array(list(ids) + [None], object)[:-1]  # code -> id
+    out["instance"] = names[out["instance"].astype(np.int64)]
+    return out
 
 
 def _lanes(device: np.ndarray, stream: np.ndarray, host: np.ndarray) -> np.ndarray:
@@ -312,10 +358,9 @@ def explain_rank(k: pa.Table, syncs: pa.Table | None, dev_limits: dict, carveout
             room[key][raced[0][blocked]] = np.asarray(again[key])[blocked]
     fit = room["fit"]
     prev_row = links.previous[c]
-    ready_part = np.where(
-        ~np.isnan(fit) & (fit == 0), "sm_resources",
-        np.where(np.maximum(after_call, 0) <= LAUNCH_LATENCY_NS, "launch_latency", "unknown"),
-    ).astype(object)  # fmt: skip
+    # the three words shared by every row (one string object each, not one per kernel)
+    ready_part = np.array(["sm_resources", "launch_latency", "unknown"], dtype=object)[np.where(
+        ~np.isnan(fit) & (fit == 0), 0, np.where(np.maximum(after_call, 0) <= LAUNCH_LATENCY_NS, 1, 2))]  # fmt: skip
     parts = np.stack([dep_wait, stream_wait, call_wait, np.maximum(after_call, 0)])
     pick = np.argmax(parts, axis=0)  # ties: dependency, then stream order, then the launch call
     cause = np.array(["dependency", "stream_order", "launch_call", None], dtype=object)[pick]

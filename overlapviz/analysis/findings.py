@@ -105,9 +105,7 @@ def answer(dataset_path: str | os.PathLike, *, run_ids=None, device: str | None 
     """
     if timelines is None:
         if explained is None:
-            comm = bd.comm_arrivals(dataset_path, run_ids)  # the comm rows alone: the instances need every rank's
-            arrivals = bd.arrivals(comm, clocks.clock_domains(dataset_path, run_ids)) if len(comm) else bd.arrivals(comm)
-            del comm
+            arrivals = bd.arrivals_of(dataset_path, run_ids)  # each rank's arrivals: the instances need every rank's
         else:
             arrivals = _arrivals(dataset_path, explained, run_ids)
         waits, arrive_by, late_by = _rank_arrivals(arrivals)
@@ -118,8 +116,9 @@ def answer(dataset_path: str | os.PathLike, *, run_ids=None, device: str | None 
             total_rows.extend(bd.group_rows(tl, "rank"))
             digests.append(digest(tl, arrive_by.get((run_id, rank)), late_by.get((run_id, rank))))
 
-        if explained is None:
-            explained = explain_lib.explain(dataset_path, run_ids=run_ids, device=device, pause=pause, on_rank=take)
+        if explained is None:  # of each rank's records, the columns and rows the start delays read (issue 36)
+            explained = explain_lib.explain(dataset_path, run_ids=run_ids, device=device, pause=pause, on_rank=take,
+                                            columns=DELAY_READS, peers_matched=False, keep_rows=_delayed)  # fmt: skip
         else:
             from overlapviz.analysis.rankwise import rank_tables
 
@@ -135,6 +134,36 @@ def answer(dataset_path: str | os.PathLike, *, run_ids=None, device: str | None 
         totals = bd.run_totals(timelines)
         digests = [digest(tl, arrive_by.get((tl.run_id, tl.rank)), late_by.get((tl.run_id, tl.rank))) for tl in timelines]
     return _found(dataset_path, digests, explained, arrivals, device), totals
+
+
+# the explain record columns the start-delay findings read (_start_delays, and budget.what_if_options of the worst)
+DELAY_READS = ("run_id", "rank", "kind", "name", "stream", "correlation", "start_ns", "end_ns", "launch_ns", "stream_ready_ns",
+               "dependency_ready_ns", "ready_ns", "launch_call_ns", "cause", "ready_part", "ready_blocker",
+               "ready_blocking_resource", "stream_previous", "stream_previous_kind", "resident_compute", "blocker", "free_sms")  # fmt: skip
+
+
+def _delayed(records: pd.DataFrame) -> pd.DataFrame:
+    """The records that some start-delay finding counts (a wait of one of its parts), in order: the others
+    change no finding (:func:`_start_delays` reads the records with a wait alone)."""
+    if not len(records):
+        return records
+    has = np.zeros(len(records), bool)
+    for part in ("sm_resources",) + tuple(_CAUSE_TEXT):
+        lo, hi = explain_lib.part_waits(records, part)
+        has |= (lo >= 0) & (hi > lo)
+        if part == "sm_resources" and "resident_compute" in records:  # read of the sm_resources records alone (_padding)
+            records = records.assign(resident_compute=records["resident_compute"].where((lo >= 0) & (hi > lo), None))
+    records = records if has.all() else records.loc[has]
+    return records.assign(**{c: _shared_words(records[c]) for c in records.columns if pd.api.types.is_string_dtype(records[c])
+                             and records[c].dtype != object})  # fmt: skip
+
+
+def _shared_words(col: pd.Series) -> pd.Series:
+    """A text column (pandas' ``str``: each row holds its bytes) as objects, one string per distinct word, null as
+    the ``str`` column reads it (NaN): 8 bytes a row kept, whatever the kernel name's length."""
+    codes, words = pd.factorize(col, use_na_sentinel=True)
+    table = np.array(list(words) + [col.dtype.na_value if hasattr(col.dtype, "na_value") else None], dtype=object)
+    return pd.Series(table[codes], index=col.index, dtype=object)
 
 
 def _found(dataset_path, timelines: list, explained: pd.DataFrame, arrivals: pd.DataFrame, device) -> pd.DataFrame:

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 __all__ = ["attach_peer_wait", "collective_instances", "bus_factor", "ends_apart", "END_TOLERANCE_NS", "instance_ids",
-           "peer_waits", "instances_of", "factorize", "INSTANCE_COLUMNS"]  # fmt: skip
+           "peer_waits", "instances_of", "factorize", "group_min", "group_max", "INSTANCE_COLUMNS"]  # fmt: skip
 
 # the ranks of one collective instance on comparable clocks end it together (NCCL/RCCL: within
 # microseconds; DLRM's 8 ranks within 1-7 µs): ends further apart than the instance lasted, plus this
@@ -81,13 +81,15 @@ def _text_codes(values: np.ndarray) -> np.ndarray:
     return encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
 
 
-def _group_min(codes, n, values, fill):
+def group_min(codes, n, values, fill):
+    """Per group ``0 .. n-1`` of ``codes``, the least of its ``values`` (int64; ``fill`` where a group has none)."""
     out = np.full(n, fill, np.int64)
     np.minimum.at(out, codes, values)
     return out
 
 
-def _group_max(codes, n, values, fill):
+def group_max(codes, n, values, fill):
+    """Per group ``0 .. n-1`` of ``codes``, the greatest of its ``values`` (int64; ``fill`` where a group has none)."""
     out = np.full(n, fill, np.int64)
     np.maximum.at(out, codes, values)
     return out
@@ -133,12 +135,12 @@ def peer_waits(run_id, instance, rank, start, end, domain) -> tuple[np.ndarray, 
     m = int(cr.max()) + 1
     cr_code = np.empty(m, np.int64)
     cr_code[cr] = code
-    arrival = _group_min(cr, m, start, np.iinfo(np.int64).max)
-    rank_end = _group_max(cr, m, end, np.iinfo(np.int64).min)
-    latest = _group_max(cr_code, n, arrival, np.iinfo(np.int64).min)
+    arrival = group_min(cr, m, start, np.iinfo(np.int64).max)
+    rank_end = group_max(cr, m, end, np.iinfo(np.int64).min)
+    latest = group_max(cr_code, n, arrival, np.iinfo(np.int64).min)
     ranks = np.bincount(cr_code, minlength=n)
     domains = np.bincount(np.unique(np.stack([code, factorize(np.asarray(domain, object))]), axis=1)[0], minlength=n)
-    apart = ends_apart(_group_min(cr_code, n, rank_end, np.iinfo(np.int64).max), _group_max(cr_code, n, rank_end, np.iinfo(np.int64).min),
+    apart = ends_apart(group_min(cr_code, n, rank_end, np.iinfo(np.int64).max), group_max(cr_code, n, rank_end, np.iinfo(np.int64).min),
                        latest)  # fmt: skip
     return latest[code] - arrival[cr], ((ranks > 1) & (domains <= 1) & ~apart)[code]
 
@@ -161,25 +163,25 @@ def instances_of(run_id, instance, collective, rank, ready, start, end, peer_us,
     cr_code, cr_rank = np.empty(m, np.int64), np.empty(m, np.int64)
     cr_code[cr], cr_rank[cr] = code, rank
     has_ready = ready != -1
-    r_min = _group_min(cr[has_ready], m, ready[has_ready], big)  # big: no ready time on that rank
-    s_min, e_max = _group_min(cr, m, start, big), _group_max(cr, m, end, small)
+    r_min = group_min(cr[has_ready], m, ready[has_ready], big)  # big: no ready time on that rank
+    s_min, e_max = group_min(cr, m, start, big), group_max(cr, m, end, small)
     r_known = r_min != big
-    first_ready = _group_min(cr_code[r_known], n, r_min[r_known], big)
-    last_ready = _group_max(cr_code[r_known], n, r_min[r_known], small)
+    first_ready = group_min(cr_code[r_known], n, r_min[r_known], big)
+    last_ready = group_max(cr_code[r_known], n, r_min[r_known], small)
     ready_null = first_ready == big
     # the slowest rank: the lowest rank whose ready time is its instance's latest
     at_last = r_known & (r_min == last_ready[cr_code])
-    slow = _group_min(cr_code[at_last], n, cr_rank[at_last], big)
-    last_start = _group_max(cr_code, n, s_min, small)
+    slow = group_min(cr_code[at_last], n, cr_rank[at_last], big)
+    last_start = group_max(cr_code, n, s_min, small)
     # the straggler: the rank whose first start of the instance is the latest (the lowest on a tie)
     at_start = s_min == last_start[cr_code]
-    strag = _group_min(cr_code[at_start], n, cr_rank[at_start], big)
+    strag = group_min(cr_code[at_start], n, cr_rank[at_start], big)
     domains = np.bincount(np.unique(np.stack([code, factorize(np.asarray(domain, object))]), axis=1)[0], minlength=n) if n else \
         np.zeros(0, np.int64)  # fmt: skip
     clocks_apart = domains > 1
-    ends = ends_apart(_group_min(cr_code, n, e_max, big), _group_max(cr_code, n, e_max, small), last_start)
+    ends = ends_apart(group_min(cr_code, n, e_max, big), group_max(cr_code, n, e_max, small), last_start)
     apart = clocks_apart | ends
-    last_end = _group_max(code, n, end, small)
+    last_end = group_max(code, n, end, small)
     t_ns = last_end - last_start
     n_ranks = np.bincount(cr_code, minlength=n).astype(np.int64)
     coll = np.full(n, None, dtype=object)  # the first known collective of each instance
@@ -212,7 +214,7 @@ def instances_of(run_id, instance, collective, rank, ready, start, end, peer_us,
         "arrival_skew_us": (np.where(ready_null | no_skew, 0, last_ready - first_ready) / 1000.0, ready_null | no_skew),
         "slowest_rank": (np.where(slow == big, 0, slow), (slow == big) | no_skew),
         "straggler": (np.where(strag == big, 0, strag), (strag == big) | no_skew),
-        "first_start_ns": _group_min(code, n, start, big), "last_start_ns": last_start, "last_end_ns": last_end,
+        "first_start_ns": group_min(code, n, start, big), "last_start_ns": last_start, "last_end_ns": last_end,
         "time_us": t_ns / 1000.0, "max_peer_wait_us": max_peer,
         "bytes": (np.where(has_size, size, 0).astype(np.int64), ~has_size),
         "algbw_gbps": alg, "busbw_gbps": alg * factor, "clock_note": note,
