@@ -3,6 +3,8 @@
     .venv/bin/python benchmarks/bench_dask.py                  # 128 and 512 small ranks, 64 x 100k kernels (~8 min, 2 cores)
     .venv/bin/python benchmarks/bench_dask.py --full           # the big job at 64 ranks x 1M kernels (~3.5 GB of gzip)
     .venv/bin/python benchmarks/bench_dask.py --workers 8      # local pool of 8 vs local:8
+    .venv/bin/python benchmarks/bench_dask.py --ranks 8 64 512 --kernels-total 1000000 --json benchmarks/results/dask_scaling.json
+                                                               # the same 1M kernels over more ranks: each process's peak per step
 
 For each job, each side runs in a fresh subprocess, timed from inside per phase (ingest,
 analyze per rank, analyze per step, explain, residency) and from outside (wall, with interpreter start),
@@ -86,17 +88,31 @@ def child(side: str, source: str, out: str, workers: int) -> None:
     phases: dict = {}
     extra: dict = {}
     t0 = time.perf_counter()
-    workers_cpu = lambda: 0.0
+    workers_cpu = lambda: {}
+    workers_hwm = lambda: {}
+    workers_rss = lambda: {}
+    hwm_so_far = [0]
 
     def phase(name, fn, *args, **kwargs):
+        _hwm_reset()
+        workers_hwm()
+        # resident size at the step's start: what earlier steps left (the peak counts it too)
+        extra[f"{name}_start_bytes"] = _rss(os.getpid())
+        extra[f"{name}_workers_start_bytes"] = dict(sorted(workers_rss().items()))
         t, c, w = time.perf_counter(), _cpu_s(children=True), workers_cpu()
         value = fn(*args, **kwargs)
         phases[name] = time.perf_counter() - t
         # CPU seconds: this process (with the pool's readers it waited for; with the cluster's
-        # scheduler, which runs in it) and the cluster's workers, apart
+        # scheduler, which runs in it) and the cluster's workers, apart (each, and their sum)
         extra[f"{name}_cpu_s"] = _cpu_s(children=True) - c
-        extra[f"{name}_worker_cpu_s"] = workers_cpu() - w
-        extra[f"hwm_after_{name}_bytes"] = _hwm_bytes()  # this process's peak so far
+        w_after = workers_cpu()
+        extra[f"{name}_workers_cpu_s"] = {k: w_after[k] - w.get(k, 0.0) for k in sorted(w_after)}
+        extra[f"{name}_worker_cpu_s"] = sum(extra[f"{name}_workers_cpu_s"].values())
+        # peak resident memory during this phase: this process's, and each worker's (VmHWM, reset before the phase)
+        extra[f"{name}_peak_bytes"] = _hwm_reset()
+        extra[f"{name}_workers_peak_bytes"] = dict(sorted(workers_hwm().items()))
+        hwm_so_far[0] = max(hwm_so_far[0], extra[f"{name}_peak_bytes"])
+        extra[f"hwm_after_{name}_bytes"] = hwm_so_far[0]  # this process's peak so far
         return value
 
     dataset = Path(out) / "ds"
@@ -119,7 +135,9 @@ def child(side: str, source: str, out: str, workers: int) -> None:
         t = time.perf_counter()
         with ovd.client_for(f"local:{workers}") as client:
             phases["cluster_start"] = time.perf_counter() - t
-            workers_cpu = lambda: sum(client.run(_cpu_s).values())
+            workers_cpu = lambda: client.run(_cpu_s)
+            workers_hwm = lambda: client.run(_hwm_reset)
+            workers_rss = lambda: client.run(_rss_self)
             # each worker imports what its tasks need once (the local side paid it under "import")
             phase("warm", client.run, _warm)
             phase("ingest", ovd.ingest_on, client, [source], dataset, progress=False)
@@ -152,6 +170,21 @@ def _cpu_s(children: bool = False) -> float:
 
     who = (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN) if children else (resource.RUSAGE_SELF,)
     return sum(getattr(resource.getrusage(w), f) for w in who for f in ("ru_utime", "ru_stime"))
+
+
+def _hwm_reset() -> int:
+    """This process's peak resident size since the last reset, then reset (``clear_refs`` 5: the peak becomes the current size)."""
+    peak = _hwm_bytes()
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass  # not Linux, or not allowed: the peaks are then those since the process started
+    return peak
+
+
+def _rss_self() -> int:
+    return _rss(os.getpid())
 
 
 def _hwm_bytes() -> int:
@@ -317,6 +350,76 @@ def report(rows: list[dict], model: list[dict], args, cpu: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+STEPS = ("ingest", "analyze", "analyze_step", "explain", "residency")
+
+
+def client_slope(rows: list[dict], step: str, what: str = "peak") -> float:
+    """The Dask client's peak during ``step`` (``what="start"``: its size at the step's start): MiB per rank
+    between the fewest and the most ranks."""
+    a, b = min(rows, key=lambda r: r["facts"]["ranks"]), max(rows, key=lambda r: r["facts"]["ranks"])
+    grow = b["dask"]["extra"][f"{step}_{what}_bytes"] - a["dask"]["extra"][f"{step}_{what}_bytes"]
+    return grow / 2**20 / (b["facts"]["ranks"] - a["facts"]["ranks"])
+
+
+def scaling_report(rows: list[dict], cpu: str) -> str:
+    """--ranks: per job and step, each side's peak MiB per process and CPU seconds; the client's slope in ranks."""
+    load = ", ".join(f"{r['job']} {r['load'][0]:.1f}-{r['load'][1]:.1f}" for r in rows)
+    lines = [f"# Dask against the local pool, the same kernels over more ranks ({rows[0]['workers']} workers)", "",
+             (f"{cpu}; python {platform.python_version()}; load average (1 min) before and after each job: {load}. "
+              "MiB: the process's resident peak during the step (VmHWM, reset before it), in brackets its resident size at the step's start (what earlier steps left; the peak includes it). local: the command's "
+              "process (ingest's forked readers: the worker column, their peak over the whole run). dask: the client "
+              "(with its scheduler) and each worker. CPU s: user + system."), "",
+             ("| ranks | kernels | step | local s | local CPU s | local MiB | dask s | client CPU s | workers CPU s "
+              "| client MiB | worker MiB (each) | same results |"),
+             "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]  # fmt: skip
+    for r in sorted(rows, key=lambda r: r["facts"]["ranks"]):
+        lo, da = r["local"], r["dask"]
+        for step in STEPS:
+            le, de = lo["extra"], da["extra"]
+            each = " / ".join(mib(v) for v in de[f"{step}_workers_peak_bytes"].values())
+            local_mib = f"{mib(le[f'{step}_peak_bytes'])} ({mib(le[f'{step}_start_bytes'])})"
+            if step == "ingest" and lo["peak_child_bytes"]:
+                local_mib += f" (+ readers {mib(lo['peak_child_bytes'])})"
+            lines.append(f"| {r['facts']['ranks']} | {da['n_kernels']:,} | {step} | {lo['phases'][step]:.2f} | "
+                         f"{le[f'{step}_cpu_s']:.2f} | {local_mib} | {da['phases'][step]:.2f} | {de[f'{step}_cpu_s']:.2f} | "
+                         f"{de[f'{step}_worker_cpu_s']:.2f} | {mib(de[f'{step}_peak_bytes'])} ({mib(de[f'{step}_start_bytes'])}) | {each} | "
+                         f"{'yes' if r['same'] else 'NO'} |")  # fmt: skip
+        lines.append(f"| {r['facts']['ranks']} | | whole run | {lo['wall_s']:.1f} | {lo['cpu_s']:.1f} | {mib(lo['peak_main_bytes'])} | "
+                     f"{da['wall_s']:.1f} | {da['cpu_s']:.1f} (all) | | {mib(da['peak_main_bytes'])} | {mib(da['peak_child_bytes'])} (largest) | |")  # fmt: skip
+    if len(rows) >= 2:
+        lo_r = min(r["facts"]["ranks"] for r in rows)
+        hi_r = max(r["facts"]["ranks"] for r in rows)
+        slopes = ", ".join(f"{step} {client_slope(rows, step) * 1024:+.0f} KiB" for step in STEPS)
+        own = ", ".join(f"{step} {client_slope(rows, step, 'start') * 1024:+.0f} KiB" for step in STEPS)
+        lines += ["", f"The Dask client's peak per rank, {lo_r} -> {hi_r} ranks: {slopes}. "
+                      f"Its resident size at each step's start, per rank: {own}."]
+    return "\n".join(lines) + "\n"
+
+
+def scaling_result(rows: list[dict], path: Path, load_before: float) -> Path:
+    """The client's and the largest worker's peak per step and rank count, in readme_table's format."""
+    import readme_table
+
+    out = []
+    for r in sorted(rows, key=lambda r: r["facts"]["ranks"]):
+        de, n = r["dask"]["extra"], r["facts"]["ranks"]
+        kernels = r["dask"]["n_kernels"]
+        for step in ("ingest", "analyze", "explain"):
+            what = f"{step}, {kernels / 1e6:.1f}M kernels over {n} ranks on local:{r['workers']}"
+            out.append(readme_table.row(f"{what}: client peak", round(de[f"{step}_peak_bytes"] / 2**20), "MiB",
+                                        baseline=round(r["local"]["extra"][f"{step}_peak_bytes"] / 2**20),
+                                        baseline_label="local process"))  # fmt: skip
+            out.append(readme_table.row(f"{what}: largest worker peak", round(max(de[f"{step}_workers_peak_bytes"].values()) / 2**20), "MiB"))
+    slope = {s: client_slope(rows, s) for s in ("ingest", "analyze", "explain")}
+    lo_r, hi_r = min(r["facts"]["ranks"] for r in rows), max(r["facts"]["ranks"] for r in rows)
+    note = ("One run per point; each side a fresh process; peaks per step (VmHWM reset before each step), the baseline is the "
+            "local pool's process on the same set; both sides' results identical. Client slope "
+            f"{lo_r} -> {hi_r} ranks: " + ", ".join(f"{s} {v * 1024:+.0f} KiB/rank" for s, v in slope.items())
+            + ". Every step and the CPU seconds: docs/benchmarks.md.")  # fmt: skip
+    title = f"The same kernels over more ranks on a local Dask cluster ({rows[0]['workers']} workers)"
+    return readme_table.write(path, "dask_scaling", title, out, note=note, load_before=load_before)
+
+
 def cost_model(rows: list[dict], kernels_per_rank: int) -> list[dict]:
     phases = ("ingest", "analyze", "explain")
     # the workers' CPU seconds per kernel, from the job with the most kernels
@@ -358,6 +461,11 @@ def main() -> None:
     ap.add_argument("--big-ranks", type=int, default=64)
     ap.add_argument("--big-kernels", type=int, default=100_000)
     ap.add_argument("--full", action="store_true", help="the big job at 1M kernels per rank (needs ~3.5 GB of disk)")
+    ap.add_argument("--ranks", type=int, nargs="+", default=None,
+                    help="instead of the small and big jobs: one job per rank count, --kernels-total kernels in all")
+    ap.add_argument("--kernels-total", type=int, default=1_000_000, help="kernels of each --ranks job (kernels-total // ranks per rank)")
+    ap.add_argument("--json", type=Path, default=None,
+                    help="with --ranks: also write the client's and workers' peaks in readme_table's format (benchmarks/results/dask_scaling.json)")
     ap.add_argument("--work", default=None, help="where the traces and datasets go (kept between runs)")
     ap.add_argument("--timeout", type=float, default=3600)
     ap.add_argument("--child", choices=["local", "dask"], help=argparse.SUPPRESS)
@@ -370,9 +478,13 @@ def main() -> None:
     if args.full:
         args.big_kernels = 1_000_000
     work = Path(args.work or Path(tempfile.gettempdir()) / "overlapviz-bench-dask")
-    jobs = [(f"small{r}", r, args.small_kernels) for r in args.small_ranks]
-    if args.big_ranks and args.big_kernels:
-        jobs.append((f"big{args.big_ranks}x{args.big_kernels // 1000}k", args.big_ranks, args.big_kernels))
+    if args.ranks:
+        jobs = [(f"ranks{r}", r, args.kernels_total // r) for r in args.ranks]
+    else:
+        jobs = [(f"small{r}", r, args.small_kernels) for r in args.small_ranks]
+        if args.big_ranks and args.big_kernels:
+            jobs.append((f"big{args.big_ranks}x{args.big_kernels // 1000}k", args.big_ranks, args.big_kernels))
+    load_before = os.getloadavg()[0]
     procs = os.cpu_count() or 1
     rows = []
     for name, ranks, kernels in jobs:
@@ -385,11 +497,21 @@ def main() -> None:
         rows.append({"job": name, "facts": facts, "workers": args.workers, "local": local, "dask": dask,
                      "same": same_results(local, dask), "load": (before, os.getloadavg()[0])})  # fmt: skip
         print(f"  local {local['wall_s']:.1f} s, dask {dask['wall_s']:.1f} s, same results: {rows[-1]['same']}", file=sys.stderr)
-    model = cost_model(rows, kernels_per_rank=1_000_000)
     cpu = f"{platform.machine()}, {os.cpu_count()} cores"
+    (HERE / "out").mkdir(exist_ok=True)
+    if args.ranks:
+        text = scaling_report(rows, cpu)
+        print(text)
+        (HERE / "out" / "dask_scaling.md").write_text(text)
+        (HERE / "out" / "dask_scaling.json").write_text(json.dumps({"rows": rows}, indent=1, default=str))
+        if args.json:
+            scaling_result(rows, args.json, load_before)
+        if not all(r["same"] for r in rows):
+            sys.exit("bench_dask: the local and Dask sides' results differ (see the table)")
+        return
+    model = cost_model(rows, kernels_per_rank=1_000_000)
     text = report(rows, model, args, cpu)
     print(text)
-    (HERE / "out").mkdir(exist_ok=True)
     (HERE / "out" / "dask.md").write_text(text)
     (HERE / "out" / "dask.json").write_text(json.dumps({"rows": rows, "model": model}, indent=1, default=str))
 
