@@ -347,6 +347,25 @@ def test_explain_one_rank_per_task(client, dataset, local_explained, monkeypatch
     pdt.assert_frame_equal(ovd.explain_on(client, dataset, kinds=ALL_KINDS), local_explained[ALL_KINDS])
 
 
+def test_explain_records_come_one_frame_per_task(client, dataset, local_explained, monkeypatch):
+    """The client gets each task's ranks' records as one frame: per-rank frames grew it by ~85 KiB per rank."""
+    from overlapviz.distributed import analysis as dist_analysis
+
+    received = []
+
+    def spy(*args, **kwargs):
+        parts = dist_analysis_gather(*args, **kwargs)
+        received.extend(len(part) for part in parts if kwargs.get("desc") == "explain")
+        return parts
+
+    dist_analysis_gather = dist_analysis.gather_in_order
+    monkeypatch.setattr(dist_analysis, "gather_in_order", spy)
+    ranks = len(local_explained[("comm",)].groupby(["run_id", "rank"]))
+    remote = ovd.explain_on(client, dataset)
+    pdt.assert_frame_equal(remote, local_explained[("comm",)])
+    assert ranks > len(received) > 1 and set(received) == {1}, (ranks, received)
+
+
 def test_explain_one_run(client, dataset):
     one = ovd.explain_on(client, dataset, run_ids=["job4"])
     pdt.assert_frame_equal(one, explain_lib.explain(dataset, run_ids=["job4"]))
