@@ -43,6 +43,8 @@ def exports(tmp_path_factory):
             out = root / f"{name}-{fmt}"
             result = CliRunner().invoke(main, ["export", str(ds), "--all", "--format", fmt, "-o", str(out), *runs])
             assert result.exit_code == 0, result.output
+            drawn = len(list(out.glob(f"*.{fmt}")))  # the count it says is of figures, not of files (index.html)
+            assert f"{drawn} figures and index.html in {out}" in result.output, result.output
             for f in out.glob(f"*.{fmt}"):
                 files.setdefault((name, f.stem), {})[fmt] = f
     return files

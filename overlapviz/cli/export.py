@@ -149,7 +149,8 @@ def export(dataset, figure, all_figures, fmt, output, runs, ranks, start_ms, end
         if all_figures:
             written = export_mod.export_all(dataset, output, fmt or "png", runs=list(runs) or None, ranks=list(ranks) or None,
                                             window_ms=window, value=value, width=builder_width, device=device_name, look=look)  # fmt: skip
-            click.echo(f"{len(written)} figures and {written and 'index.html' or 'no index'} in {output}")
+            drawn = len(written) - 1 if written else 0  # (index.html is the last file written)
+            click.echo(f"{drawn} figure{'' if drawn == 1 else 's'} and {'index.html' if written else 'no index'} in {output}")
             return
         extra = {}
         if figure == "budget" and (kernel or what_if):
