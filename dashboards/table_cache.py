@@ -5,33 +5,10 @@ which the CLI's answers share)."""
 from __future__ import annotations
 
 import functools
-import hashlib
-import pickle
 from pathlib import Path
 
 from overlapviz.dataset.computed import KEEP_DATASETS, TABLE_CACHE_ENV, open_private, private, prune, write_private  # noqa: F401
-from overlapviz.dataset.computed import code_stamp, disk_dir  # noqa: F401 (this module's API)
-
-
-def disk_file(path: str, stamp: str, name: str) -> Path | None:
-    where = disk_dir(path, stamp)
-    return None if where is None else where / f"{hashlib.sha256(name.encode()).hexdigest()[:16]}.pickle"
-
-
-def on_disk(path: str, stamp: str, name: str, compute):
-    """``compute()`` once per dataset across server processes: read from the table cache, else computed and written."""
-    file = disk_file(path, stamp, name)
-    fh = None if file is None or not file.exists() else open_private(file)
-    if fh is not None:
-        try:
-            with fh:
-                return pickle.load(fh)
-        except Exception:  # noqa: BLE001  (a damaged cache file is computed again)
-            pass
-    value = compute()
-    if file is not None:  # a read-only cache: the table stays in memory
-        write_private(file, lambda out: pickle.dump(value, out, protocol=pickle.HIGHEST_PROTOCOL))
-    return value
+from overlapviz.dataset.computed import code_stamp, disk_dir, disk_file, on_disk  # noqa: F401 (this module's API)
 
 
 @functools.cache

@@ -139,6 +139,36 @@ def write_private(file: Path, write: Callable[[BinaryIO], None]) -> bool:
                 tmp.unlink(missing_ok=True)
 
 
+def disk_file(path: str, stamp: str, name: str, code: str | None = None) -> Path | None:
+    """The file ``name`` (what was computed, as text) of the dataset ``path`` in state ``stamp`` is kept in (``disk_dir``
+    with ``code``: None, the table code); None when the cache is turned off."""
+    where = disk_dir(path, stamp, code)
+    return None if where is None else where / f"{hashlib.sha256(name.encode('utf-8', 'surrogateescape')).hexdigest()[:16]}.pickle"
+
+
+def on_disk(path: str, stamp: str, name: str, compute: Callable, *, code: str | None = None, valid: Callable | None = None):
+    """``compute()`` once per dataset state and code across processes: read from the table cache, else computed and
+    written (``disk_file``). A file that is damaged, not this account's, or whose value ``valid`` refuses is computed
+    again; a cache that cannot be written keeps the value in memory only."""
+    import pickle
+
+    file = disk_file(path, stamp, name, code)
+    fh = None if file is None or not file.exists() else open_private(file)
+    if fh is not None:
+        try:
+            with fh:
+                value = pickle.load(fh)
+        except Exception:  # noqa: BLE001  (a damaged cache file is computed again)
+            pass
+        else:
+            if valid is None or valid(value):
+                return value
+    value = compute()
+    if file is not None:
+        write_private(file, lambda out: pickle.dump(value, out, protocol=pickle.HIGHEST_PROTOCOL))
+    return value
+
+
 def answer_file(path: str, stamp: str, key: str) -> tuple[Path, str] | None:
     """Where the answer ``key`` (a command and its options, as text) of the dataset ``path`` in state ``stamp`` is
     kept, and the whole key its file must name (the answer's key, the dataset, its stamp, the code); None when the

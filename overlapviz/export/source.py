@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import hashlib
+import functools
 import os
-import pickle
 
 import pandas as pd
 
@@ -40,7 +39,6 @@ class DatasetSource:
         self.path = str(dataset)
         self.device = device  # the GPU for ranks whose trace does not say (``residency.device_table``)
         self._memo: dict = {}
-        self._where: object = ...  # the dataset's folder in the table cache (None: not kept); found on first use
 
     def _once(self, key, compute):
         if key not in self._memo:
@@ -49,19 +47,19 @@ class DatasetSource:
 
     def _kept(self, key: tuple, compute):
         """``compute()`` once per process, and once per dataset state and code across commands (the table cache)."""
-        if key in self._memo:
-            return self._memo[key]
-        file = self._disk_file(key)
-        value = _read(file) if file is not None else None
-        if value is None:
-            try:
-                value = ("table", compute())
-            except ValueError as exc:  # the dataset lacks what the table needs: so does the next command's
-                value = ("unavailable", str(exc))
-            if file is not None:  # (a read-only cache: the table stays in memory)
-                computed.write_private(file, lambda out: pickle.dump(value, out, protocol=pickle.HIGHEST_PROTOCOL))
-        self._memo[key] = value
-        return value
+        if key not in self._memo:
+
+            def table():
+                try:
+                    return ("table", compute())
+                except ValueError as exc:  # the dataset lacks what the table needs: so does the next command's
+                    return ("unavailable", str(exc))
+
+            stamp = self._stamp
+            self._memo[key] = table() if stamp is None else computed.on_disk(
+                os.path.realpath(self.path), stamp, repr(("export", key, self.device)), table,
+                code=computed.code_stamp(TABLE_CODE), valid=_kept_value)  # fmt: skip
+        return self._memo[key]
 
     def _table(self, key: tuple, compute):
         kind, value = self._kept(key, compute)
@@ -69,20 +67,16 @@ class DatasetSource:
             raise ValueError(value)
         return value
 
-    def _disk_file(self, key: tuple):
-        if self._where is ...:
-            self._where = None
-            if computed.enabled():
-                try:
-                    stamp = computed.dataset_stamp(self.path)
-                except OSError:  # not a dataset: the reader says so
-                    stamp = None
-                if stamp is not None:
-                    self._where = computed.disk_dir(os.path.realpath(self.path), stamp, computed.code_stamp(TABLE_CODE))
-        if self._where is None:
+    @functools.cached_property
+    def _stamp(self) -> str | None:
+        """The dataset's state (``computed.dataset_stamp``); None where nothing is kept (the cache turned off, or not a
+        dataset: the reader says so)."""
+        if not computed.enabled():
             return None
-        name = repr(("export", key, self.device))
-        return self._where / f"export-{hashlib.sha256(name.encode('utf-8', 'surrogateescape')).hexdigest()[:24]}.pickle"
+        try:
+            return computed.dataset_stamp(self.path)
+        except OSError:
+            return None
 
     def runs(self):
         return self._once("runs", lambda: schema.read_frame(self.path, "runs"))
@@ -181,14 +175,6 @@ class DatasetSource:
         return figures_timeline.TimelineData(kernels, residency=residency, why=why, waits=waits)
 
 
-def _read(file):
-    """What ``DatasetSource._kept`` wrote to ``file``; None where there is none, or it is damaged or not this account's."""
-    fh = computed.open_private(file) if file.exists() else None
-    if fh is None:
-        return None
-    try:
-        with fh:
-            value = pickle.load(fh)
-    except Exception:  # noqa: BLE001  (a damaged or foreign file is computed again)
-        return None
-    return value if isinstance(value, tuple) and len(value) == 2 and value[0] in ("table", "unavailable") else None
+def _kept_value(value) -> bool:
+    """What ``DatasetSource._kept`` writes: ``("table", value)`` or ``("unavailable", why)``."""
+    return isinstance(value, tuple) and len(value) == 2 and value[0] in ("table", "unavailable")
