@@ -258,9 +258,7 @@ def rank_waits(dataset_path, comm: pd.DataFrame, run_ids=None) -> dict:
     instances (:func:`arrivals` of the ``comm`` rows, within the dataset's clock domains)."""
     for c in ("run_id", "name", "kind", "collective", "comm_group"):
         comm = comm.assign(**{c: comm[c].astype(object).where(comm[c].notna(), None)})
-    arr = arrivals(comm, clocks.clock_domains(dataset_path, run_ids))
-    return {key: (g["arrival_ns"].to_numpy(np.int64), g["last_arrival_ns"].to_numpy(np.int64))
-            for key, g in arr.groupby(["run_id", "rank"], sort=False)}  # fmt: skip
+    return waits_of(arrivals(comm, clocks.clock_domains(dataset_path, run_ids)))
 
 
 def waits_of(arr: pd.DataFrame) -> dict:
@@ -293,7 +291,7 @@ def arrivals_of(dataset_path, run_ids=None, pause=None) -> pd.DataFrame:
         c, start = c[order], start[order]
         runs, ranks = str_column(rk, "run_id")[c], int_column(rk, "rank")[c]
         coll, name = str_column(rk, "collective")[c], str_column(rk, "name")[c]
-        what = np.array([x if isinstance(x, str) else n for x, n in zip(coll.tolist(), name.tolist())] + [None], object)[:-1]
+        what = peers.collective_or_name(coll, name)
         inst = peers.instance_ids(runs, ranks, start, str_column(rk, "comm_group")[c], int_column(rk, "comm_seq")[c], what)
         inst = np.array([ids.setdefault(i, i) for i in inst.tolist()] + [None], object)[:-1]
         # one row per (instance) of this rank, in order of first appearance: its first start and last end

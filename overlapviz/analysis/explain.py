@@ -200,7 +200,7 @@ def instance_columns(dataset_path: str | os.PathLike, *, run_ids=None) -> dict:
         links = rank_links(rk, rs)
         runs, ranks = str_column(rk, "run_id")[c], int_column(rk, "rank")[c]
         name, coll = str_column(rk, "name")[c], str_column(rk, "collective")[c]
-        what = np.array([x if x is not None else n for x, n in zip(coll.tolist(), name.tolist())] + [None], object)[:-1]
+        what = peers.collective_or_name(coll, name)
         inst = peers.instance_ids(runs, ranks, links.start[c], str_column(rk, "comm_group")[c], int_column(rk, "comm_seq")[c], what)
         got["instance"].append(np.fromiter((ids.setdefault(i, len(ids)) for i in inst.tolist()), np.int64, len(c)))
         for key, values in (("run_id", runs), ("rank", ranks), ("collective", coll), ("start", links.start[c]),

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 __all__ = ["attach_peer_wait", "collective_instances", "bus_factor", "ends_apart", "END_TOLERANCE_NS", "instance_ids",
-           "peer_waits", "instances_of", "factorize", "group_min", "group_max", "INSTANCE_COLUMNS"]  # fmt: skip
+           "peer_waits", "instances_of", "factorize", "group_min", "group_max", "collective_or_name", "INSTANCE_COLUMNS"]  # fmt: skip
 
 # the ranks of one collective instance on comparable clocks end it together (NCCL/RCCL: within
 # microseconds; DLRM's 8 ranks within 1-7 µs): ends further apart than the instance lasted, plus this
@@ -93,6 +93,12 @@ def group_max(codes, n, values, fill):
     out = np.full(n, fill, np.int64)
     np.maximum.at(out, codes, values)
     return out
+
+
+def collective_or_name(collective, name) -> np.ndarray:
+    """Per comm kernel, its collective, else (None) its kernel name: the ``what`` of :func:`instance_ids` (object)."""
+    return np.array([c if c is not None else n for c, n in zip(np.asarray(collective, object).tolist(),
+                                                              np.asarray(name, object).tolist())] + [None], object)[:-1]  # fmt: skip
 
 
 def instance_ids(run_id, rank, start, group, seq, what) -> np.ndarray:
